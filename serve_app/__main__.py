@@ -1,0 +1,74 @@
+"""`python -m serve_app IMAGE [IMAGE ...]`: one JSON object per image and line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from .errors import OcrError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCRv4 OCR on Paddle Inference, in process.")
+    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF)")
+    p.add_argument("--no-det", action="store_true", help="read each image as a single text line")
+    p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
+    p.add_argument("--reference", action="store_true",
+                   help="RapidOCR 1.4.x parameters (detector short side 736, EXIF ignored)")
+    p.add_argument("--det-model", help="directory of an exported detection model")
+    p.add_argument("--cls-model", help="directory of an exported direction-classifier model")
+    p.add_argument("--rec-model", help="directory of an exported recognition model")
+    p.add_argument("--rec-dict", help="recognition dictionary (one character per line)")
+    p.add_argument("--threads", type=int, help="CPU math threads per predictor (default: all cores)")
+    p.add_argument("--engine", choices=["openvino", "onednn", "plain"], default="openvino",
+                   help="CPU inference engine (default openvino, the fastest here)")
+    p.add_argument("--timings", action="store_true", help="add timings_ms to each line")
+    return p
+
+
+def engine_config(args):
+    from .config import reference_config
+    from .engine import default_engine_config
+
+    base = default_engine_config()
+    popts = base.predictor.model_copy(update={
+        "enable_openvino_engine": args.engine == "openvino",
+        "enable_mkldnn": args.engine == "onednn",
+        **({"cpu_math_library_num_threads": args.threads} if args.threads else {}),
+    })
+    cfg = reference_config(predictor=popts) if args.reference else base.model_copy(update={"predictor": popts})
+    models = {k: getattr(args, k) for k in ("det_model", "cls_model", "rec_model", "rec_dict") if getattr(args, k)}
+    if args.no_cls:
+        models["cls"] = cfg.cls.model_copy(update={"enabled": False})
+    return cfg.model_copy(update=models)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from .engine import OcrEngine
+
+    try:
+        engine = OcrEngine(engine_config(args))
+    except OcrError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    failures = 0
+    with engine:
+        for path in args.images:
+            try:
+                result = engine.read(path, det=not args.no_det)
+                out = {"image": path, "results": [line.to_dict() for line in result.lines]}
+                if args.timings:
+                    out["timings_ms"] = result.to_dict()["timings_ms"]
+            except OcrError as e:
+                failures += 1
+                out = {"image": path, "error": {"code": e.code, "message": e.message}}
+            print(json.dumps(out, ensure_ascii=False), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The application builder: `import_path: serve_app.app:build_app` in the
+Serve config. Typed args in, a bound application out."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from .config import EngineConfig, PredictorOptions
+from .runtime import StageRuntime
+
+
+class AppArgs(BaseModel):
+    """The `args:` block of an application in deployments.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    detector: StageRuntime = StageRuntime()
+    classifier: StageRuntime = StageRuntime(max_batch_size=24)
+    recognizer: StageRuntime = StageRuntime(max_batch_size=24)
+
+
+def build_app(args: Optional[dict] = None):
+    from .deployments import (
+        DirectionClassifierDeployment,
+        OcrPipeline,
+        TextDetectorDeployment,
+        TextRecognizerDeployment,
+    )
+    from .ingress import OcrIngress
+    from .predictor import resolve_device
+
+    a = AppArgs.model_validate(args or {})
+    # A GPU profile on a CPU-only build is refused here, at deploy time, with
+    # the message saying how to proceed (rather than by a replica crash loop).
+    for stage in (a.detector, a.classifier, a.recognizer):
+        resolve_device(stage.predictor or a.engine.predictor)
+    detector = TextDetectorDeployment.bind(a.engine, a.detector)
+    classifier = DirectionClassifierDeployment.bind(a.engine, a.classifier) if a.engine.cls.enabled else None
+    recognizer = TextRecognizerDeployment.bind(a.engine, a.recognizer)
+    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine)
+    return OcrIngress.bind(pipeline, a.engine.limits)

@@ -1,0 +1,145 @@
+"""Typed configuration. Pydantic here (config files and the HTTP edge only);
+every invalid value is refused at construction with a message saying how to
+fix it."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorRTOptions(_Strict):
+    """Paddle Inference `enable_tensorrt_engine` and friends (GPU only)."""
+
+    workspace_size: int = 1 << 30
+    max_batch_size: int = 8
+    min_subgraph_size: int = 3
+    precision: Literal["fp32", "fp16", "int8"] = "fp16"
+    use_static: bool = True
+    # Serialized engines land here (`set_optim_cache_dir`); share it between
+    # replicas so only the first one pays the build.
+    cache_dir: Optional[str] = None
+    # Dynamic shape ranges collected with `python -m serve_app.tools.collect_shapes`.
+    shape_range_info_path: Optional[str] = None
+
+
+class PredictorOptions(_Strict):
+    """Paddle Inference options, named as Paddle names them."""
+
+    device: Literal["cpu", "gpu"] = "cpu"
+    gpu_device_id: int = 0
+    gpu_mem_mb: int = Field(500, ge=1, description="memory_pool_init_size_mb")
+    cpu_math_library_num_threads: int = Field(1, ge=1, le=256)
+    enable_mkldnn: bool = True
+    mkldnn_cache_capacity: int = Field(
+        20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
+    )
+    enable_openvino_engine: bool = False
+    openvino_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    switch_ir_optim: bool = True
+    enable_memory_optim: bool = True
+    tensorrt: Optional[TensorRTOptions] = None
+    # Cores this process's inference threads may run on (os.sched_setaffinity).
+    # None leaves the process's affinity as it is.
+    cpu_affinity: Optional[list[int]] = None
+    enable_profile: bool = False
+    # With the CPU build of paddle, a GPU config is refused unless this is set,
+    # in which case the predictor falls back to the CPU with a warning.
+    allow_cpu_fallback: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "PredictorOptions":
+        if self.tensorrt is not None and self.device != "gpu":
+            raise ValueError("tensorrt needs device: gpu (TensorRT runs on NVIDIA GPUs only)")
+        if self.enable_openvino_engine and self.device != "cpu":
+            raise ValueError("enable_openvino_engine is a CPU engine; set device: cpu or turn it off")
+        if self.cpu_affinity is not None and not self.cpu_affinity:
+            raise ValueError("cpu_affinity must list at least one core, or be null")
+        return self
+
+
+class DetOptions(_Strict):
+    limit_side_len: int = Field(960, ge=32)
+    limit_type: Literal["max", "min"] = "max"
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    thresh: float = Field(0.3, gt=0, lt=1)
+    box_thresh: float = Field(0.5, gt=0, lt=1)
+    max_candidates: int = Field(1000, ge=1)
+    unclip_ratio: float = Field(1.6, gt=0)
+    use_dilation: bool = True
+    score_mode: Literal["fast", "slow"] = "fast"
+    min_size: float = 3.0
+
+
+class ClsOptions(_Strict):
+    enabled: bool = True
+    image_shape: tuple[int, int, int] = (3, 48, 192)
+    batch_size: int = Field(6, ge=1)
+    thresh: float = Field(0.9, ge=0, le=1)
+    labels: tuple[str, ...] = ("0", "180")
+
+
+class RecOptions(_Strict):
+    image_height: int = 48
+    image_width: int = 320  # minimum padded width
+    batch_size: int = Field(6, ge=1)
+    # Widths are padded up to a multiple of this, so batches of similar crops
+    # share a shape (fewer oneDNN kernel variants, less padding waste).
+    width_bucket: int = Field(32, ge=1)
+    max_width: int = Field(3200, ge=48, description="wider crops are squeezed to this width")
+    use_space_char: bool = True
+
+
+class ImageLimits(_Strict):
+    max_bytes: int = Field(20 * 1024 * 1024, ge=1)
+    max_pixels: int = Field(40_000_000, ge=1)
+    max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
+
+
+class PipelineOptions(_Strict):
+    """Whole-image steps around the models."""
+
+    # Long side scaled down to at most this before detection (0 = off).
+    max_side_len: int = Field(2000, ge=0)
+    # Short side scaled up to at least this (tiny images).
+    min_side_len: int = Field(30, ge=0)
+    # Pad top and bottom of very flat images (h <= min_height or w/h > ratio)
+    # so the detector sees context; RapidOCR's letterbox.
+    letterbox: bool = True
+    letterbox_min_height: int = 30
+    letterbox_ratio: float = 8.0
+    drop_score: float = Field(0.5, ge=0, le=1)
+    exif_transpose: bool = True
+
+
+class EngineConfig(_Strict):
+    """Everything the in-process engine needs. `preset` picks a named set of
+    stage parameters; explicit fields override it."""
+
+    det_model: Optional[str] = None  # directory; None = the default model set
+    cls_model: Optional[str] = None
+    rec_model: Optional[str] = None
+    rec_dict: Optional[str] = None
+    det: DetOptions = DetOptions()
+    cls: ClsOptions = ClsOptions()
+    rec: RecOptions = RecOptions()
+    pipeline: PipelineOptions = PipelineOptions()
+    limits: ImageLimits = ImageLimits()
+    predictor: PredictorOptions = PredictorOptions()
+
+
+def reference_config(**overrides) -> EngineConfig:
+    """RapidOCR 1.4.x's defaults (the peer reference): detector short side
+    scaled up to 736, no EXIF handling."""
+    base = EngineConfig(
+        det=DetOptions(limit_side_len=736, limit_type="min"),
+        rec=RecOptions(width_bucket=1, max_width=100_000),
+        pipeline=PipelineOptions(exif_transpose=False),
+    )
+    return base.model_copy(update=overrides)

@@ -1,0 +1,281 @@
+"""Ray Serve deployments. Each is thin: it loads its model in __init__, warms
+it, and exposes one `@serve.batch` method taking a list and returning a list
+of the same length. The OCR logic lives in the plain classes it wraps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import deque
+from typing import Any, Optional
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from .api_models import parse_options
+from .config import EngineConfig, PredictorOptions
+from .engine import assemble, crop_lines, load_image, whole_image_box
+from .metrics import StageMetrics
+from .models import dictionary_path, model_files
+from .ocr_models import DirectionClassifier, TextDetector, TextRecognizer
+from .predictor import PaddlePredictor
+from .runtime import StageRuntime, batch_params, replica_cores
+from .stages.det_preprocess import Geometry, prepare_image
+from .stages.direction import apply_direction, is_flipped
+from .stages.recognition import load_charset
+from .types import Direction, OcrResult, Recognition
+
+log = logging.getLogger("ray.serve")
+
+
+class _ModelReplica:
+    """What the three model deployments share: building the pinned predictor,
+    live batch knobs, recent batch sizes, and readiness."""
+
+    stage = "model"
+
+    def _load(self, engine: EngineConfig, runtime: StageRuntime, model_dir: Optional[str]) -> None:
+        self.engine = engine
+        self.runtime = runtime
+        options: PredictorOptions = runtime.predictor or engine.predictor
+        cores = replica_cores(runtime)
+        if cores is not None:
+            options = options.model_copy(update={"cpu_affinity": cores,
+                                                 "cpu_math_library_num_threads": len(cores)})
+        self.metrics = StageMetrics(self.stage)
+        self.predictor = PaddlePredictor(model_files(self.stage, model_dir), options, self.stage)
+        self.metrics.model_load_s.set(self.predictor.load_seconds)
+        self.recent_batches: deque = deque(maxlen=256)
+        self.max_batch_size, self.batch_wait_timeout_s = runtime.max_batch_size, runtime.batch_wait_timeout_s
+        self.ready_at: Optional[float] = None
+
+    def _warm(self, calls: list) -> None:
+        t0 = time.perf_counter()
+        for fn, arg in calls:
+            fn(arg)
+        self.warm_seconds = time.perf_counter() - t0
+        self.metrics.first_inference_s.set(self.warm_seconds)
+        self.ready_at = time.time()
+        log.info("%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s",
+                 self.stage, self.predictor.load_seconds, self.warm_seconds, len(calls),
+                 self.predictor.options.cpu_affinity)
+
+    def reconfigure(self, user_config: dict) -> None:
+        """Batch knobs, changed live (no replica restart)."""
+        size, wait = batch_params(user_config, self.max_batch_size, self.batch_wait_timeout_s)
+        self.max_batch_size, self.batch_wait_timeout_s = size, wait
+        self._batched.set_max_batch_size(size)
+        self._batched.set_batch_wait_timeout_s(wait)
+
+    def check_health(self) -> None:
+        if self.ready_at is None:
+            raise RuntimeError(f"{self.stage} model not warmed yet")
+
+    def stats(self) -> dict[str, Any]:
+        """For operators and tests: who this replica is and what it batched."""
+        return {
+            "stage": self.stage,
+            "pid": os.getpid(),
+            "max_batch_size": self.max_batch_size,
+            "batch_wait_timeout_s": self.batch_wait_timeout_s,
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),
+            "load_seconds": self.predictor.load_seconds,
+            "warm_seconds": getattr(self, "warm_seconds", None),
+            "recent_batches": list(self.recent_batches),
+            "gpu_ids": _gpu_ids(),
+            "device": self.predictor.options.device,
+        }
+
+    def ready(self) -> bool:
+        return self.ready_at is not None
+
+    async def _run_isolated(self, fn, items: list) -> list:
+        """fn(items) on the predictor's thread. If the batch fails, each item
+        is retried alone so one bad input fails alone (its slot holds the
+        exception, which Serve raises to that caller only)."""
+        try:
+            return await self.predictor.call_async(fn, items)
+        except Exception:
+            out = []
+            for item in items:
+                try:
+                    out.append((await self.predictor.call_async(fn, [item]))[0])
+                except Exception as e:
+                    self.metrics.errors.inc()
+                    out.append(e)
+            return out
+
+    async def _flat(self, crop_lists: list[list[np.ndarray]], fn) -> list:
+        """Run fn over the crops of every request in the batch at once, then
+        give each request its own slice back."""
+        t0 = time.perf_counter()
+        flat = [c for crops in crop_lists for c in crops]
+        try:
+            results = await self.predictor.call_async(fn, flat) if flat else []
+        except Exception:
+            results = None
+        out, i = [], 0
+        for crops in crop_lists:
+            if results is None:  # isolate the failing request
+                try:
+                    out.append(await self.predictor.call_async(fn, crops))
+                except Exception as e:
+                    self.metrics.errors.inc()
+                    out.append(e)
+            else:
+                out.append(results[i : i + len(crops)])
+            i += len(crops)
+        self._record(len(crop_lists), len(flat), time.perf_counter() - t0)
+        return out
+
+    def _record(self, requests: int, items: int, seconds: float) -> None:
+        self.recent_batches.append({"requests": requests, "items": items, "ms": round(seconds * 1000, 2)})
+        self.metrics.batch_requests.observe(requests)
+        self.metrics.batch_items.observe(items)
+        self.metrics.latency.observe(seconds * 1000)
+
+
+def _gpu_ids() -> list:
+    try:
+        import ray
+
+        return [str(g) for g in ray.get_gpu_ids()]
+    except Exception:
+        return []
+
+
+@serve.deployment(name="TextDetector", ray_actor_options={"num_cpus": 0.3}, max_ongoing_requests=16)
+class TextDetectorDeployment(_ModelReplica):
+    stage = "det"
+
+    def __init__(self, engine: EngineConfig, runtime: StageRuntime):
+        self._load(engine, runtime, engine.det_model)
+        self.detector = TextDetector(self.predictor, engine.det)
+        self._batched = self.detect
+        self.reconfigure({})
+        self._warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)]) for h, w in runtime.warm_det_shapes])
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.005)
+    async def detect(self, images: list[np.ndarray]) -> list:
+        """Boxes (N,4,2) for each image, in that image's coordinates."""
+        t0 = time.perf_counter()
+        out = await self._run_isolated(self.detector.detect, images)
+        self._record(len(images), len(images), time.perf_counter() - t0)
+        return out
+
+
+def _count_crops(items: list) -> int:
+    return sum(len(i) for i in items)
+
+
+@serve.deployment(name="DirectionClassifier", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=32)
+class DirectionClassifierDeployment(_ModelReplica):
+    stage = "cls"
+
+    def __init__(self, engine: EngineConfig, runtime: StageRuntime):
+        self._load(engine, runtime, engine.cls_model)
+        self.classifier = DirectionClassifier(self.predictor, engine.cls)
+        self._batched = self.classify
+        self.reconfigure({})
+        crop = np.full((48, 192, 3), 255, np.uint8)
+        self._warm([(self.classifier.classify, [crop] * n) for n in range(1, engine.cls.batch_size + 1)])
+
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    async def classify(self, crop_lists: list[list[np.ndarray]]) -> list:
+        """One call per image with all its crops; crops of every image in the
+        batch are classified together."""
+        return await self._flat(crop_lists, self.classifier.classify)
+
+
+@serve.deployment(name="TextRecognizer", ray_actor_options={"num_cpus": 0.3}, max_ongoing_requests=32)
+class TextRecognizerDeployment(_ModelReplica):
+    stage = "rec"
+
+    def __init__(self, engine: EngineConfig, runtime: StageRuntime):
+        self._load(engine, runtime, engine.rec_model)
+        charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
+        self.recognizer = TextRecognizer(self.predictor, engine.rec, charset)
+        self._batched = self.recognize
+        self.reconfigure({})
+        calls = []
+        for n in range(1, engine.rec.batch_size + 1):  # every batch size at the base width
+            calls.append((self.recognizer.recognize_batch, [np.full((48, 320, 3), 255, np.uint8)] * n))
+        for w in runtime.warm_rec_widths:  # wider buckets at batch 1
+            calls.append((self.recognizer.recognize_batch, [np.full((48, w, 3), 255, np.uint8)]))
+        self._warm(calls)
+
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    async def recognize(self, crop_lists: list[list[np.ndarray]]) -> list:
+        """One call per image with all its crops. Crops from every request in
+        the batch are sorted by width together and read in predictor batches,
+        so one predictor batch can hold crops of several requests."""
+        return await self._flat(crop_lists, self.recognizer.recognize)
+
+
+@serve.deployment(name="OcrPipeline", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
+class OcrPipeline:
+    """decode -> detect -> crop -> classify -> recognise, composing the model
+    deployments through their handles. The image travels once (to the
+    detector); only crops go further."""
+
+    def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
+                 recognizer: DeploymentHandle, engine: EngineConfig):
+        self.detector, self.classifier, self.recognizer = detector, classifier, recognizer
+        self.engine = engine
+
+    async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
+        opts = parse_options(options)
+        cfg = self.engine
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
+        h, w = img.shape[:2]
+        timings["decode"] = _ms(t0)
+
+        t = time.perf_counter()
+        if opts.det:
+            work, geometry = prepare_image(img, cfg.pipeline)
+            boxes = await self.detector.detect.remote(work)
+            boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
+        else:
+            geometry = Geometry(1.0, 1.0, 0, w, h)
+            boxes, crops = np.array([whole_image_box(w, h)], dtype=np.float32), [img]
+        timings["det"] = _ms(t)
+
+        t = time.perf_counter()
+        flipped = [False] * len(crops)
+        use_cls = opts.cls if opts.cls is not None else cfg.cls.enabled
+        if use_cls and self.classifier is not None and crops:
+            dirs: list[Direction] = await self.classifier.classify.remote(crops)
+            flipped = [is_flipped(d, cfg.cls) for d in dirs]
+            crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
+        timings["cls"] = _ms(t)
+
+        t = time.perf_counter()
+        recs: list[Recognition] = await self.recognizer.recognize.remote(crops) if crops else []
+        timings["rec"] = _ms(t)
+        lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, opts.return_chars)
+        timings["total"] = _ms(t0)
+        return OcrResult(w, h, lines, timings).to_dict()
+
+    async def ready(self) -> dict[str, bool]:
+        """Whether each stage answers (a replica answers only once warmed)."""
+        stages = {"det": self.detector, "rec": self.recognizer}
+        if self.classifier is not None:
+            stages["cls"] = self.classifier
+
+        async def one(h):
+            try:
+                return bool(await asyncio.wait_for(h.ready.remote(), timeout=2.0))
+            except Exception:
+                return False
+
+        results = await asyncio.gather(*(one(h) for h in stages.values()))
+        return dict(zip(stages, results))
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0

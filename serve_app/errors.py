@@ -1,0 +1,63 @@
+"""Domain errors. Each carries the HTTP status it maps to; only the ingress
+turns them into responses, so library and CLI users get ordinary exceptions."""
+
+from __future__ import annotations
+
+
+class OcrError(Exception):
+    """Base class. `code` is a stable machine-readable string."""
+
+    status: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class BadImage(OcrError):
+    status = 400
+    code = "bad_image"
+
+
+class BadRequest(OcrError):
+    status = 400
+    code = "bad_request"
+
+
+class TooLarge(OcrError):
+    status = 413
+    code = "too_large"
+
+
+class UnsupportedMediaType(OcrError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class Overloaded(OcrError):
+    status = 503
+    code = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(OcrError):
+    status = 504
+    code = "deadline_exceeded"
+
+
+class ModelError(OcrError):
+    """A model file is missing, corrupt, or a predictor cannot be built."""
+
+    status = 500
+    code = "model_error"
+
+
+class ConfigError(OcrError):
+    """A configuration value is invalid; raised at construction, never later."""
+
+    status = 500
+    code = "config_error"

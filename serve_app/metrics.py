@@ -1,0 +1,53 @@
+"""Prometheus metrics through `ray.serve.metrics` (exported by each Ray node's
+metrics agent, scraped at http://NODE:8080 by default; see README). Created in
+constructors, never at import."""
+
+from __future__ import annotations
+
+from ray.serve.metrics import Counter, Gauge, Histogram
+
+_LATENCY_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000]
+_SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128]
+
+
+class StageMetrics:
+    """One set per model deployment replica."""
+
+    def __init__(self, stage: str):
+        tags = {"stage": stage}
+        self.latency = Histogram("ocr_stage_latency_ms", description="Time of one batch call, by stage (ms).",
+                                 boundaries=_LATENCY_MS, tag_keys=("stage",))
+        self.latency.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.batch_requests = Histogram("ocr_batch_requests", description="Requests in one batch, by stage.",
+                                        boundaries=_SIZES, tag_keys=("stage",))
+        self.batch_requests.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.batch_items = Histogram("ocr_batch_items", description="Items (images or crops) in one batch, by stage.",
+                                     boundaries=_SIZES, tag_keys=("stage",))
+        self.batch_items.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.queue_depth = Gauge("ocr_stage_queue_depth", description="Calls waiting in this replica's batch queue.",
+                                 tag_keys=("stage",))
+        self.queue_depth.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.model_load_s = Gauge("ocr_model_load_seconds", description="Model load time of this replica (s).",
+                                  tag_keys=("stage",))
+        self.model_load_s.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.first_inference_s = Gauge("ocr_first_inference_seconds",
+                                       description="Warm-up (first inference over every warmed shape) time (s).",
+                                       tag_keys=("stage",))
+        self.first_inference_s.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        self.errors = Counter("ocr_stage_errors", description="Items that failed in a batch, by stage.",
+                              tag_keys=("stage",))
+        self.errors.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+
+
+class RequestMetrics:
+    """At the ingress: request outcomes and end-to-end latency."""
+
+    def __init__(self):
+        self.requests = Counter("ocr_requests", description="OCR requests by route and status code.",
+                                tag_keys=("route", "code"))
+        self.errors = Counter("ocr_errors", description="OCR errors by error code.", tag_keys=("code",))
+        self.latency = Histogram("ocr_request_latency_ms", description="End-to-end OCR latency at the ingress (ms).",
+                                 boundaries=_LATENCY_MS, tag_keys=("route",))
+        self.stage_latency = Histogram("ocr_pipeline_stage_ms",
+                                       description="Per-request time in each pipeline step (ms).",
+                                       boundaries=_LATENCY_MS, tag_keys=("step",))

@@ -1,0 +1,61 @@
+"""Per-deployment runtime settings (from the app's typed args) and the
+replica-side helpers that apply them."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import PredictorOptions
+from .errors import ConfigError
+
+
+class StageRuntime(BaseModel):
+    """How one model deployment's replicas run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Predictor options for this stage; None = the engine's.
+    predictor: Optional[PredictorOptions] = None
+    # Cores this stage's replicas pin their inference threads to. Replica k on
+    # a node takes `threads` consecutive entries starting at k * threads
+    # (wrapping), so replicas of one stage spread over the listed cores.
+    cpu_cores: Optional[list[int]] = None
+    threads: int = Field(1, ge=1)
+    # Initial batch knobs; user_config's max_batch_size / batch_wait_timeout_s
+    # replace them live.
+    max_batch_size: int = Field(4, ge=1)
+    batch_wait_timeout_s: float = Field(0.005, ge=0)
+    # Warm-up shapes (detector (h, w) inputs; recogniser crop widths at height 48).
+    warm_det_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
+    warm_rec_widths: list[int] = [480, 640, 960]
+
+
+def replica_cores(runtime: StageRuntime) -> Optional[list[int]]:
+    if not runtime.cpu_cores:
+        return None
+    try:
+        from ray import serve
+
+        rank = serve.get_replica_context().rank.local_rank
+    except Exception:  # outside a replica (tests, library use)
+        rank = 0
+    n = len(runtime.cpu_cores)
+    return sorted({runtime.cpu_cores[(rank * runtime.threads + j) % n] for j in range(runtime.threads)})
+
+
+def batch_params(user_config: dict, size: int, wait: float) -> tuple[int, float]:
+    """Validate a user_config's batch knobs, keeping current values for the
+    ones it leaves out."""
+    unknown = set(user_config) - {"max_batch_size", "batch_wait_timeout_s"}
+    if unknown:
+        raise ConfigError(f"unknown user_config keys {sorted(unknown)}; "
+                          f"allowed: max_batch_size, batch_wait_timeout_s")
+    size = user_config.get("max_batch_size", size)
+    wait = user_config.get("batch_wait_timeout_s", wait)
+    if not isinstance(size, int) or size < 1:
+        raise ConfigError(f"user_config max_batch_size must be an integer >= 1, got {size!r}")
+    if not isinstance(wait, (int, float)) or wait < 0:
+        raise ConfigError(f"user_config batch_wait_timeout_s must be a number >= 0, got {wait!r}")
+    return size, float(wait)

@@ -1,0 +1,70 @@
+"""Typed carriers passed between stages. Plain frozen dataclasses: cheap to
+pickle across Ray processes and free of framework imports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+Box = list[list[float]]  # four [x, y] corners, clockwise from top-left
+
+
+@dataclass(frozen=True)
+class CharBox:
+    """One recognised character and the quad it occupies in the image."""
+
+    text: str
+    box: Box
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "box": self.box}
+
+
+@dataclass(frozen=True)
+class TextLine:
+    text: str
+    score: float
+    box: Box
+    chars: Optional[tuple[CharBox, ...]] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"text": self.text, "score": round(float(self.score), 6), "box": self.box}
+        if self.chars is not None:
+            d["chars"] = [c.to_dict() for c in self.chars]
+        return d
+
+
+@dataclass(frozen=True)
+class Recognition:
+    text: str
+    score: float
+    # Per character, where it lies along the crop: (start, end) as fractions
+    # of the crop's width, from the CTC steps that emitted it.
+    char_spans: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Direction:
+    label: str  # "0" or "180"
+    score: float
+
+
+@dataclass(frozen=True)
+class OcrResult:
+    width: int
+    height: int
+    lines: tuple[TextLine, ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "image": {"width": self.width, "height": self.height},
+            "results": [line.to_dict() for line in self.lines],
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }
+
+
+def empty_boxes() -> np.ndarray:
+    return np.zeros((0, 4, 2), dtype=np.float32)

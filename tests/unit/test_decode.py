@@ -1,0 +1,356 @@
+"""decode_image and its helpers: formats, modes, alpha, EXIF, and refusals."""
+
+from __future__ import annotations
+
+import io
+import resource
+import struct
+import time
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from serve_app.config import ImageLimits
+from serve_app.errors import BadImage, TooLarge
+from serve_app.stages.decode import array_to_bgr, decode_image, flatten_alpha, to_bgr
+
+
+def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **kwargs)
+    return buf.getvalue()
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+def png_header_only(width: int, height: int) -> bytes:
+    """A PNG whose IHDR claims width x height RGB pixels, with a tiny IDAT."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + png_chunk(b"IHDR", ihdr)
+        + png_chunk(b"IDAT", zlib.compress(b"\x00" * 16))
+        + png_chunk(b"IEND", b"")
+    )
+
+
+# --- formats -------------------------------------------------------------------------
+
+RED = Image.new("RGB", (7, 5), (255, 0, 0))
+
+
+@pytest.mark.parametrize(
+    "fmt, kwargs",
+    [
+        ("PNG", {}),
+        ("BMP", {}),
+        ("TIFF", {}),
+        ("WEBP", {"lossless": True}),
+        ("GIF", {}),
+    ],
+)
+def test_lossless_formats_decode_to_bgr(fmt, kwargs):
+    out = decode_image(encode(RED, fmt, **kwargs))
+    assert out.shape == (5, 7, 3)
+    assert out.dtype == np.uint8
+    assert np.all(out == [0, 0, 255])
+
+
+def test_jpeg_decodes_to_bgr():
+    out = decode_image(encode(RED, "JPEG", quality=95))
+    assert out.shape == (5, 7, 3)
+    assert out.dtype == np.uint8
+    # Lossy: red stays red, blue and green stay near zero.
+    assert np.all(out[..., 2] >= 245)
+    assert np.all(out[..., :2] <= 10)
+
+
+def test_colour_channels_keep_their_places():
+    arr = np.zeros((2, 3, 3), dtype=np.uint8)
+    arr[0, 0] = (10, 20, 30)  # RGB
+    arr[1, 2] = (200, 100, 50)
+    out = decode_image(encode(Image.fromarray(arr), "PNG"))
+    assert out[0, 0].tolist() == [30, 20, 10]
+    assert out[1, 2].tolist() == [50, 100, 200]
+
+
+def test_bytearray_and_memoryview_are_accepted():
+    data = encode(Image.new("RGB", (3, 2), (0, 255, 0)), "PNG")
+    assert decode_image(bytearray(data))[0, 0].tolist() == [0, 255, 0]
+    assert decode_image(memoryview(data))[0, 0].tolist() == [0, 255, 0]
+
+
+# --- modes ------------------------------------------------------------------------------
+
+
+def test_grayscale_becomes_three_equal_channels():
+    out = decode_image(encode(Image.new("L", (4, 3), 100), "PNG"))
+    assert out.shape == (3, 4, 3)
+    assert np.all(out == 100)
+
+
+def test_one_bit_image():
+    img = Image.new("1", (4, 3), 0)
+    img.putpixel((1, 1), 1)
+    out = decode_image(encode(img, "PNG"))
+    assert out[1, 1].tolist() == [255, 255, 255]
+    assert out[0, 0].tolist() == [0, 0, 0]
+
+
+def test_palette_image():
+    img = Image.new("P", (4, 3), 0)
+    img.putpalette([0, 0, 0, 0, 255, 0, 255, 0, 0] + [0] * (256 * 3 - 9))
+    img.putpixel((1, 1), 1)
+    img.putpixel((2, 2), 2)
+    out = decode_image(encode(img, "PNG"))
+    assert out.shape == (3, 4, 3)
+    assert out[0, 0].tolist() == [0, 0, 0]
+    assert out[1, 1].tolist() == [0, 255, 0]
+    assert out[2, 2].tolist() == [0, 0, 255]  # red, in BGR
+
+
+def test_palette_gif_with_transparency_is_flattened_on_white():
+    img = Image.new("P", (10, 10), 0)
+    img.putpalette([255, 255, 255, 0, 0, 0] + [0] * (256 * 3 - 6))
+    for x in range(2, 8):
+        img.putpixel((x, 5), 1)
+    out = decode_image(encode(img, "GIF", transparency=0))
+    assert out[5, 4].tolist() == [0, 0, 0]
+    assert out[0, 0].tolist() == [255, 255, 255]
+
+
+def test_16_bit_grayscale_is_scaled_to_8_bits():
+    arr = np.array([[0, 32768, 65535]], dtype=np.uint16)
+    img = Image.fromarray(arr)
+    data = encode(img, "PNG")
+    assert Image.open(io.BytesIO(data)).mode.startswith("I")
+    out = decode_image(data)
+    assert out.shape == (1, 3, 3)
+    # v * 255 / 65535, truncated: 32768 -> 127.5 -> 127
+    assert out[0, :, 0].tolist() == [0, 127, 255]
+    assert np.all(out[..., 0] == out[..., 1]) and np.all(out[..., 1] == out[..., 2])
+
+
+def test_cmyk_jpeg_becomes_bgr():
+    out = decode_image(encode(Image.new("CMYK", (4, 4), (0, 255, 255, 0)), "JPEG", quality=95))
+    assert out.shape == (4, 4, 3)
+    assert np.all(out[..., 2] >= 245) and np.all(out[..., :2] <= 10)  # red
+
+
+def line_image(mode: str, ink, clear) -> Image.Image:
+    """A transparent 20x10 image with one opaque horizontal line of `ink`."""
+    img = Image.new(mode, (20, 10), clear)
+    for x in range(5, 15):
+        img.putpixel((x, 5), ink)
+    return img
+
+
+@pytest.mark.parametrize(
+    "mode, ink, clear",
+    [("LA", (0, 255), (0, 0)), ("RGBA", (0, 0, 0, 255), (0, 0, 0, 0)), ("RGBA", (0, 0, 0, 255), (255, 255, 255, 0))],
+)
+def test_dark_text_on_transparent_is_put_on_white(mode, ink, clear):
+    out = decode_image(encode(line_image(mode, ink, clear), "PNG"))
+    assert out.shape == (10, 20, 3)
+    assert out[5, 7].tolist() == [0, 0, 0]
+    assert out[0, 0].tolist() == [255, 255, 255]
+    assert np.count_nonzero(out.min(axis=2) < 128) == 10  # only the line is dark
+
+
+@pytest.mark.parametrize(
+    "mode, ink, clear",
+    [("LA", (255, 255), (0, 0)), ("RGBA", (255, 255, 255, 255), (0, 0, 0, 0)), ("RGBA", (255, 255, 255, 255), (255, 255, 255, 0))],
+)
+def test_light_text_on_transparent_is_put_on_black(mode, ink, clear):
+    # Note the last case: transparent pixels that are white underneath still
+    # become black, or the text would vanish.
+    out = decode_image(encode(line_image(mode, ink, clear), "PNG"))
+    assert out[5, 7].tolist() == [255, 255, 255]
+    assert out[0, 0].tolist() == [0, 0, 0]
+    assert np.count_nonzero(out.max(axis=2) > 127) == 10  # only the line is light
+
+
+def test_half_transparent_dark_pixel_is_blended_with_white():
+    img = Image.new("RGBA", (4, 4), (0, 0, 0, 128))
+    out = decode_image(encode(img, "PNG"))
+    # 0 * 128/255 + 255 * 127/255 = 127
+    assert np.all(np.abs(out.astype(int) - 127) <= 1)
+
+
+def test_fully_transparent_image_is_white():
+    out = decode_image(encode(Image.new("RGBA", (5, 4), (0, 0, 0, 0)), "PNG"))
+    assert np.all(out == 255)
+
+
+def test_flatten_alpha_directly():
+    bgr = np.zeros((2, 2, 3), dtype=np.uint8)
+    bgr[0, 0] = (10, 20, 30)
+    alpha = np.array([[255, 0], [0, 0]], dtype=np.uint8)
+    out = flatten_alpha(bgr, alpha)
+    assert out[0, 0].tolist() == [10, 20, 30]  # opaque pixel unchanged
+    assert out[1, 1].tolist() == [255, 255, 255]  # dark content -> white background
+
+
+def test_array_to_bgr_shapes_and_dtypes():
+    gray = np.array([[0, 255]], dtype=np.uint8)
+    assert array_to_bgr(gray).tolist() == [[[0, 0, 0], [255, 255, 255]]]
+    assert array_to_bgr(gray[..., None]).shape == (1, 2, 3)
+    rgb = np.array([[[1, 2, 3]]], dtype=np.uint8)
+    assert array_to_bgr(rgb).tolist() == [[[1, 2, 3]]]
+    assert array_to_bgr(rgb, rgb=True).tolist() == [[[3, 2, 1]]]
+    floats = np.array([[0.0, 0.5, 1.0]], dtype=np.float32)
+    assert array_to_bgr(floats)[0, :, 0].tolist() == [0, 127, 255]
+    assert array_to_bgr(np.array([[True, False]]))[0, :, 0].tolist() == [255, 0]
+    with pytest.raises(BadImage, match="shape"):
+        array_to_bgr(np.zeros((2, 2, 2, 2), dtype=np.uint8))
+    with pytest.raises(BadImage, match="channels"):
+        array_to_bgr(np.zeros((2, 2, 5), dtype=np.uint8))
+    with pytest.raises(BadImage, match="shape"):
+        array_to_bgr(np.zeros((0, 4), dtype=np.uint8))
+
+
+def test_to_bgr_of_a_pil_image():
+    assert to_bgr(Image.new("RGB", (2, 1), (255, 0, 0)))[0, 0].tolist() == [0, 0, 255]
+    assert to_bgr(Image.new("L", (2, 1), 9))[0, 1].tolist() == [9, 9, 9]
+
+
+# --- EXIF -------------------------------------------------------------------------------
+
+
+def marked_image_with_orientation(orientation: int, fmt: str = "PNG") -> bytes:
+    """6 wide x 4 high, black but for a white top-left pixel."""
+    img = Image.new("RGB", (6, 4), (0, 0, 0))
+    img.putpixel((0, 0), (255, 255, 255))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    return encode(img, fmt, exif=exif)
+
+
+def test_exif_orientation_3_rotates_180_degrees():
+    out = decode_image(marked_image_with_orientation(3))
+    assert out.shape == (4, 6, 3)
+    assert out[-1, -1].tolist() == [255, 255, 255]
+    assert out[0, 0].tolist() == [0, 0, 0]
+
+
+def test_exif_orientation_is_ignored_when_asked():
+    out = decode_image(marked_image_with_orientation(3), exif_transpose=False)
+    assert out[0, 0].tolist() == [255, 255, 255]
+    assert out[-1, -1].tolist() == [0, 0, 0]
+
+
+def test_exif_orientation_6_in_a_jpeg_swaps_width_and_height():
+    data = marked_image_with_orientation(6, "JPEG")
+    assert decode_image(data).shape == (6, 4, 3)
+    assert decode_image(data, exif_transpose=False).shape == (4, 6, 3)
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+
+def test_empty_bytes():
+    with pytest.raises(BadImage, match="empty") as err:
+        decode_image(b"")
+    assert err.value.status == 400
+
+
+def test_not_bytes():
+    with pytest.raises(BadImage, match="bytes"):
+        decode_image("image.png")
+
+
+def test_random_bytes():
+    data = np.random.default_rng(0).integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    with pytest.raises(BadImage, match="not a supported image") as err:
+        decode_image(data)
+    assert err.value.status == 400
+
+
+def test_text_is_not_an_image():
+    with pytest.raises(BadImage, match="not a supported image"):
+        decode_image(b"hello, world\n" * 10)
+
+
+def jpeg_of_noise() -> bytes:
+    rng = np.random.default_rng(0)
+    return encode(Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)), "JPEG")
+
+
+def test_truncated_jpeg():
+    data = jpeg_of_noise()
+    with pytest.raises(BadImage, match="corrupt or truncated") as err:
+        decode_image(data[: len(data) // 2])
+    assert err.value.status == 400
+
+
+def test_jpeg_cut_inside_its_header():
+    with pytest.raises(BadImage, match="not a supported image"):
+        decode_image(jpeg_of_noise()[:300])
+
+
+def test_truncated_png():
+    rng = np.random.default_rng(0)
+    data = encode(Image.fromarray(rng.integers(0, 256, (64, 64, 3), dtype=np.uint8)), "PNG")
+    with pytest.raises(BadImage, match="corrupt or truncated"):
+        decode_image(data[: len(data) // 2])
+
+
+def test_one_pixel_image_decodes():
+    out = decode_image(encode(Image.new("RGB", (1, 1), (1, 2, 3)), "PNG"))
+    assert out.tolist() == [[[3, 2, 1]]]
+
+
+def test_blank_image_decodes():
+    out = decode_image(encode(Image.new("RGB", (30, 20), (255, 255, 255)), "PNG"))
+    assert out.shape == (20, 30, 3)
+    assert np.all(out == 255)
+
+
+def test_png_claiming_60000_by_60000_pixels_is_refused_from_its_header():
+    data = png_header_only(60000, 60000)
+    assert len(data) < 100
+    rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    with pytest.raises(TooLarge, match="pixels") as err:
+        decode_image(data)
+    elapsed = time.perf_counter() - t0
+    growth_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before_kib) / 1024
+    assert err.value.status == 413
+    assert "60000x60000" in err.value.message
+    assert str(ImageLimits().max_pixels) in err.value.message
+    assert elapsed < 0.5
+    assert growth_mib < 50
+
+
+def test_the_hand_made_png_header_is_valid():
+    # The same construction at a small size is a real (if truncated) PNG:
+    # PIL reads its header, so the test above fails for the size, not the format.
+    img = Image.open(io.BytesIO(png_header_only(3, 2)))
+    assert img.size == (3, 2)
+    assert img.format == "PNG"
+
+
+def test_pixel_limit_boundary():
+    data = encode(RED, "PNG")  # 7 x 5 = 35 pixels
+    assert decode_image(data, ImageLimits(max_pixels=35)).shape == (5, 7, 3)
+    with pytest.raises(TooLarge, match="35 pixels, over the limit of 34") as err:
+        decode_image(data, ImageLimits(max_pixels=34))
+    assert err.value.status == 413
+
+
+def test_byte_limit_boundary():
+    data = encode(RED, "PNG")
+    assert decode_image(data, ImageLimits(max_bytes=len(data))).shape == (5, 7, 3)
+    with pytest.raises(TooLarge, match=f"{len(data)} bytes, over the limit of {len(data) - 1}") as err:
+        decode_image(data, ImageLimits(max_bytes=len(data) - 1))
+    assert err.value.status == 413
+
+
+def test_byte_limit_is_checked_before_anything_is_parsed():
+    # Not an image at all, but too big: the size is what is reported.
+    with pytest.raises(TooLarge, match="bytes"):
+        decode_image(b"x" * 11, ImageLimits(max_bytes=10))

@@ -1,0 +1,170 @@
+"""Detection pre-processing: working-size resizes, letterbox, mapping boxes
+back, the detector's input size and batch padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serve_app.config import DetOptions, PipelineOptions
+from serve_app.stages.det_preprocess import (
+    Geometry,
+    boxes_to_original,
+    det_input_size,
+    det_preprocess,
+    pad_batch,
+    prepare_image,
+)
+
+
+def quad(x0, y0, x1, y1) -> list[list[float]]:
+    return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
+
+
+# --- det_input_size --------------------------------------------------------------------
+
+MAX_960 = DetOptions()  # limit_type "max", limit_side_len 960
+MIN_736 = DetOptions(limit_side_len=736, limit_type="min")
+
+
+@pytest.mark.parametrize(
+    "h, w, expected",
+    [
+        (1000, 2000, (480, 960)),  # ratio 0.48
+        (960, 960, (960, 960)),  # at the limit: unchanged
+        (961, 100, (960, 96)),  # int(959.0) -> 960; int(99.9) = 99 -> 96
+        (100, 50, (96, 64)),  # under the limit: only rounded to 32 (3.125 -> 3, 1.5625 -> 2)
+        (16, 16, (32, 32)),  # at least 32
+        (48, 80, (64, 64)),  # Python's round(): 1.5 -> 2 and 2.5 -> 2, as in PaddleOCR
+    ],
+)
+def test_det_input_size_limit_max(h, w, expected):
+    assert det_input_size(h, w, MAX_960) == expected
+
+
+@pytest.mark.parametrize(
+    "h, w, expected",
+    [
+        (100, 200, (736, 1472)),  # short side scaled up to 736
+        (50, 37, (992, 736)),  # ratio 736/37: int(994.6) = 994 -> 992
+        (1000, 800, (992, 800)),  # short side already over 736: only rounded
+        (736, 2000, (736, 1984)),
+    ],
+)
+def test_det_input_size_limit_min(h, w, expected):
+    assert det_input_size(h, w, MIN_736) == expected
+
+
+def test_det_preprocess_normalises_to_minus_one_one_in_channel_first_order():
+    img = np.zeros((40, 70, 3), dtype=np.uint8)
+    img[...] = (0, 255, 127)
+    x = det_preprocess(img, MAX_960)
+    assert x.shape == (3, 32, 64)
+    assert x.dtype == np.float32
+    assert x.flags["C_CONTIGUOUS"]
+    np.testing.assert_allclose(x[0], -1.0)
+    np.testing.assert_allclose(x[1], 1.0)
+    np.testing.assert_allclose(x[2], 127 / 127.5 - 1.0, atol=1e-6)
+
+
+# --- prepare_image and boxes_to_original ------------------------------------------------------
+
+
+def test_small_image_is_scaled_up_to_min_side_len():
+    # 65 wide, 11 high: short side 11 < 30, ratio 30/11 -> int(30.0) = 30 -> 32
+    # rows and int(177.27) = 177 -> 192 columns. Now 32 > 30 high and 6:1,
+    # so no letterbox.
+    img = np.full((11, 65, 3), 200, dtype=np.uint8)
+    work, g = prepare_image(img, PipelineOptions())
+    assert work.shape == (32, 192, 3)
+    assert g == Geometry(65 / 192, 11 / 32, 0, 65, 11)
+    mapped = boxes_to_original(np.array([quad(0, 0, 192, 32), quad(96, 16, 192, 32)], dtype=np.float32), g)
+    np.testing.assert_allclose(mapped[0], quad(0, 0, 65, 11), atol=1e-4)
+    np.testing.assert_allclose(mapped[1], quad(32.5, 5.5, 65, 11), atol=1e-4)
+
+
+def test_small_image_is_letterboxed_when_not_scaled_up():
+    # min_side_len off: 11 high <= 30, so padded to max(int(65/8), 30) * 2 = 60
+    # rows: int((60 - 11) / 2) = 24 black rows above and below.
+    img = np.full((11, 65, 3), 200, dtype=np.uint8)
+    work, g = prepare_image(img, PipelineOptions(min_side_len=0))
+    assert work.shape == (59, 65, 3)
+    assert g == Geometry(1.0, 1.0, 24, 65, 11)
+    assert np.all(work[:24] == 0) and np.all(work[35:] == 0)
+    np.testing.assert_array_equal(work[24:35], img)
+    mapped = boxes_to_original(np.array([quad(3, 24, 60, 35)], dtype=np.float32), g)
+    np.testing.assert_allclose(mapped[0], quad(3, 0, 60, 11))
+
+
+def test_flat_image_is_scaled_up_and_letterboxed():
+    # 300 x 11: ratio 30/11 -> 32 rows, int(818.18) = 818 -> 832 columns.
+    # 832 / 32 = 26 > 8, so letterboxed to max(int(832/8), 30) * 2 = 208 rows:
+    # int((208 - 32) / 2) = 88 black rows above and below.
+    img = np.full((11, 300, 3), 200, dtype=np.uint8)
+    work, g = prepare_image(img, PipelineOptions())
+    assert work.shape == (208, 832, 3)
+    assert g == Geometry(300 / 832, 11 / 32, 88, 300, 11)
+    assert np.all(work[:88] == 0) and np.all(work[120:] == 0)
+    assert np.all(work[88:120] == 200)
+    boxes = np.array(
+        [
+            quad(0, 88, 832, 120),  # the whole image band
+            quad(416, 104, 624, 120),  # x 150..225, y (104-88) * 11/32 = 5.5 .. 11
+            quad(100, 10, 200, 200),  # reaching into the padding: clipped
+        ],
+        dtype=np.float32,
+    )
+    mapped = boxes_to_original(boxes, g)
+    assert mapped.dtype == np.float32
+    np.testing.assert_allclose(mapped[0], quad(0, 0, 300, 11), atol=1e-4)
+    np.testing.assert_allclose(mapped[1], quad(150, 5.5, 225, 11), atol=1e-4)
+    np.testing.assert_allclose(mapped[2], quad(100 * 300 / 832, 0, 200 * 300 / 832, 11), atol=1e-4)
+
+
+def test_large_image_is_scaled_down_to_max_side_len():
+    img = np.zeros((3000, 1000, 3), dtype=np.uint8)
+    work, g = prepare_image(img, PipelineOptions())
+    # ratio 2000/3000: 2000 -> 1984 (62.5 rounds to 62), int(666.67) = 666 -> 672
+    assert work.shape == (1984, 672, 3)
+    assert g == Geometry(1000 / 672, 3000 / 1984, 0, 1000, 3000)
+    mapped = boxes_to_original(np.array([quad(336, 992, 672, 1984)], dtype=np.float32), g)
+    np.testing.assert_allclose(mapped[0], quad(500, 1500, 1000, 3000), rtol=1e-6)
+
+
+def test_ordinary_image_is_left_alone():
+    img = np.random.default_rng(0).integers(0, 256, (100, 200, 3), dtype=np.uint8)
+    work, g = prepare_image(img, PipelineOptions())
+    assert work is img
+    assert g == Geometry(1.0, 1.0, 0, 200, 100)
+
+
+def test_boxes_to_original_of_no_boxes():
+    out = boxes_to_original(np.zeros((0, 4, 2), dtype=np.float32), Geometry(2.0, 2.0, 5, 10, 10))
+    assert out.shape == (0, 4, 2)
+    assert out.dtype == np.float32
+
+
+def test_boxes_to_original_does_not_modify_its_input():
+    boxes = np.array([quad(10, 20, 30, 40)], dtype=np.float32)
+    boxes_to_original(boxes, Geometry(2.0, 0.5, 4, 1000, 1000))
+    np.testing.assert_array_equal(boxes[0], quad(10, 20, 30, 40))
+
+
+# --- pad_batch ---------------------------------------------------------------------------------
+
+
+def test_pad_batch_pads_bottom_and_right_with_zeros():
+    a = np.full((3, 32, 64), 1.0, dtype=np.float32)
+    b = np.full((3, 96, 32), 2.0, dtype=np.float32)
+    batch = pad_batch([a, b])
+    assert batch.shape == (2, 3, 96, 64)
+    assert batch.dtype == np.float32
+    np.testing.assert_array_equal(batch[0, :, :32, :64], a)
+    assert np.all(batch[0, :, 32:, :] == 0.0)
+    np.testing.assert_array_equal(batch[1, :, :96, :32], b)
+    assert np.all(batch[1, :, :, 32:] == 0.0)
+
+
+def test_pad_batch_of_one():
+    a = np.arange(3 * 32 * 32, dtype=np.float32).reshape(3, 32, 32)
+    np.testing.assert_array_equal(pad_batch([a]), a[None])
