@@ -11,7 +11,7 @@ import numpy as np
 from .config import ClsOptions, DetOptions, RecOptions
 from .predictor import Predictor
 from .stages.db_postprocess import db_boxes
-from .stages.det_preprocess import det_preprocess, pad_batch
+from .stages.det_preprocess import det_preprocess
 from .stages.direction import cls_postprocess, cls_preprocess
 from .stages.recognition import batch_width, ctc_decode, rec_preprocess, width_order
 from .types import Direction, Recognition
@@ -23,18 +23,19 @@ class TextDetector:
         self.opts = opts
 
     def detect(self, images: list[np.ndarray]) -> list[np.ndarray]:
-        """Boxes (N,4,2 float32, image coordinates) for each image. Images are
-        run as one batch, zero-padded bottom-right to the largest input size;
-        each probability map is cut back to its own image before DB."""
-        if not images:
-            return []
+        """Boxes (N,4,2 float32, image coordinates) for each image. Images
+        whose detector inputs share a shape run as one batch; padding to a
+        common shape would change what the network sees near the edges, and
+        with it the boxes, so an image reads the same alone or in a batch."""
         tensors = [det_preprocess(img, self.opts) for img in images]
-        probs = self.predictor.run(pad_batch(tensors))
-        out = []
-        for img, t, p in zip(images, tensors, probs):
-            h, w = t.shape[1:]
-            boxes, _ = db_boxes(p[0, :h, :w], img.shape[1], img.shape[0], self.opts)
-            out.append(boxes)
+        groups: dict[tuple, list[int]] = {}
+        for i, t in enumerate(tensors):
+            groups.setdefault(t.shape, []).append(i)
+        out: list = [None] * len(images)
+        for idx in groups.values():
+            probs = self.predictor.run(np.stack([tensors[i] for i in idx]))
+            for i, p in zip(idx, probs):
+                out[i], _ = db_boxes(p[0], images[i].shape[1], images[i].shape[0], self.opts)
         return out
 
 
@@ -61,14 +62,25 @@ class TextRecognizer:
         self.charset = charset
 
     def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
-        """Crops are sorted by aspect ratio and read in batches of batch_size,
-        each padded to its widest member (rounded up to the width bucket)."""
+        """Crops are sorted by aspect ratio and read in batches of batch_size.
+        With batch_padding "bucket" (default) a batch holds crops of one width
+        bucket only, each padded to its own bucket, so a crop reads the same
+        whatever else is in the batch; with "batch_max" (RapidOCR's way) a
+        batch is padded to its widest member."""
         result: list[Recognition] = [Recognition("", 0.0)] * len(crops)
         order = width_order(crops)
-        for start in range(0, len(order), self.opts.batch_size):
-            idx = order[start : start + self.opts.batch_size]
-            for i, r in zip(idx, self.recognize_batch([crops[i] for i in idx])):
-                result[i] = r
+        if self.opts.batch_padding == "bucket":
+            runs: dict[int, list[int]] = {}
+            for i in order:
+                runs.setdefault(batch_width([crops[i].shape[1] / crops[i].shape[0]], self.opts), []).append(i)
+            groups = list(runs.values())
+        else:
+            groups = [order]
+        for group in groups:
+            for start in range(0, len(group), self.opts.batch_size):
+                idx = group[start : start + self.opts.batch_size]
+                for i, r in zip(idx, self.recognize_batch([crops[i] for i in idx])):
+                    result[i] = r
         return result
 
     def recognize_batch(self, crops: list[np.ndarray]) -> list[Recognition]:

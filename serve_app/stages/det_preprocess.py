@@ -82,15 +82,3 @@ def det_preprocess(img: np.ndarray, opts: DetOptions) -> np.ndarray:
     inv_std = 1.0 / (np.asarray(opts.std, dtype=np.float32) * 255.0)
     x = (resized.astype(np.float32) - mean) * inv_std
     return np.ascontiguousarray(x.transpose(2, 0, 1))
-
-
-def pad_batch(tensors: list[np.ndarray]) -> np.ndarray:
-    """Stack 3xHxW tensors of different sizes into one NxCxHmaxxWmax batch,
-    padding bottom and right with zeros; each image keeps its top-left origin,
-    so its boxes need no shifting."""
-    hmax = max(t.shape[1] for t in tensors)
-    wmax = max(t.shape[2] for t in tensors)
-    batch = np.zeros((len(tensors), 3, hmax, wmax), dtype=np.float32)
-    for i, t in enumerate(tensors):
-        batch[i, :, : t.shape[1], : t.shape[2]] = t
-    return batch

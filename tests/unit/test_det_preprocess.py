@@ -12,7 +12,6 @@ from serve_app.stages.det_preprocess import (
     boxes_to_original,
     det_input_size,
     det_preprocess,
-    pad_batch,
     prepare_image,
 )
 
@@ -148,23 +147,3 @@ def test_boxes_to_original_does_not_modify_its_input():
     boxes = np.array([quad(10, 20, 30, 40)], dtype=np.float32)
     boxes_to_original(boxes, Geometry(2.0, 0.5, 4, 1000, 1000))
     np.testing.assert_array_equal(boxes[0], quad(10, 20, 30, 40))
-
-
-# --- pad_batch ---------------------------------------------------------------------------------
-
-
-def test_pad_batch_pads_bottom_and_right_with_zeros():
-    a = np.full((3, 32, 64), 1.0, dtype=np.float32)
-    b = np.full((3, 96, 32), 2.0, dtype=np.float32)
-    batch = pad_batch([a, b])
-    assert batch.shape == (2, 3, 96, 64)
-    assert batch.dtype == np.float32
-    np.testing.assert_array_equal(batch[0, :, :32, :64], a)
-    assert np.all(batch[0, :, 32:, :] == 0.0)
-    np.testing.assert_array_equal(batch[1, :, :96, :32], b)
-    assert np.all(batch[1, :, :, 32:] == 0.0)
-
-
-def test_pad_batch_of_one():
-    a = np.arange(3 * 32 * 32, dtype=np.float32).reshape(3, 32, 32)
-    np.testing.assert_array_equal(pad_batch([a]), a[None])

@@ -1,0 +1,67 @@
+"""Starting real Ray and Serve for a test module (once per module)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ray(**init_kwargs):
+    import ray
+
+    ray.shutdown()
+    ray.init(include_dashboard=False, log_to_driver=False, **init_kwargs)
+
+
+def load_config(path: Path = REPO / "deployments.yaml") -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def deploy_config(config: dict, port: int, timeout_s: float = 300) -> str:
+    """Deploy a Serve config file's applications the way `serve deploy` does
+    (same schema, same controller call), HTTP on `port`; wait for /readyz."""
+    from ray import serve
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    config = dict(config)
+    config.pop("http_options", None)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config))
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(url, timeout_s)
+    return url
+
+
+def wait_ready(url: str, timeout_s: float = 300) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"{url}/readyz", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{url} not ready after {timeout_s}s")
+
+
+def stop_all():
+    import ray
+    from ray import serve
+
+    try:
+        serve.shutdown()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,123 @@
+"""The peer images in ../shared/data/peer and how results are compared with
+them. Shared by the tests and the benchmarks."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEER = REPO.parent / "shared" / "data" / "peer"
+
+
+def require_peer() -> Path:
+    if not (PEER / "expected.json").is_file():
+        raise FileNotFoundError(
+            f"peer data not found at {PEER}: the tests read ../shared/data/peer beside the repository"
+        )
+    return PEER
+
+
+@lru_cache(maxsize=1)
+def expected() -> dict[str, dict]:
+    return {e["image"]: e for e in json.loads((require_peer() / "expected.json").read_text())}
+
+
+@lru_cache(maxsize=4)
+def reference(name: str = "reference_rapidocr_paddle.json") -> dict[str, list[dict]]:
+    return json.loads((require_peer() / name).read_text())
+
+
+def _rect(box) -> tuple[float, float, float, float]:
+    xs = [p[0] for p in box]
+    ys = [p[1] for p in box]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def iou(a, b) -> float:
+    ax0, ay0, ax1, ay1 = _rect(a)
+    bx0, by0, bx1, by1 = _rect(b)
+    iw = max(0.0, min(ax1, bx1) - max(ax0, bx0))
+    ih = max(0.0, min(ay1, by1) - max(ay0, by0))
+    inter = iw * ih
+    union = (ax1 - ax0) * (ay1 - ay0) + (bx1 - bx0) * (by1 - by0) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def match_lines(ours: list[dict], theirs: list[dict], min_iou: float = 0.5) -> list[tuple[dict, dict | None]]:
+    """Pair each reference line with our line of the best box overlap (at
+    least min_iou), each of ours used once."""
+    used: set[int] = set()
+    pairs = []
+    for t in theirs:
+        best, best_iou = None, min_iou
+        for i, o in enumerate(ours):
+            if i in used:
+                continue
+            v = iou(o["box"], t["box"])
+            if v >= best_iou:
+                best, best_iou = i, v
+        if best is not None:
+            used.add(best)
+        pairs.append((t, ours[best] if best is not None else None))
+    return pairs
+
+
+def agreement(ours: dict[str, list[dict]], theirs: dict[str, list[dict]]) -> tuple[int, int, list[str]]:
+    """(reference lines read with identical text, reference lines, differences)."""
+    same = total = 0
+    diffs = []
+    for name, lines in theirs.items():
+        for t, o in match_lines(ours.get(name, []), lines):
+            total += 1
+            if o is not None and o["text"] == t["text"]:
+                same += 1
+            else:
+                diffs.append(f"{name}: {t['text']!r} vs {o['text'] if o else None!r}")
+    return same, total, diffs
+
+
+def levenshtein(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def substring_distance(label: str, text: str) -> int:
+    """Edits to make `label` appear inside `text` (text around it is free):
+    a label is one word or field, a read line may hold several."""
+    prev = [0] * (len(text) + 1)
+    for i, cl in enumerate(label, 1):
+        cur = [i]
+        for j, ct in enumerate(text, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (cl != ct)))
+        prev = cur
+    return min(prev)
+
+
+def label_errors(read_texts: list[str], labels: list[str]) -> tuple[int, int]:
+    """(character errors, label characters) for one image: each label is
+    matched to the read line where it needs the fewest edits, spaces removed
+    on both sides (the receipt labels have none). A label read nowhere
+    costs its length."""
+    lines = [t.replace(" ", "") for t in read_texts]
+    errors = chars = 0
+    for label in labels:
+        want = label.replace(" ", "")
+        chars += len(want)
+        errors += min([substring_distance(want, t) for t in lines] + [len(want)])
+    return errors, chars
+
+
+def cer(reads: dict[str, list[str]], labels: dict[str, list[str]]) -> float:
+    """Character error rate over all labels of all images."""
+    errors = chars = 0
+    for name, want in labels.items():
+        e, c = label_errors(reads.get(name, []), want)
+        errors, chars = errors + e, chars + c
+    return errors / max(chars, 1)
