@@ -67,6 +67,7 @@ class _ModelReplica:
         """Batch knobs, changed live (no replica restart)."""
         size, wait = batch_params(user_config, self.max_batch_size, self.batch_wait_timeout_s)
         self.max_batch_size, self.batch_wait_timeout_s = size, wait
+        _crop_cap["value"] = size
         self._batched.set_max_batch_size(size)
         self._batched.set_batch_wait_timeout_s(wait)
 
@@ -167,8 +168,15 @@ class TextDetectorDeployment(_ModelReplica):
         return out
 
 
+# Serve refuses an item whose own size exceeds max_batch_size, so an image
+# with more crops than that counts as one full batch (it is then read alone,
+# in predictor-sized chunks). Set per replica process by reconfigure().
+_crop_cap = {"value": 24}
+
+
 def _count_crops(items: list) -> int:
-    return sum(len(i) for i in items)
+    cap = _crop_cap["value"]
+    return sum(max(1, min(len(i), cap)) for i in items)
 
 
 @serve.deployment(name="DirectionClassifier", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=32)
