@@ -50,6 +50,16 @@ Protocol
 6. Ratios: engine images/s divided by each baseline's images/s, and the
    geometric mean of the per-image median-time ratios.
 
+Memory: the process RSS is sampled every 0.1 s and its peak recorded per
+system. Between passes (untimed) the glibc heap is trimmed (``malloc_trim``;
+``--no-trim`` to skip): rapidocr-paddle grows by ~0.3-0.7 GiB for every new
+recognition batch width it meets (~11 GiB on the dense image) and glibc keeps
+that freed memory, which got a first full run OOM-killed on a 24 GiB machine.
+If the machine's MemAvailable falls under ``--min-free-gb`` (default 1) the
+run stops at once with a message rather than let the OOM killer choose.
+``--malloc-mmap-threshold 1048576`` (glibc ``mallopt``, applies to every
+system, off by default) caps rapidocr-paddle's peak at ~2.6 GiB instead.
+
 Outputs are also checked for stability: a timed pass whose text differs from
 the warm-up pass is counted in the notes.
 
@@ -60,19 +70,22 @@ Run (from the repository root)::
 
 Options: ``--threads N``, ``--repeats R``, ``--images DIR``, ``--quick``
 (8 representative images, 1 repeat), ``--per-image``, ``--out FILE``,
-``--engine-config {default,reference}``, ``--systems a,b,c``.
+``--engine-config {default,reference}``, ``--systems a,b,c``,
+``--min-free-gb G``, ``--no-trim``, ``--malloc-mmap-threshold BYTES``.
 Markdown goes to stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
 import platform
 import statistics
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -90,7 +103,7 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
 STAGES = ("det", "cls", "rec")
 
-# --quick: dense text, a receipt, word crops, RapidOCR's mixed-script test
+# --quick: dense text, a receipt, a word crop, RapidOCR's mixed-script test
 # image, a scene image with labels, a Chinese page, an empty image and a
 # 65x11 sliver (RapidOCR's limit_type=min blows it up to 736x4416).
 QUICK_IMAGES = (
@@ -293,6 +306,73 @@ def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, li
 
 
 # --------------------------------------------------------------------------
+# memory
+
+
+def _status_gb(path: str, key: str) -> float:
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1]) / 2**20  # kB -> GiB
+    except OSError:
+        pass
+    return float("nan")
+
+
+def rss_gb() -> float:
+    return _status_gb("/proc/self/status", "VmRSS:")
+
+
+def trim_heap() -> bool:
+    """Hand freed heap memory back to the OS (glibc). rapidocr-paddle leaves
+    gigabytes freed-but-held after its first pass over new shapes; without
+    this the next system runs on top of it (the first full run here was
+    OOM-killed that way). Called between passes only, never inside timing."""
+    gc.collect()
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except Exception:
+        return False
+
+
+class MemoryWatch:
+    """Samples the process RSS every 0.1 s and keeps the peak per system.
+    If the machine's MemAvailable falls under `min_free_gb`, exits at once
+    with a clear message (the kernel's OOM killer would otherwise pick this
+    process, or worse, a neighbour's)."""
+
+    def __init__(self, min_free_gb: float):
+        self.min_free_gb = min_free_gb
+        self.current: Optional[str] = None
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memwatch", daemon=True)
+
+    def start(self) -> "MemoryWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            r = rss_gb()
+            if self.current is not None and not math.isnan(r):
+                self.peaks[self.current] = max(self.peaks.get(self.current, 0.0), r)
+            avail = _status_gb("/proc/meminfo", "MemAvailable:")
+            if self.min_free_gb > 0 and avail < self.min_free_gb:
+                msg = (f"ABORTED: MemAvailable {avail:.2f} GiB < --min-free-gb {self.min_free_gb} "
+                       f"while {self.current} ran (process RSS {r:.2f} GiB); no results written")
+                print(msg, flush=True)
+                print(msg, file=sys.stderr, flush=True)
+                os._exit(3)
+
+
+# --------------------------------------------------------------------------
 # main
 
 
@@ -307,6 +387,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--per-image", action="store_true", help="also print the per-image table")
     ap.add_argument("--out", type=Path, help="also write the markdown here")
     ap.add_argument("--engine-config", choices=("default", "reference"), default="default")
+    ap.add_argument("--min-free-gb", type=float, default=1.0,
+                    help="abort if the machine's MemAvailable drops below this (0 = never; default %(default)s)")
+    ap.add_argument("--malloc-mmap-threshold", type=int, default=0, metavar="BYTES",
+                    help="glibc mallopt(M_MMAP_THRESHOLD, BYTES) at start, for every system: big buffers are "
+                         "mmapped and returned on free, which caps rapidocr-paddle's ~11 GiB peak at ~2.6 GiB "
+                         "(1048576 does); changes allocation costs, so off by default")
+    ap.add_argument("--no-trim", action="store_true",
+                    help="do not malloc_trim the heap between passes (see trim_heap)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ", ".join(SYSTEMS))
     args = ap.parse_args(argv)
     if args.repeats is None:
@@ -371,8 +459,20 @@ def fmt(x: float, nd: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
 
 
+def set_mmap_threshold(nbytes: int) -> bool:
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # -3 = M_MMAP_THRESHOLD
+    except Exception:
+        return False
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.malloc_mmap_threshold > 0 and not set_mmap_threshold(args.malloc_mmap_threshold):
+        print("warning: mallopt(M_MMAP_THRESHOLD) failed; running with glibc's default", file=sys.stderr)
+        args.malloc_mmap_threshold = 0
     folder = args.images.resolve()
     images = list_images(folder, args.quick)
     labels = {k: v for k, v in load_labels(folder).items() if k in images}
@@ -398,14 +498,29 @@ def main(argv=None) -> int:
         return 1
 
     records = {s.name: Record() for s in systems}
+    if not args.no_trim:
+        trim_heap()
+    rss_start = rss_gb()
+    watch = MemoryWatch(args.min_free_gb).start()
     t_run = time.perf_counter()
     for pass_no in range(args.repeats + 1):
         label = "warm-up" if pass_no == 0 else f"pass {pass_no}/{args.repeats}"
         for s in systems:
+            watch.current = s.name
             t0 = time.perf_counter()
             run_pass(s, records[s.name], folder, images, pass_no)
-            print(f"[{label}] {s.name}: {len(images)} images in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+            took = time.perf_counter() - t0
+            watch.current = None
+            rss_end = rss_gb()
+            if not args.no_trim:
+                trim_heap()
+            print(f"[{label}] {s.name}: {len(images)} images in {took:.1f}s; RSS {rss_end:.2f} GiB at the end, "
+                  f"{rss_gb():.2f} after trim; peak so far {watch.peaks.get(s.name, float('nan')):.2f}",
+                  file=sys.stderr)
+    watch.stop()
     run_s = time.perf_counter() - t_run
+    args.rss_start = rss_start
+    args.rss_peaks = dict(watch.peaks)
     load_after = os.getloadavg()
     for s in systems:
         try:
@@ -441,12 +556,16 @@ def render(args, folder, images, labels, systems, skipped, records, stats,
       f"onnxruntime {_dist_version('onnxruntime')}")
     for s in systems:
         w(f"- `{s.name}`: {s.detail}; load {s.load_s:.2f}s")
+    w(f"- memory: process RSS {args.rss_start:.2f} GiB after loading all systems; peak RSS column = the "
+      f"process's peak while that system ran (shared process: includes what the others hold); "
+      f"{'heap NOT trimmed between passes' if args.no_trim else 'glibc heap trimmed (malloc_trim) between passes, untimed'}; "
+      f"{f'mallopt(M_MMAP_THRESHOLD, {args.malloc_mmap_threshold}) for all systems' if args.malloc_mmap_threshold else 'glibc malloc defaults'}")
     for line in skipped:
         w(f"- **{line}**")
     w("")
     w("| system | images/s | mean of per-image medians (ms) | median of per-image medians (ms) | p90 all samples (ms) "
-      "| det % | cls % | rec % | other % | lines read | CER (GT images) | label recall | errors |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+      "| det % | cls % | rec % | other % | lines read | CER (GT images) | label recall | errors | peak RSS (GiB) |")
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in names:
         st = stats[n]
         sp = st["split"]
@@ -455,7 +574,7 @@ def render(args, folder, images, labels, systems, skipped, records, stats,
           f"| {fmt(sp['det'])} | {fmt(sp['cls'])} | {fmt(sp['rec'])} | {fmt(other)} "
           f"| {sum(len(t) for t in records[n].warm_texts.values())} "
           f"| {fmt(st['cer'], 3)} (n={st['n_gt']}) | {fmt(st['recall'], 3)} ({st['found']}/{st['n_labels']}) "
-          f"| {len(records[n].errors)} |")
+          f"| {len(records[n].errors)} | {fmt(args.rss_peaks.get(n, float('nan')), 2)} |")
     w("")
     ratio_lines = []
     if "engine" in stats:

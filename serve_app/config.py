@@ -34,6 +34,10 @@ class PredictorOptions(_Strict):
     device: Literal["cpu", "gpu"] = "cpu"
     gpu_device_id: int = 0
     gpu_mem_mb: int = Field(500, ge=1, description="memory_pool_init_size_mb")
+    # Share of the GPU's memory this predictor may take
+    # (FLAGS_fraction_of_gpu_memory_to_use). None in a Serve replica = the GPU
+    # fraction Ray assigned it (ray_actor_options.num_gpus).
+    gpu_memory_fraction: Optional[float] = Field(None, gt=0, le=1)
     cpu_math_library_num_threads: int = Field(1, ge=1, le=256)
     enable_mkldnn: bool = True
     mkldnn_cache_capacity: int = Field(

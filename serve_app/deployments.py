@@ -41,6 +41,10 @@ class _ModelReplica:
         self.engine = engine
         self.runtime = runtime
         options: PredictorOptions = runtime.predictor or engine.predictor
+        if options.device == "gpu" and options.gpu_memory_fraction is None:
+            share = _assigned_gpu_share()
+            if share:
+                options = options.model_copy(update={"gpu_memory_fraction": share})
         cores = replica_cores(runtime)
         if cores is not None:
             options = options.model_copy(update={"cpu_affinity": cores,
@@ -88,6 +92,7 @@ class _ModelReplica:
             "recent_batches": list(self.recent_batches),
             "gpu_ids": _gpu_ids(),
             "device": self.predictor.options.device,
+            "gpu_memory_fraction": self.predictor.options.gpu_memory_fraction,
         }
 
     def ready(self) -> bool:
@@ -137,6 +142,16 @@ class _ModelReplica:
         self.metrics.batch_requests.observe(requests)
         self.metrics.batch_items.observe(items)
         self.metrics.latency.observe(seconds * 1000)
+
+
+def _assigned_gpu_share() -> Optional[float]:
+    try:
+        import ray
+
+        share = ray.get_runtime_context().get_assigned_resources().get("GPU")
+        return min(float(share), 1.0) if share else None
+    except Exception:
+        return None
 
 
 def _gpu_ids() -> list:
