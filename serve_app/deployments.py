@@ -98,6 +98,16 @@ class _ModelReplica:
     def ready(self) -> bool:
         return self.ready_at is not None
 
+    async def _queued(self, batched, item):
+        """Count calls waiting for (or in) a batch: the queue-depth gauge."""
+        self._pending = getattr(self, "_pending", 0) + 1
+        self.metrics.queue_depth.set(self._pending)
+        try:
+            return await batched(item)
+        finally:
+            self._pending -= 1
+            self.metrics.queue_depth.set(self._pending)
+
     async def _run_isolated(self, fn, items: list) -> list:
         """fn(items) on the predictor's thread. If the batch fails, each item
         is retried alone so one bad input fails alone (its slot holds the
@@ -170,13 +180,17 @@ class TextDetectorDeployment(_ModelReplica):
     def __init__(self, engine: EngineConfig, runtime: StageRuntime):
         self._load(engine, runtime, engine.det_model)
         self.detector = TextDetector(self.predictor, engine.det)
-        self._batched = self.detect
+        self._batched = self._detect_batch
         self.reconfigure({})
         self._warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)]) for h, w in runtime.warm_det_shapes])
 
+    async def detect(self, image: np.ndarray) -> np.ndarray:
+        """Boxes (N,4,2) for one image, in its coordinates; batched with
+        other requests' images."""
+        return await self._queued(self._detect_batch, image)
+
     @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.005)
-    async def detect(self, images: list[np.ndarray]) -> list:
-        """Boxes (N,4,2) for each image, in that image's coordinates."""
+    async def _detect_batch(self, images: list[np.ndarray]) -> list:
         t0 = time.perf_counter()
         out = await self._run_isolated(self.detector.detect, images)
         self._record(len(images), len(images), time.perf_counter() - t0)
@@ -201,15 +215,18 @@ class DirectionClassifierDeployment(_ModelReplica):
     def __init__(self, engine: EngineConfig, runtime: StageRuntime):
         self._load(engine, runtime, engine.cls_model)
         self.classifier = DirectionClassifier(self.predictor, engine.cls)
-        self._batched = self.classify
+        self._batched = self._classify_batch
         self.reconfigure({})
         crop = np.full((48, 192, 3), 255, np.uint8)
         self._warm([(self.classifier.classify, [crop] * n) for n in range(1, engine.cls.batch_size + 1)])
 
-    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
-    async def classify(self, crop_lists: list[list[np.ndarray]]) -> list:
-        """One call per image with all its crops; crops of every image in the
+    async def classify(self, crops: list[np.ndarray]) -> list[Direction]:
+        """One call per image with all its crops; crops of every image in a
         batch are classified together."""
+        return await self._queued(self._classify_batch, crops)
+
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    async def _classify_batch(self, crop_lists: list[list[np.ndarray]]) -> list:
         return await self._flat(crop_lists, self.classifier.classify)
 
 
@@ -221,7 +238,7 @@ class TextRecognizerDeployment(_ModelReplica):
         self._load(engine, runtime, engine.rec_model)
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.predictor, engine.rec, charset)
-        self._batched = self.recognize
+        self._batched = self._recognize_batch
         self.reconfigure({})
         calls = []
         for n in range(1, engine.rec.batch_size + 1):  # every batch size at the base width
@@ -230,11 +247,14 @@ class TextRecognizerDeployment(_ModelReplica):
             calls.append((self.recognizer.recognize_batch, [np.full((48, w, 3), 255, np.uint8)]))
         self._warm(calls)
 
-    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
-    async def recognize(self, crop_lists: list[list[np.ndarray]]) -> list:
+    async def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
         """One call per image with all its crops. Crops from every request in
-        the batch are sorted by width together and read in predictor batches,
+        a batch are sorted by width together and read in predictor batches,
         so one predictor batch can hold crops of several requests."""
+        return await self._queued(self._recognize_batch, crops)
+
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    async def _recognize_batch(self, crop_lists: list[list[np.ndarray]]) -> list:
         return await self._flat(crop_lists, self.recognizer.recognize)
 
 
