@@ -9,7 +9,8 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from .config import EngineConfig, PredictorOptions
-from .runtime import StageRuntime
+from .jobs import JobArgs
+from .runtime import IngressArgs, StageRuntime
 
 
 class AppArgs(BaseModel):
@@ -18,6 +19,8 @@ class AppArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    ingress: IngressArgs = IngressArgs()
+    jobs: JobArgs = JobArgs()
     detector: StageRuntime = StageRuntime()
     classifier: StageRuntime = StageRuntime(max_batch_size=24)
     recognizer: StageRuntime = StageRuntime(max_batch_size=24)
@@ -31,6 +34,7 @@ def build_app(args: Optional[dict] = None):
         TextRecognizerDeployment,
     )
     from .ingress import OcrIngress
+    from .jobs import JobStore
     from .predictor import resolve_device
 
     a = AppArgs.model_validate(args or {})
@@ -42,4 +46,5 @@ def build_app(args: Optional[dict] = None):
     classifier = DirectionClassifierDeployment.bind(a.engine, a.classifier) if a.engine.cls.enabled else None
     recognizer = TextRecognizerDeployment.bind(a.engine, a.recognizer)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine)
-    return OcrIngress.bind(pipeline, a.engine.limits)
+    jobs = JobStore.bind(pipeline, a.jobs)
+    return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress)

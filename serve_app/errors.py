@@ -25,6 +25,11 @@ class BadRequest(OcrError):
     code = "bad_request"
 
 
+class NotFound(OcrError):
+    status = 404
+    code = "not_found"
+
+
 class TooLarge(OcrError):
     status = 413
     code = "too_large"

@@ -17,10 +17,13 @@ from fastapi.responses import JSONResponse
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+import asyncio
+
 from .api_models import parse_options
 from .config import ImageLimits
-from .errors import BadRequest, OcrError, TooLarge, UnsupportedMediaType
+from .errors import BadRequest, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, UnsupportedMediaType
 from .metrics import RequestMetrics
+from .runtime import IngressArgs
 
 log = logging.getLogger("ray.serve")
 
@@ -34,9 +37,31 @@ RAW_TYPES = ("application/octet-stream",)
 
 
 def unwrap(e: BaseException) -> BaseException:
-    """The domain error behind a Ray task error, if any."""
+    """The domain error behind a Ray task error, if any; Serve's own
+    back-pressure refusal becomes our 503."""
+    try:
+        from ray.serve.exceptions import BackPressureError
+
+        if isinstance(e, BackPressureError):
+            return Overloaded("the service is at capacity; retry shortly")
+    except ImportError:  # pragma: no cover
+        pass
     cause = getattr(e, "cause", None)
     return cause if isinstance(cause, BaseException) else e
+
+
+def deadline_s(request: Request, args: IngressArgs) -> float:
+    """The request's deadline: X-Request-Timeout (seconds), else the default."""
+    raw = request.headers.get("x-request-timeout")
+    if raw is None:
+        return args.default_timeout_s
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"X-Request-Timeout must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= args.max_timeout_s:
+        raise BadRequest(f"X-Request-Timeout must be in (0, {args.max_timeout_s}] seconds, got {value}")
+    return value
 
 
 def error_response(e: OcrError, request_id: str) -> JSONResponse:
@@ -132,9 +157,13 @@ def _json_object(raw, what: str) -> dict:
 @serve.deployment(name="OcrIngress", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
 @serve.ingress(api)
 class OcrIngress:
-    def __init__(self, pipeline: DeploymentHandle, limits: ImageLimits):
+    def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
+                 args: IngressArgs = IngressArgs()):
         self.pipeline = pipeline
+        self.jobs = jobs
         self.limits = limits
+        self.args = args
+        self.in_flight = 0
         self.metrics = RequestMetrics()
 
     # -- handle API (other Ray jobs and deployments) -------------------------
@@ -150,31 +179,84 @@ class OcrIngress:
         return {"request_id": request_id, **result}
 
     # -- HTTP -----------------------------------------------------------------
+    async def _guard(self, route: str, request_id: str, work) -> JSONResponse:
+        t0 = time.perf_counter()
+        try:
+            response = await work()
+        except OcrError as e:
+            response = error_response(e, request_id)
+            self.metrics.errors.inc(tags={"code": e.code})
+        except Exception:
+            log.exception("request %s failed", request_id)
+            self.metrics.errors.inc(tags={"code": "internal"})
+            response = error_response(OcrError("internal error; the request was not completed"), request_id)
+        self.metrics.requests.inc(tags={"route": route, "code": str(response.status_code)})
+        self.metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": route})
+        return response
+
     @api.post("/v1/ocr", summary="Read the text in one image")
     async def http_ocr(self, request: Request):
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        t0 = time.perf_counter()
-        try:
+
+        async def work():
+            if self.in_flight >= self.args.max_in_flight:
+                raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
+                                 retry_after_s=self.args.retry_after_s)
+            self.in_flight += 1
+            try:
+                timeout = deadline_s(request, self.args)
+                data, options = await image_and_options(request, self.limits)
+                parse_options(options)
+                response = self.pipeline.ocr.remote(data, options)
+                try:
+                    result = await asyncio.wait_for(asyncio.shield(response), timeout)
+                except asyncio.TimeoutError:
+                    response.cancel()  # frees the replicas' work for it
+                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+                except Exception as e:
+                    raise unwrap(e) from None
+            finally:
+                self.in_flight -= 1
+            for step, ms in result.get("timings_ms", {}).items():
+                self.metrics.stage_latency.observe(ms, tags={"step": step})
+            return JSONResponse({"request_id": request_id, **result})
+
+        return await self._guard("/v1/ocr", request_id, work)
+
+    @api.post("/v1/ocr/jobs", status_code=202, summary="Submit an image; poll the job for the result")
+    async def http_submit_job(self, request: Request):
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+
+        async def work():
             data, options = await image_and_options(request, self.limits)
             parse_options(options)
+            key = request.headers.get("idempotency-key")
+            if key is not None and not (0 < len(key) <= 200):
+                raise BadRequest("Idempotency-Key must be 1 to 200 characters")
             try:
-                result = await self.pipeline.ocr.remote(data, options)
+                job = await self.jobs.submit.remote(data, options, key)
             except Exception as e:
                 raise unwrap(e) from None
-        except OcrError as e:
-            self.metrics.requests.inc(tags={"route": "/v1/ocr", "code": str(e.status)})
-            self.metrics.errors.inc(tags={"code": e.code})
-            return error_response(e, request_id)
-        except Exception:
-            log.exception("request %s failed", request_id)
-            self.metrics.requests.inc(tags={"route": "/v1/ocr", "code": "500"})
-            self.metrics.errors.inc(tags={"code": "internal"})
-            return error_response(OcrError("internal error; the request was not completed"), request_id)
-        self.metrics.requests.inc(tags={"route": "/v1/ocr", "code": "200"})
-        self.metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": "/v1/ocr"})
-        for step, ms in result.get("timings_ms", {}).items():
-            self.metrics.stage_latency.observe(ms, tags={"step": step})
-        return JSONResponse({"request_id": request_id, **result})
+            location = f"/v1/ocr/jobs/{job['job_id']}"
+            return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
+                                headers={"Location": location})
+
+        return await self._guard("/v1/ocr/jobs", request_id, work)
+
+    @api.get("/v1/ocr/jobs/{job_id}", summary="A job's status, and its result once done")
+    async def http_get_job(self, job_id: str, request: Request):
+        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+
+        async def work():
+            try:
+                job = await self.jobs.get.remote(job_id)
+            except Exception as e:
+                raise unwrap(e) from None
+            if job is None:
+                raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
+            return JSONResponse(job)
+
+        return await self._guard("/v1/ocr/jobs/{id}", request_id, work)
 
     @api.get("/healthz", summary="Alive")
     async def healthz(self):

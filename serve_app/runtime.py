@@ -32,6 +32,20 @@ class StageRuntime(BaseModel):
     warm_rec_widths: list[int] = [480, 640, 960]
 
 
+class IngressArgs(BaseModel):
+    """Admission control and deadlines at the HTTP edge."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # Synchronous requests one ingress replica works on at once; more get 503
+    # with Retry-After instead of waiting in an unbounded queue.
+    max_in_flight: int = Field(32, ge=1)
+    retry_after_s: int = Field(1, ge=1)
+    # Deadline for a request that names none (X-Request-Timeout, seconds).
+    default_timeout_s: float = Field(120.0, gt=0)
+    max_timeout_s: float = Field(600.0, gt=0)
+
+
 def replica_cores(runtime: StageRuntime) -> Optional[list[int]]:
     if not runtime.cpu_cores:
         return None

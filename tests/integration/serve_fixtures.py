@@ -22,7 +22,8 @@ def start_ray(**init_kwargs):
     import ray
 
     ray.shutdown()
-    ray.init(include_dashboard=False, log_to_driver=False, **init_kwargs)
+    # address="local": always a new cluster of our own, never one found running.
+    ray.init(address="local", include_dashboard=False, log_to_driver=False, **init_kwargs)
 
 
 def load_config(path: Path = REPO / "deployments.yaml") -> dict:

@@ -1,0 +1,159 @@
+"""Non-blocking submits from another Ray job, HTTP jobs, back-pressure and
+deadlines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from peer import PEER
+from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+
+IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "rapidocr_test_without_det.jpg",
+          "mmocr_word_1036169.jpg", "rapidocr_two_dim_image_LA.png", "rapidocr_black_font_color_transparent.png",
+          "mmocr_icdar15_img_2.jpg", "paddleocr_00018069.jpg"]
+JOB_TTL_S = 20
+
+
+@pytest.fixture(scope="module")
+def service():
+    start_ray()
+    cfg = load_config()
+    args = cfg["applications"][0]["args"]
+    args["ingress"] = {"max_in_flight": 3, "retry_after_s": 2}
+    args["jobs"] = {"ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4}
+    try:
+        yield deploy_config(cfg, free_port())
+    finally:
+        stop_all()
+
+
+@pytest.fixture(scope="module")
+def engine_texts():
+    from serve_app.engine import OcrEngine
+
+    with OcrEngine() as eng:
+        return {n: [l.to_dict() for l in eng.read(PEER / n).lines] for n in IMAGES}
+
+
+def test_another_ray_job_submits_64_without_blocking(service, engine_texts):
+    import ray
+
+    names = [IMAGES[i % len(IMAGES)] for i in range(64)]
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("handle_driver.py")), ray.get_runtime_context().gcs_address,
+         *[str(PEER / n) for n in names]],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["submitted_s"] < report["first_result_s"], report
+    assert report["results"] == [engine_texts[n] for n in names]
+    assert {int(k): v for k, v in report["mapped"].items()} == {i: engine_texts[names[i]] for i in range(8)}
+
+
+def submit_job(url: str, name: str, **headers) -> requests.Response:
+    return requests.post(f"{url}/v1/ocr/jobs", data=(PEER / name).read_bytes(),
+                         headers={"Content-Type": "application/octet-stream", **headers}, timeout=60)
+
+
+def wait_jobs(url: str, ids: list[str], timeout_s: float = 600) -> dict[str, dict]:
+    done: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(done) < len(ids) and time.monotonic() < deadline:
+        for job_id in ids:
+            if job_id not in done:
+                body = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30).json()
+                if body["status"] in ("succeeded", "failed"):
+                    done[job_id] = body
+        time.sleep(0.5)
+    return done
+
+
+def test_100_concurrent_jobs_all_succeed_then_expire(service, engine_texts):
+    url = service
+    names = [IMAGES[i % len(IMAGES)] for i in range(100)]
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda n: submit_job(url, n), names))
+    assert [a.status_code for a in answers] == [202] * 100
+    ids = [a.json()["job_id"] for a in answers]
+    assert all(a.headers["location"] == f"/v1/ocr/jobs/{i}" for a, i in zip(answers, ids))
+    done = wait_jobs(url, ids)
+    assert len(done) == 100
+    for name, job_id in zip(names, ids):
+        assert done[job_id]["status"] == "succeeded", done[job_id]
+        assert done[job_id]["results"] == engine_texts[name]
+    time.sleep(JOB_TTL_S + 1)
+    assert requests.get(f"{url}/v1/ocr/jobs/{ids[0]}", timeout=30).status_code == 404
+    assert requests.get(f"{url}/v1/ocr/jobs/no-such-job", timeout=30).json()["error"]["code"] == "not_found"
+
+
+def test_idempotency_key_returns_the_same_job(service):
+    url = service
+    a = submit_job(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "abc-1"}).json()
+    b = submit_job(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "abc-1"}).json()
+    c = submit_job(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "abc-2"}).json()
+    assert a["job_id"] == b["job_id"] != c["job_id"]
+
+
+def test_killing_the_ingress_loses_no_accepted_job(service, engine_texts):
+    import ray
+
+    url = service
+    names = [IMAGES[i % len(IMAGES)] for i in range(30)]
+    ids = [submit_job(url, n).json()["job_id"] for n in names]
+    ingress = [a for a in ray.util.list_named_actors(all_namespaces=True) if "OcrIngress" in a["name"]]
+    assert len(ingress) == 1, ingress
+    ray.kill(ray.get_actor(ingress[0]["name"], namespace=ingress[0]["namespace"]), no_restart=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:  # Serve starts a new ingress replica
+        try:
+            if requests.get(f"{url}/readyz", timeout=5).status_code == 200:
+                break
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    done = wait_jobs(url, ids)
+    assert len(done) == 30
+    for name, job_id in zip(names, ids):
+        assert done[job_id]["status"] == "succeeded" and done[job_id]["results"] == engine_texts[name]
+
+
+def test_excess_sync_requests_get_503_with_retry_after_and_none_hangs(service, engine_texts):
+    url = service
+    name = "paddleocr_00018069.jpg"  # dense: each request takes a while
+
+    def post(_):
+        t = time.monotonic()
+        r = requests.post(f"{url}/v1/ocr", data=(PEER / name).read_bytes(),
+                          headers={"Content-Type": "image/jpeg"}, timeout=300)
+        return r, time.monotonic() - t
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(post, range(12)))
+    codes = [r.status_code for r, _ in answers]
+    assert set(codes) == {200, 503}, codes
+    for r, _ in answers:
+        if r.status_code == 503:
+            assert r.headers["retry-after"] == "2"
+            assert r.json()["error"]["code"] == "overloaded"
+        else:
+            assert r.json()["results"] == engine_texts[name]
+
+
+def test_deadline_passed_gives_504(service):
+    url = service
+    r = requests.post(f"{url}/v1/ocr", data=(PEER / "paddleocr_00018069.jpg").read_bytes(),
+                      headers={"Content-Type": "image/jpeg", "X-Request-Timeout": "0.05"}, timeout=60)
+    assert r.status_code == 504
+    assert r.json()["error"]["code"] == "deadline_exceeded"
+    bad = requests.post(f"{url}/v1/ocr", data=b"x", headers={"Content-Type": "image/jpeg", "X-Request-Timeout": "soon"},
+                        timeout=60)
+    assert bad.status_code == 400
