@@ -91,6 +91,7 @@ class _ModelReplica:
             "warm_seconds": getattr(self, "warm_seconds", None),
             "recent_batches": list(self.recent_batches),
             "gpu_ids": _gpu_ids(),
+            "node_id": _node_id(),
             "device": self.predictor.options.device,
             "gpu_memory_fraction": self.predictor.options.gpu_memory_fraction,
         }
@@ -160,6 +161,15 @@ def _assigned_gpu_share() -> Optional[float]:
 
         share = ray.get_runtime_context().get_assigned_resources().get("GPU")
         return min(float(share), 1.0) if share else None
+    except Exception:
+        return None
+
+
+def _node_id() -> Optional[str]:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
     except Exception:
         return None
 
