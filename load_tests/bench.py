@@ -379,14 +379,30 @@ class Progress:
 Send = Callable[[Img, Optional[float]], Awaitable[Rec]]
 
 
+async def sample_window(sampler: Optional["BatchSampler"], ws: float, we: float) -> Optional[dict]:
+    """The model stages' batches between ws and we (None without a sampler)."""
+    if sampler is None:
+        return None
+    try:
+        await asyncio.sleep(max(0.0, ws - now()))
+        await sampler.begin()
+        await asyncio.sleep(max(0.0, we - now()))
+        return await sampler.end()
+    except Exception as e:  # batch sizes are extra information: never fail a load point for them
+        log(f"batch sampling failed: {type(e).__name__}: {e}")
+        return None
+
+
 async def closed_loop(send: Send, images: list[Img], clients: int, warmup_s: float, duration_s: float,
-                      label: str) -> tuple[list[Rec], tuple[float, float]]:
+                      label: str, sampler: Optional["BatchSampler"] = None
+                      ) -> tuple[list[Rec], tuple[float, float], Optional[dict]]:
     """N clients, each sending its next image when its previous answer is in.
     Clients start at different offsets of the image list."""
     recs: list[Rec] = []
     prog = Progress(label, warmup_s + duration_s)
     t0 = now()
     ws, we = t0 + warmup_s, t0 + warmup_s + duration_s
+    batches = asyncio.create_task(sample_window(sampler, ws, we))
 
     async def client(i: int) -> None:
         k = (i * len(images)) // max(clients, 1)
@@ -404,11 +420,13 @@ async def closed_loop(send: Send, images: list[Img], clients: int, warmup_s: flo
     finally:
         ticker.cancel()
         prog.close()
-    return recs, (ws, we)
+    return recs, (ws, we), await batches
 
 
 async def open_loop(send: Send, images: list[Img], rate: float, warmup_s: float, duration_s: float,
-                    label: str, seed: int = 1, max_in_flight: int = 512) -> tuple[list[Rec], tuple[float, float]]:
+                    label: str, seed: int = 1, max_in_flight: int = 512,
+                    sampler: Optional["BatchSampler"] = None
+                    ) -> tuple[list[Rec], tuple[float, float], Optional[dict]]:
     """Poisson arrivals at `rate`/s; latency from the scheduled arrival. Above
     max_in_flight outstanding requests an arrival is recorded as an error
     (the client itself is saturated) instead of being sent."""
@@ -419,6 +437,7 @@ async def open_loop(send: Send, images: list[Img], rate: float, warmup_s: float,
     t0 = now()
     ws, end = t0 + warmup_s, t0 + warmup_s + duration_s
     t_next, k = t0, 0
+    batches = asyncio.create_task(sample_window(sampler, ws, end))
 
     def done(task: asyncio.Task) -> None:
         tasks.discard(task)
@@ -452,7 +471,7 @@ async def open_loop(send: Send, images: list[Img], rate: float, warmup_s: float,
     finally:
         ticker.cancel()
         prog.close()
-    return recs, (ws, end)
+    return recs, (ws, end), await batches
 
 
 def loop_baseline(label: str, call: Callable[[bytes], Optional[dict]], images: list[Img], duration_s: float,
@@ -512,6 +531,8 @@ class BatchSampler:
         self.info: dict[str, dict] = {}
         self.overflow = 0
         self.collecting = False
+        self.t_read: dict[str, float] = {}
+        self.t_begin: dict[str, float] = {}
         self._task: Optional[asyncio.Task] = None
 
     @staticmethod
@@ -549,6 +570,7 @@ class BatchSampler:
                     self.pids[stage].add(pid)
                     self.acc[stage].extend(new)
                     self.overflow += int(lost)
+            self.t_read[stage] = now()  # when this stage's batches were last read
 
     async def _loop(self) -> None:
         while True:
@@ -565,6 +587,7 @@ class BatchSampler:
         self.pids = {s: set() for s in STAGES}
         self.overflow = 0
         self.collecting = True
+        self.t_begin = dict(self.t_read)
         self._task = asyncio.create_task(self._loop())
 
     async def end(self) -> dict[str, Any]:
@@ -581,6 +604,8 @@ class BatchSampler:
                 "mean_items": float(np.mean([x["items"] for x in b])) if b else float("nan"),
                 "mean_batch_ms": float(np.mean([x["ms"] for x in b])) if b else float("nan"),
                 "busy_s": float(sum(x["ms"] for x in b) / 1000.0),
+                # the interval these batches were collected over (first read to last read of this stage)
+                "sampled_s": self.t_read.get(s, 0.0) - self.t_begin.get(s, 0.0),
                 "replicas": len(self.pids[s]),
                 "max_batch_size": (self.info.get(s) or {}).get("max_batch_size"),
             }
@@ -792,10 +817,8 @@ async def sweep(run: Run, target: str, send: Send, images: list[Img], clients: l
     for c in clients:
         if run.over_deadline(f"{LABELS[target]} at {c} clients"):
             return
-        if sampler:
-            await sampler.begin()
-        recs, window = await closed_loop(send, images, c, a.warmup, a.duration, f"{target} c={c}")
-        batches = await sampler.end() if sampler else None
+        recs, window, batches = await closed_loop(send, images, c, a.warmup, a.duration, f"{target} c={c}",
+                                                  sampler)
         run.add(target, "closed", c, recs, window, batches)
 
 
@@ -931,10 +954,9 @@ async def run_service(run: Run, images: list[Img]) -> None:
                     if rate is None:
                         run.notes.append("open loop skipped: no saturation throughput (run `http` or give --open-rate)")
                     elif not run.over_deadline("open loop"):
-                        await sampler.begin()
-                        recs, window = await open_loop(send_http, images, rate, a.warmup, a.duration,
-                                                       f"open {rate:.2f}/s", seed=a.seed)
-                        run.add("open", "open", rate, recs, window, await sampler.end())
+                        recs, window, batches = await open_loop(send_http, images, rate, a.warmup, a.duration,
+                                                                f"open {rate:.2f}/s", seed=a.seed, sampler=sampler)
+                        run.add("open", "open", rate, recs, window, batches)
                         run.points[-1].summary["fraction_of_saturation"] = rate / sat if sat == sat and sat else None
             if "handle" in a.targets:
                 with phase(run, "service handle sweep"):
@@ -1145,7 +1167,8 @@ def render(run: Run, images: list[Img], plots: list[str], out: Path) -> str:
     w("`decode`..`total` are the server's own `timings_ms` (in the service each model stage includes the hop to "
       "its deployment and the wait for a batch); `outside` = client latency minus server `total` (HTTP, proxy, "
       "ingress, queueing before the pipeline); `busy` = the model replicas' summed batch compute time per "
-      "stage in the window divided by the window (1.0 = one core busy all the time).")
+      "stage in the window divided by the window's length (1.0 = one replica computing all the time; batch "
+      "times are wall times on the predictor thread, so CPU contention stretches them).")
     w("")
     w("| target | load | latency | decode | det | cls | rec | total | outside | lock wait | batch ms det/cls/rec | "
       "busy det/cls/rec |")
@@ -1157,7 +1180,8 @@ def render(run: Run, images: list[Img], plots: list[str], out: Path) -> str:
         b = p.batches
         lat = p.summary["mean_ms"]
         outside = lat - st["total"] if p.mode != "loop" and "total" in st else float("nan")
-        busy = ("/".join(f(b[s]["busy_s"] / (p.window[1] - p.window[0]), 2) for s in STAGES)) if b else ""
+        busy = ("/".join(f(b[s]["busy_s"] / b[s]["sampled_s"] if b[s]["sampled_s"] > 0 else None, 2)
+                         for s in STAGES)) if b else ""
         w(f"| {p.label} | {p.load_str()} | {f(lat)} | " + " | ".join(f(st.get(k), 0) for k in TIMING_KEYS)
           + f" | {f(outside)} | {f(st.get('lock_wait'))} | {batch_cell(b, 'mean_batch_ms')} | {busy} |")
     w("")

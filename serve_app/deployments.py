@@ -92,6 +92,7 @@ class _ModelReplica:
             "recent_batches": list(self.recent_batches),
             "gpu_ids": _gpu_ids(),
             "node_id": _node_id(),
+            "rss_mb": _rss_mb(),
             "device": self.predictor.options.device,
             "gpu_memory_fraction": self.predictor.options.gpu_memory_fraction,
         }
@@ -163,6 +164,14 @@ def _assigned_gpu_share() -> Optional[float]:
         return min(float(share), 1.0) if share else None
     except Exception:
         return None
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
 
 
 def _node_id() -> Optional[str]:

@@ -25,6 +25,11 @@ class BadRequest(OcrError):
     code = "bad_request"
 
 
+class Unauthorized(OcrError):
+    status = 401
+    code = "unauthorized"
+
+
 class NotFound(OcrError):
     status = 404
     code = "not_found"
@@ -43,6 +48,17 @@ class UnsupportedMediaType(OcrError):
 class Overloaded(OcrError):
     status = 503
     code = "overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Unavailable(OcrError):
+    """A replica serving this request died or restarted; retrying is safe."""
+
+    status = 503
+    code = "unavailable"
 
     def __init__(self, message: str, retry_after_s: int = 1):
         super().__init__(message)

@@ -5,6 +5,8 @@ Only this module turns domain errors into HTTP responses."""
 
 
 import base64
+import hmac
+import os
 import binascii
 import json
 import logging
@@ -21,7 +23,10 @@ import asyncio
 
 from .api_models import parse_options
 from .config import ImageLimits
-from .errors import BadRequest, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, UnsupportedMediaType
+from .errors import (
+    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized,
+    Unavailable, UnsupportedMediaType,
+)
 from .metrics import RequestMetrics
 from .runtime import IngressArgs
 
@@ -39,13 +44,13 @@ RAW_TYPES = ("application/octet-stream",)
 def unwrap(e: BaseException) -> BaseException:
     """The domain error behind a Ray task error, if any; Serve's own
     back-pressure refusal becomes our 503."""
-    try:
-        from ray.serve.exceptions import BackPressureError
+    from ray.exceptions import ActorUnavailableError, RayActorError
+    from ray.serve.exceptions import BackPressureError
 
-        if isinstance(e, BackPressureError):
-            return Overloaded("the service is at capacity; retry shortly")
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(e, BackPressureError):
+        return Overloaded("the service is at capacity; retry shortly")
+    if isinstance(e, (RayActorError, ActorUnavailableError)):
+        return Unavailable("a replica serving this request stopped; retry shortly")
     cause = getattr(e, "cause", None)
     return cause if isinstance(cause, BaseException) else e
 
@@ -65,7 +70,7 @@ def deadline_s(request: Request, args: IngressArgs) -> float:
 
 
 def error_response(e: OcrError, request_id: str) -> JSONResponse:
-    headers = {}  # the Serve proxy echoes X-Request-ID itself
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}  # the proxy echoes X-Request-ID
     retry = getattr(e, "retry_after_s", None)
     if retry is not None:
         headers["Retry-After"] = str(retry)
@@ -165,6 +170,22 @@ class OcrIngress:
         self.args = args
         self.in_flight = 0
         self.metrics = RequestMetrics()
+        self.token: Optional[bytes] = None
+        if args.auth_token_env:
+            token = os.environ.get(args.auth_token_env, "")
+            if not token:
+                raise ConfigError(f"ingress.auth_token_env names {args.auth_token_env!r}, but that environment "
+                                  f"variable is empty or unset in the ingress replica (set it, e.g. through "
+                                  f"runtime_env.env_vars, or remove auth_token_env)")
+            self.token = token.encode()
+
+    def _authorize(self, request: Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
+            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
 
     # -- handle API (other Ray jobs and deployments) -------------------------
     async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
@@ -183,6 +204,14 @@ class OcrIngress:
         t0 = time.perf_counter()
         try:
             response = await work()
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this request itself is being cancelled (client gone, shutdown)
+            # The downstream call was cancelled (its replica went away).
+            e = Unavailable("a replica serving this request stopped; retry shortly")
+            response = error_response(e, request_id)
+            self.metrics.errors.inc(tags={"code": e.code})
         except OcrError as e:
             response = error_response(e, request_id)
             self.metrics.errors.inc(tags={"code": e.code})
@@ -199,6 +228,7 @@ class OcrIngress:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
 
         async def work():
+            self._authorize(request)
             if self.in_flight >= self.args.max_in_flight:
                 raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                                  retry_after_s=self.args.retry_after_s)
@@ -228,6 +258,7 @@ class OcrIngress:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
 
         async def work():
+            self._authorize(request)
             data, options = await image_and_options(request, self.limits)
             parse_options(options)
             key = request.headers.get("idempotency-key")
@@ -248,6 +279,7 @@ class OcrIngress:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
 
         async def work():
+            self._authorize(request)
             try:
                 job = await self.jobs.get.remote(job_id)
             except Exception as e:

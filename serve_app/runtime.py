@@ -44,6 +44,10 @@ class IngressArgs(BaseModel):
     # Deadline for a request that names none (X-Request-Timeout, seconds).
     default_timeout_s: float = Field(120.0, gt=0)
     max_timeout_s: float = Field(600.0, gt=0)
+    # Bearer-token authentication for /v1/*: the name of an environment
+    # variable (in the ingress replica) holding the token. None = off (the
+    # default, for 127.0.0.1); set it whenever the port is reachable by others.
+    auth_token_env: Optional[str] = None
 
 
 def replica_cores(runtime: StageRuntime) -> Optional[list[int]]:

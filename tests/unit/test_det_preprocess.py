@@ -22,7 +22,7 @@ def quad(x0, y0, x1, y1) -> list[list[float]]:
 
 # --- det_input_size --------------------------------------------------------------------
 
-MAX_960 = DetOptions()  # limit_type "max", limit_side_len 960
+MAX_960 = DetOptions(limit_type="max", limit_side_len=960)
 MIN_736 = DetOptions(limit_side_len=736, limit_type="min")
 
 

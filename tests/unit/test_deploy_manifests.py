@@ -1,0 +1,360 @@
+"""Deployment artefacts: the Serve profiles, the KubeRay RayService that embeds
+the GPU one, and the Dockerfile. Parsing and schema validation only: no Ray
+cluster, no Kubernetes, no Docker, no paddle import (a few seconds)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_PROFILE = REPO / "deployments.yaml"
+GPU_PROFILE = REPO / "deployments.gpu.yaml"
+RAYSERVICE = REPO / "deploy" / "kuberay" / "rayservice.yaml"
+DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
+
+MODEL_CHECK = (
+    "python -c \"from serve_app.models import model_files, dictionary_path; "
+    "[model_files(s) for s in ('det','cls','rec')]; dictionary_path()\""
+)
+
+
+def _load(path: Path) -> Any:
+    with path.open() as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="module")
+def rayservice() -> dict:
+    return _load(RAYSERVICE)
+
+
+@pytest.fixture(scope="module")
+def embedded(rayservice) -> dict:
+    text = rayservice["spec"]["serveConfigV2"]
+    assert isinstance(text, str), "serveConfigV2 must be a YAML string (`serveConfigV2: |`)"
+    return yaml.safe_load(text)
+
+
+@pytest.fixture(scope="module")
+def cluster(rayservice) -> dict:
+    return rayservice["spec"]["rayClusterConfig"]
+
+
+# --- Serve config validation -------------------------------------------------------------
+
+
+def _unknown_keys(data: dict, model) -> list[str]:
+    """Ray Serve's schema models ignore unknown keys (a misspelt field, or
+    `ray_actor_options: {num_gpu: 1}`, validates and is silently dropped), so
+    check the keys against the models' fields ourselves."""
+    known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+    return sorted(set(data) - known)
+
+
+def _deployment_names() -> set[str]:
+    from serve_app.deployments import (
+        DirectionClassifierDeployment,
+        OcrPipeline,
+        TextDetectorDeployment,
+        TextRecognizerDeployment,
+    )
+    from serve_app.ingress import OcrIngress
+    from serve_app.jobs import JobStore
+
+    return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
+                             TextRecognizerDeployment, OcrIngress, JobStore)}
+
+
+MODEL_DEPLOYMENTS = {"TextDetector", "DirectionClassifier", "TextRecognizer"}
+
+
+def validate_serve_config(cfg: dict) -> None:
+    """What `serve deploy` / KubeRay would refuse, and what Serve would
+    silently ignore, checked without a cluster."""
+    from ray.serve.config import AutoscalingConfig
+    from ray.serve.schema import (
+        DeploymentSchema,
+        HTTPOptionsSchema,
+        RayActorOptionsSchema,
+        ServeApplicationSchema,
+        ServeDeploySchema,
+    )
+
+    from serve_app.app import AppArgs
+    from serve_app.runtime import batch_params
+
+    ServeDeploySchema.model_validate(cfg)  # the installed ray's schema is pydantic v2
+    assert not _unknown_keys(cfg, ServeDeploySchema)
+    assert not _unknown_keys(cfg.get("http_options") or {}, HTTPOptionsSchema)
+    names = _deployment_names()
+    for app in cfg["applications"]:
+        assert not _unknown_keys(app, ServeApplicationSchema), app["name"]
+        assert app["import_path"] == "serve_app.app:build_app"
+        args = AppArgs.model_validate(app.get("args") or {})
+        for d in app.get("deployments", []):
+            where = f"{app['name']}/{d['name']}"
+            assert d["name"] in names, f"{where}: the app builds no deployment of that name"
+            assert not _unknown_keys(d, DeploymentSchema), where
+            assert not _unknown_keys(d.get("ray_actor_options") or {}, RayActorOptionsSchema), where
+            assert not _unknown_keys(d.get("autoscaling_config") or {}, AutoscalingConfig), where
+            if d["name"] in MODEL_DEPLOYMENTS:
+                size, _ = batch_params(d.get("user_config") or {}, 1, 0.0)  # only the batch knobs
+                # README: max_ongoing_requests caps every batch, so it is set above the batch sizes.
+                assert d["max_ongoing_requests"] >= size, where
+            if d["name"] == "OcrIngress":
+                # README: above ingress.max_in_flight, so the app's own 503s come first.
+                assert d["max_ongoing_requests"] > args.ingress.max_in_flight, where
+
+
+@pytest.mark.parametrize("path", [CPU_PROFILE, GPU_PROFILE], ids=lambda p: p.name)
+def test_profiles_are_valid_serve_configs(path):
+    validate_serve_config(_load(path))
+
+
+def test_unknown_keys_are_caught_where_serve_ignores_them():
+    cfg = _load(GPU_PROFILE)
+    # Ray 2.60's ServeDeploySchema accepts this misspelling and drops it.
+    cfg["applications"][0]["deployments"][0]["ray_actor_options"]["num_gpu"] = 1
+    with pytest.raises(AssertionError):
+        validate_serve_config(cfg)
+
+
+# --- RayService --------------------------------------------------------------------------
+
+
+def test_rayservice_kind(rayservice):
+    assert rayservice["apiVersion"] == "ray.io/v1"
+    assert rayservice["kind"] == "RayService"
+
+
+def test_embedded_serve_config_is_valid(embedded):
+    validate_serve_config(embedded)
+
+
+def test_embedded_applications_equal_the_gpu_profile(embedded):
+    assert embedded["applications"] == _load(GPU_PROFILE)["applications"], (
+        "deploy/kuberay/rayservice.yaml serveConfigV2 and deployments.gpu.yaml differ: keep them in sync"
+    )
+
+
+def test_embedded_http_options_match_the_gpu_profile(embedded):
+    gpu = _load(GPU_PROFILE)
+    assert embedded.get("proxy_location") == gpu.get("proxy_location")
+    assert embedded.get("http_options") == gpu.get("http_options")
+    assert embedded["http_options"]["host"] == "0.0.0.0"  # reachable from the pod network
+    assert embedded["http_options"]["port"] == 8000  # the port the probe and the Serve Service use
+
+
+def test_cluster_autoscaling_and_ray_version(cluster):
+    import ray
+
+    assert cluster["enableInTreeAutoscaling"] is True
+    assert cluster["rayVersion"] == ray.__version__
+
+
+def test_token_auth_is_an_explicit_choice(cluster):
+    """Ray 2.60 turns token auth on for clusters it creates; on Kubernetes the
+    manifest must say how the token is supplied, or that auth is off."""
+    mode = (cluster.get("authOptions") or {}).get("mode")
+    if mode is None:
+        for c in _ray_containers(cluster):
+            env = {e["name"] for e in c.get("env", [])}
+            assert "RAY_AUTH_MODE" in env, f"{c['name']}: set RAY_AUTH_MODE (or use authOptions)"
+    else:
+        assert mode in ("token", "disabled")
+
+
+def _ray_containers(cluster: dict) -> list[dict]:
+    groups = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    return [g["template"]["spec"]["containers"][0] for g in groups]
+
+
+def _cpu(q) -> float:
+    q = str(q)
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def _limits(container: dict) -> dict:
+    res = container["resources"]
+    return {**res.get("requests", {}), **res.get("limits", {})}
+
+
+def test_every_ray_container_has_requests_and_limits(cluster):
+    image = None
+    for c in _ray_containers(cluster):
+        for kind in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(c["resources"][kind]), f"{c['name']}: {kind}"
+        image = image or c["image"]
+        assert c["image"] == image, "head and workers must run the same image"
+
+
+def test_head_holds_no_replicas_and_has_no_gpu(cluster):
+    head = cluster["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"  # rayStartParams values are strings
+    assert head["rayStartParams"]["metrics-export-port"] == "8080"
+    container = head["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in _limits(container)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    # KubeRay builds the Serve Service from the head's port named "serve".
+    assert ports["serve"] == 8000 and ports["metrics"] == 8080 and ports["dashboard"] == 8265
+
+
+def test_head_readiness_does_not_wait_for_the_app(cluster):
+    """KubeRay submits serveConfigV2 only once the head pod is Ready: a head
+    probe on /readyz (ready only once the app runs) would never let it."""
+    probe = cluster["headGroupSpec"]["template"]["spec"]["containers"][0].get("readinessProbe") or {}
+    assert (probe.get("httpGet") or {}).get("path") != "/readyz"
+
+
+def _gpu_groups(cluster: dict) -> list[dict]:
+    return [g for g in cluster["workerGroupSpecs"]
+            if "nvidia.com/gpu" in _limits(g["template"]["spec"]["containers"][0])]
+
+
+def test_gpu_worker_group(cluster):
+    groups = _gpu_groups(cluster)
+    assert groups, "no worker group requests nvidia.com/gpu"
+    for g in groups:
+        c = g["template"]["spec"]["containers"][0]
+        res = c["resources"]
+        assert int(res["limits"]["nvidia.com/gpu"]) == 1
+        assert int(res["requests"].get("nvidia.com/gpu", 1)) == int(res["limits"]["nvidia.com/gpu"])
+        assert 0 < g["minReplicas"] <= g["replicas"] <= g["maxReplicas"]
+        assert g["maxReplicas"] > g["minReplicas"], "nothing for the autoscaler to do"
+        assert g["rayStartParams"]["metrics-export-port"] == "8080"
+
+
+def test_serving_pods_are_ready_only_when_the_app_is(cluster):
+    for g in _gpu_groups(cluster):
+        c = g["template"]["spec"]["containers"][0]
+        get = c["readinessProbe"]["httpGet"]
+        port = get["port"]
+        if isinstance(port, str):  # a named port
+            port = {p["name"]: p["containerPort"] for p in c["ports"]}[port]
+        assert get["path"] == "/readyz"
+        assert port == 8000
+
+
+def _demand(cfg: dict, at: str) -> tuple[float, float]:
+    """(CPUs, GPUs) the app asks Ray for with every deployment at its
+    minimum or maximum replica count."""
+    cpus = gpus = 0.0
+    for app in cfg["applications"]:
+        for d in app["deployments"]:
+            auto = d.get("autoscaling_config")
+            n = auto[f"{at}_replicas"] if auto else d.get("num_replicas", 1)
+            opts = d.get("ray_actor_options") or {}
+            cpus += n * opts.get("num_cpus", 1)
+            gpus += n * opts.get("num_gpus", 0)
+    return cpus, gpus
+
+
+def test_workers_have_room_for_the_app(cluster, embedded):
+    """The head offers no CPU, so the ingress, JobStore and pipeline must fit
+    on the workers too: at the minimum on minReplicas pods, at the maximum on
+    maxReplicas pods, and every single replica on one pod."""
+    groups = cluster["workerGroupSpecs"]
+    per_pod = [(_cpu(_limits(c)["cpu"]), float(_limits(c).get("nvidia.com/gpu", 0)))
+               for c in (g["template"]["spec"]["containers"][0] for g in groups)]
+    for at, count in (("min", "minReplicas"), ("max", "maxReplicas")):
+        cpus, gpus = _demand(embedded, at)
+        room_cpu = sum(g[count] * c for g, (c, _) in zip(groups, per_pod))
+        room_gpu = sum(g[count] * n for g, (_, n) in zip(groups, per_pod))
+        assert cpus <= room_cpu, f"{at}: the app needs {cpus} CPUs, the workers offer {room_cpu}"
+        assert gpus <= room_gpu, f"{at}: the app needs {gpus} GPUs, the workers offer {room_gpu}"
+    for app in embedded["applications"]:
+        for d in app["deployments"]:
+            opts = d.get("ray_actor_options") or {}
+            assert any(opts.get("num_cpus", 1) <= c and opts.get("num_gpus", 0) <= n for c, n in per_pod), d["name"]
+
+
+def test_tensorrt_cache_dirs_are_on_a_volume(cluster, embedded):
+    args = embedded["applications"][0]["args"]
+    dirs = [s["predictor"]["tensorrt"]["cache_dir"] for s in args.values()
+            if isinstance(s, dict) and ((s.get("predictor") or {}).get("tensorrt") or {}).get("cache_dir")]
+    assert dirs
+    for g in _gpu_groups(cluster):
+        mounts = [m["mountPath"].rstrip("/") + "/" for m in g["template"]["spec"]["containers"][0]["volumeMounts"]]
+        for d in dirs:
+            assert any(d.startswith(m) for m in mounts), f"{d} is not under a mounted volume"
+
+
+# --- Dockerfile --------------------------------------------------------------------------
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined; heredoc
+    bodies are skipped."""
+    out: list[tuple[str, str]] = []
+    lines = DOCKERFILE.read_text().splitlines()
+    i, pending, heredoc = 0, "", None
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if heredoc:
+            if line.strip() == heredoc:
+                heredoc = None
+            continue
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        full = pending + line
+        pending = ""
+        m = re.search(r"<<-?'?\"?(\w+)'?\"?\s*$", full)
+        if m:
+            heredoc = m.group(1)
+        word, _, rest = full.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _base_image() -> str:
+    args: dict[str, str] = {}
+    for word, rest in _dockerfile_instructions():
+        if word == "ARG" and "=" in rest:
+            name, _, default = rest.partition("=")
+            args[name.strip()] = default.strip().strip('"')
+        if word == "FROM":
+            image = rest.split()[0]
+            return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+    raise AssertionError("no FROM in the Dockerfile")
+
+
+def test_dockerfile_starts_from_a_paddle_gpu_image():
+    words = [w for w, _ in _dockerfile_instructions() if w != "ARG"]
+    assert words[0] == "FROM"
+    image = _base_image()
+    repo, _, tag = image.partition(":")
+    assert repo == "paddlepaddle/paddle", image
+    assert "gpu" in tag, image
+
+
+def test_dockerfile_verifies_the_models_at_build_time():
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert MODEL_CHECK in re.sub(r"\s+", " ", runs)
+
+
+def test_dockerfile_runs_as_a_non_root_user_with_the_ports_exposed():
+    ins = _dockerfile_instructions()
+    users = [rest for word, rest in ins if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    workdirs = [rest for word, rest in ins if word == "WORKDIR"]
+    assert workdirs and workdirs[-1] == "/app"
+    exposed = {p.split("/")[0] for word, rest in ins if word == "EXPOSE" for p in rest.split()}
+    assert {"8000", "8265", "8080"} <= exposed
+
+
+def test_dockerfile_copies_paths_that_exist():
+    for word, rest in _dockerfile_instructions():
+        if word == "COPY" and "--from" not in rest:
+            *sources, _dest = [a for a in shlex.split(rest) if not a.startswith("--")]
+            for s in sources:
+                assert (REPO / s).exists(), f"COPY {s}: no such path in the repository"
