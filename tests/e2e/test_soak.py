@@ -1,0 +1,37 @@
+"""Soak: zero errors at ~70% of saturation, and every replica's memory flat
+after warm-up (growth under 5%). CI runs the 2-minute version; the 20-minute
+one is marked slow (`pytest -m slow tests/e2e/test_soak.py`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_soak(seconds: int, out: Path) -> dict:
+    proc = subprocess.run([sys.executable, str(REPO / "load_tests" / "soak.py"), "--seconds", str(seconds),
+                           "--out", str(out)], capture_output=True, text=True, timeout=seconds + 900)
+    summary = out / "summary.json"
+    assert summary.is_file(), (proc.stdout[-2000:], proc.stderr[-3000:])
+    return json.loads(summary.read_text())
+
+
+def check(summary: dict) -> None:
+    assert summary["requests"] > 0
+    assert summary["errors"] == 0, summary
+    assert summary["max_memory_growth"] < 0.05, summary["memory_growth"]
+
+
+def test_soak_short(tmp_path):
+    check(run_soak(120, tmp_path))
+
+
+@pytest.mark.slow
+def test_soak_long():
+    check(run_soak(1200, REPO / "docs" / "soak"))
