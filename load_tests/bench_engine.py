@@ -40,13 +40,11 @@ Protocol
    (how much work each system did: the engine's default detector settings
    differ from RapidOCR's, so the counts can differ a lot).
 5. Accuracy on the images of kind ``ground-truth-label`` in ``expected.json``:
-   CER = Levenshtein(expected, recognised) / len(expected), both strings being
-   the lines concatenated without whitespace (expected in label order,
-   recognised in the system's reading order), averaged over those images;
-   label recall = fraction of labels (whitespace removed) found as a
-   case-sensitive substring of the recognised concatenation. The receipt
-   labels are in annotation order, not reading order, so their CER is high
-   for every system; compare systems, not absolute values.
+   CER over all labels (tests/peer.py, the metric the tests use): each label
+   is matched to the recognised line where it needs the fewest edits
+   (whitespace removed; surrounding text in the line is free), errors summed
+   over all labels and divided by their characters; label recall = fraction
+   of labels found as a case-sensitive substring of the recognised text.
 6. Ratios: engine images/s divided by each baseline's images/s, and the
    geometric mean of the per-image median-time ratios.
 
@@ -97,6 +95,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # peer.py: the CER metric shared with the tests
 
 DEFAULT_IMAGES = REPO.parent / "shared/data/peer"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -250,13 +249,16 @@ def squash(s: str) -> str:
     return "".join(s.split())
 
 
-def score_image(expected: list[str], texts: list[str]) -> tuple[float, int, int]:
-    """(CER, labels found, labels) for one image."""
-    ref = squash("".join(expected))
+def score_image(expected: list[str], texts: list[str]) -> tuple[float, int, int, int, int]:
+    """(CER, labels found, labels, character errors, label characters) for
+    one image. CER is the project's one metric (tests/peer.py): each label
+    matched to the read line where it needs the fewest edits."""
+    from peer import label_errors
+
+    errors, chars = label_errors(texts, expected)
     hyp = squash("".join(texts))
-    cer = levenshtein(ref, hyp) / max(len(ref), 1)
     found = sum(1 for e in expected if squash(e) and squash(e) in hyp)
-    return cer, found, len(expected)
+    return errors / max(chars, 1), found, len(expected), errors, chars
 
 
 # --------------------------------------------------------------------------
@@ -281,13 +283,15 @@ def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, li
     p90s = {im: pct(rec.walls[im], 90) for im in images}
     samples = [w for im in images for w in rec.walls[im]]
     total = sum(samples)
-    cers, found, n_labels = [], 0, 0
+    cers, found, n_labels, errors, chars = [], 0, 0, 0, 0
     for im in images:
         if im in labels:
-            c, f, n = score_image(labels[im], rec.warm_texts.get(im, []))
+            c, f, n, e, k = score_image(labels[im], rec.warm_texts.get(im, []))
             cers.append(c)
             found += f
             n_labels += n
+            errors += e
+            chars += k
     return {
         "medians": medians,
         "p90s": p90s,
@@ -297,7 +301,7 @@ def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, li
         "ips": len(images) * repeats / total if total > 0 else float("nan"),
         "total_s": total,
         "split": {s: 100 * rec.stages[s] / total if total > 0 else float("nan") for s in STAGES},
-        "cer": statistics.fmean(cers) if cers else float("nan"),
+        "cer": errors / chars if chars else float("nan"),
         "n_gt": len(cers),
         "recall": found / n_labels if n_labels else float("nan"),
         "n_labels": n_labels,
