@@ -44,7 +44,12 @@ class PredictorOptions(_Strict):
         20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
     )
     enable_openvino_engine: bool = False
-    openvino_precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32.
+    # On this machine's EPYC bf16 ran det and rec 1.5-1.8x faster; on the
+    # peer images it read 86% of lines identically to fp32 and its CER on
+    # the labels was no worse (0.111 vs 0.115). fp32 for bit-for-bit
+    # reproducibility across machines.
+    openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     switch_ir_optim: bool = True
     enable_memory_optim: bool = True
     tensorrt: Optional[TensorRTOptions] = None
@@ -146,7 +151,10 @@ class EngineConfig(_Strict):
 def reference_config(**overrides) -> EngineConfig:
     """RapidOCR 1.4.x's defaults (the peer reference): detector short side
     scaled up to 736, no EXIF handling."""
+    predictor = overrides.pop("predictor", PredictorOptions())
     base = EngineConfig(
+        # The reference ran in fp32.
+        predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),
         rec=RecOptions(width_bucket=1, max_width=100_000, batch_padding="batch_max"),
         pipeline=PipelineOptions(exif_transpose=False),

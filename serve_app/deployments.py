@@ -94,6 +94,7 @@ class _ModelReplica:
             "node_id": _node_id(),
             "rss_mb": _rss_mb(),
             "device": self.predictor.options.device,
+            "openvino_precision": self.predictor.options.openvino_precision,
             "gpu_memory_fraction": self.predictor.options.gpu_memory_fraction,
         }
 

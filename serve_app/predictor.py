@@ -58,6 +58,15 @@ def pin_process(cores: Sequence[int]) -> None:
             pass
 
 
+def cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def _precision(inference, name: str):
     return {
         "fp32": inference.PrecisionType.Float32,
@@ -75,7 +84,9 @@ def gpu_available() -> bool:
 
 def resolve_device(options: PredictorOptions) -> PredictorOptions:
     """Refuse a GPU config on a build or machine without one, unless the
-    config allows falling back to the CPU."""
+    config allows falling back to the CPU; settle "auto" precision."""
+    if options.openvino_precision == "auto":
+        options = options.model_copy(update={"openvino_precision": "bf16" if cpu_has_bf16() else "fp32"})
     if options.device != "gpu" or gpu_available():
         return options
     if not options.allow_cpu_fallback:
