@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
 
 IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "rapidocr_test_without_det.jpg",
           "mmocr_word_1036169.jpg", "rapidocr_two_dim_image_LA.png", "rapidocr_black_font_color_transparent.png",
@@ -112,14 +112,7 @@ def test_killing_the_ingress_loses_no_accepted_job(service, engine_texts):
     ingress = [a for a in ray.util.list_named_actors(all_namespaces=True) if "OcrIngress" in a["name"]]
     assert len(ingress) == 1, ingress
     ray.kill(ray.get_actor(ingress[0]["name"], namespace=ingress[0]["namespace"]), no_restart=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:  # Serve starts a new ingress replica
-        try:
-            if requests.get(f"{url}/readyz", timeout=5).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        time.sleep(1)
+    wait_ready(url, 180)  # Serve starts a new ingress replica
     done = wait_jobs(url, ids)
     assert len(done) == 30
     for name, job_id in zip(names, ids):
