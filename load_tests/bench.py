@@ -40,11 +40,18 @@ every system is measured warm. Mean batch size per model stage comes from
 each deployment's ``stats()`` (its last 256 batches), sampled every 2 s
 during the window and diffed per replica pid.
 
-Outputs: ``<out>/benchmarks.md`` (tables, targets, where the time goes),
+The machine may be shared: each point records the load average and "others'
+CPU" (cores busy with work outside this process tree, from /proc), and the
+report warns when other work, or an engine point slower than the simple
+server (the same engine plus HTTP), makes the comparisons untrustworthy.
+
+Outputs: ``<out>/benchmarks.md`` (tables, targets, queueing with the image
+mix taken out, low-load latency image by image, where the time goes),
 ``<out>/img/*.png`` (latency vs throughput; batching on vs off), the raw
 per-request records as JSON (``--raw``, default
 ``load_tests/out/bench_results[_quick].json``), and a one-line summary on
-stdout. Progress goes to stderr.
+stdout. Progress goes to stderr. ``--from-raw FILE`` measures nothing and
+rewrites the report and plots from a recorded run.
 
 Run from the repository root::
 
@@ -72,7 +79,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 

@@ -137,7 +137,7 @@ class System:
     close: Callable[[], None] = lambda: None
 
 
-def make_engine(threads: int, which: str) -> System:
+def make_engine(threads: int, which: str, device: str = "cpu") -> System:
     from serve_app.engine import OcrEngine, default_engine_config
 
     base = default_engine_config()
@@ -145,9 +145,10 @@ def make_engine(threads: int, which: str) -> System:
         from serve_app.config import reference_config
 
         base = reference_config(predictor=base.predictor)
-    cfg = base.model_copy(
-        update={"predictor": base.predictor.model_copy(update={"cpu_math_library_num_threads": threads})}
-    )
+    update = {"cpu_math_library_num_threads": threads}
+    if device == "gpu":  # the GPU run (load_tests/gpu_run.sh)
+        update.update(device="gpu", enable_openvino_engine=False, cpu_affinity=None)
+    cfg = base.model_copy(update={"predictor": base.predictor.model_copy(update=update)})
     t0 = time.perf_counter()
     eng = OcrEngine(cfg)
     load_s = time.perf_counter() - t0
@@ -379,6 +380,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--per-image", action="store_true", help="also print the per-image table")
     ap.add_argument("--out", type=Path, help="also write the markdown here")
     ap.add_argument("--engine-config", choices=("default", "reference"), default="default")
+    ap.add_argument("--engine-device", choices=("cpu", "gpu"), default="cpu",
+                    help="run the engine's predictors on the GPU (paddlepaddle-gpu)")
     ap.add_argument("--min-free-gb", type=float, default=1.0,
                     help="abort if the machine's MemAvailable drops below this (0 = never; default %(default)s)")
     ap.add_argument("--malloc-mmap-threshold", type=int, default=0, metavar="BYTES",
@@ -476,7 +479,7 @@ def main(argv=None) -> int:
     for name in args.systems:
         print(f"loading {name} ...", file=sys.stderr)
         try:
-            sysobj = make_engine(args.threads, args.engine_config) if name == "engine" else make_rapidocr(name, args.threads)
+            sysobj = make_engine(args.threads, args.engine_config, args.engine_device) if name == "engine" else make_rapidocr(name, args.threads)
         except Exception as exc:
             line = f"SKIPPED {name}: could not import/load it ({type(exc).__name__}: {exc})"
             print(line)  # stdout, as asked: a clear line, no crash
