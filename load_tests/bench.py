@@ -1168,7 +1168,8 @@ def disturbance_warnings(run: Run, others_max: float = 0.3, slack_ms: float = 5.
         d, n = paired_diff(s1[0], eng[0])
         if d < -slack_ms:
             out.append(f"the simple server at 1 client (the same engine plus HTTP) was faster than the in-process "
-                       f"engine by {-d:.0f} ms per image (median over {n} images): the engine point was disturbed, "
+                       f"engine by {-d:.0f} ms per image (median over {n} images): the engine point was disturbed"
+                       f"{' (or cold: --quick skips its warm-up pass)' if run.args.quick else ''}, "
                        f"so the ratios against it are not trustworthy; the simple server at 1 client is the "
                        f"better reference in this run")
     return out

@@ -173,6 +173,7 @@ def report(results, mem_rows, saturation, rate, seconds, out: Path) -> dict:
         "p50_ms": round(pct(0.5), 1), "p99_ms": round(pct(0.99), 1),
         "max_memory_growth": round(max(growth.values()), 4) if growth else None,
         "memory_growth": {k: round(v, 4) for k, v in growth.items()},
+        "memory_mb": {k: [round(mem_rows[0][1][k], 1), round(mem_rows[-1][1][k], 1)] for k in growth},
     }
     lines = ["# Soak", "", f"`load_tests/soak.py --seconds {seconds:.0f}`", "",
              "| requests | errors | offered img/s | saturation img/s | p50 ms | p99 ms | max replica memory growth |",

@@ -74,6 +74,7 @@ def cluster_config(port: int) -> dict:
         if d["name"] in ("TextDetector", "TextRecognizer"):
             d.pop("autoscaling_config", None)
             d["num_replicas"] = 2
+            d["max_replicas_per_node"] = 1  # one on each node (Serve may otherwise pack them)
     return cfg
 
 
