@@ -12,7 +12,7 @@ from typing import Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .errors import BadImage
+from .errors import BadImage, TooLarge
 from .models import dictionary_path, model_files
 from .ocr_models import DirectionClassifier, TextDetector, TextRecognizer
 from .predictor import PaddlePredictor
@@ -39,12 +39,9 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
         path = Path(image)
         if not path.is_file():
             raise BadImage(f"{path}: no such file")
-        if path.stat().st_size > limits.max_bytes:
-            image = b"\0" * 0  # decode_image reports the size below
-            raise_size = path.stat().st_size
-            from .errors import TooLarge
-
-            raise TooLarge(f"{path} is {raise_size} bytes, over the limit of {limits.max_bytes}")
+        size = path.stat().st_size
+        if size > limits.max_bytes:
+            raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
         image = path.read_bytes()
     return decode_image(bytes(image), limits, exif_transpose)
 
