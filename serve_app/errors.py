@@ -45,24 +45,25 @@ class UnsupportedMediaType(OcrError):
     code = "unsupported_media_type"
 
 
-class Overloaded(OcrError):
+class Retryable(OcrError):
+    """A 503: the request was fine, the service could not take it now; the
+    ingress sends `Retry-After: retry_after_s`."""
+
     status = 503
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Overloaded(Retryable):
     code = "overloaded"
 
-    def __init__(self, message: str, retry_after_s: int = 1):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
-
-class Unavailable(OcrError):
+class Unavailable(Retryable):
     """A replica serving this request died or restarted; retrying is safe."""
 
-    status = 503
     code = "unavailable"
-
-    def __init__(self, message: str, retry_after_s: int = 1):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class DeadlineExceeded(OcrError):
