@@ -90,13 +90,26 @@ def test_serve_deploy_spreads_over_nodes_and_survives_losing_one(cluster, tmp_pa
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, 300)
 
-    rec = serve.get_deployment_handle("TextRecognizer", app_name="ocr")
-    det = serve.get_deployment_handle("TextDetector", app_name="ocr")
-    nodes = set()
-    for _ in range(40):
-        nodes.add(rec.stats.remote().result()["node_id"])
-        nodes.add(det.stats.remote().result()["node_id"])
-    assert len(nodes) == 2, "replicas did not spread over both nodes"
+    # /readyz needs one ready replica per stage; wait for both replicas of each before checking spread.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        deps = serve.status().applications["ocr"].deployments
+        if all(deps[n].replica_states.get("RUNNING", 0) == 2 for n in ("TextDetector", "TextRecognizer")):
+            break
+        time.sleep(2)
+    deps = serve.status().applications["ocr"].deployments
+    assert all(deps[n].replica_states.get("RUNNING", 0) == 2 for n in ("TextDetector", "TextRecognizer")), \
+        {n: deps[n].replica_states for n in ("TextDetector", "TextRecognizer")}
+
+    from ray.util.state import list_actors
+
+    placed: dict[str, set[str]] = {}
+    for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000):
+        for name in ("TextDetector", "TextRecognizer"):
+            if a.class_name == f"ServeReplica:ocr:{name}":
+                placed.setdefault(name, set()).add(a.node_id)
+    assert set(placed) == {"TextDetector", "TextRecognizer"}, placed
+    assert all(len(v) == 2 for v in placed.values()), f"replicas did not spread over both nodes: {placed}"
 
     data = (PEER / "rapidocr_ch_en_num.jpg").read_bytes()
     first = requests.post(f"{url}/v1/ocr", data=data, headers={"Content-Type": "image/jpeg"}, timeout=120)
