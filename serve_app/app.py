@@ -45,6 +45,6 @@ def build_app(args: Optional[dict] = None):
     detector = TextDetectorDeployment.bind(a.engine, a.detector)
     classifier = DirectionClassifierDeployment.bind(a.engine, a.classifier) if a.engine.cls.enabled else None
     recognizer = TextRecognizerDeployment.bind(a.engine, a.recognizer)
-    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine)
+    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer)
     jobs = JobStore.bind(pipeline, a.jobs)
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress)

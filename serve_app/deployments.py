@@ -17,6 +17,7 @@ from ray.serve.handle import DeploymentHandle
 
 from .api_models import parse_options
 from .config import EngineConfig, PredictorOptions
+from .crop_scheduler import CropScheduler
 from .engine import assemble, crop_lines, load_image, whole_image_box
 from .metrics import StageMetrics
 from .models import dictionary_path, model_files
@@ -25,7 +26,7 @@ from .predictor import PaddlePredictor
 from .runtime import StageRuntime, batch_params, replica_cores
 from .stages.det_preprocess import Geometry, prepare_image
 from .stages.direction import apply_direction, is_flipped
-from .stages.recognition import load_charset
+from .stages.recognition import batch_width, load_charset
 from .types import Direction, OcrResult, Recognition
 
 log = logging.getLogger("ray.serve")
@@ -151,7 +152,9 @@ class _ModelReplica:
         return out
 
     def _record(self, requests: int, items: int, seconds: float) -> None:
-        self.recent_batches.append({"requests": requests, "items": items, "ms": round(seconds * 1000, 2)})
+        self._seq = getattr(self, "_seq", 0) + 1
+        self.recent_batches.append({"seq": self._seq, "t": round(time.time(), 3), "requests": requests,
+                                    "items": items, "ms": round(seconds * 1000, 2)})
         self.metrics.batch_requests.observe(requests)
         self.metrics.batch_items.observe(items)
         self.metrics.latency.observe(seconds * 1000)
@@ -209,7 +212,7 @@ class TextDetectorDeployment(_ModelReplica):
         other requests' images."""
         return await self._queued(self._detect_batch, image)
 
-    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.005)
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0.0)
     async def _detect_batch(self, images: list[np.ndarray]) -> list:
         t0 = time.perf_counter()
         out = await self._run_isolated(self.detector.detect, images)
@@ -245,13 +248,22 @@ class DirectionClassifierDeployment(_ModelReplica):
         batch are classified together."""
         return await self._queued(self._classify_batch, crops)
 
-    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.0, batch_size_fn=_count_crops)
     async def _classify_batch(self, crop_lists: list[list[np.ndarray]]) -> list:
         return await self._flat(crop_lists, self.classifier.classify)
 
 
 @serve.deployment(name="TextRecognizer", ray_actor_options={"num_cpus": 0.3}, max_ongoing_requests=32)
 class TextRecognizerDeployment(_ModelReplica):
+    """`@serve.batch` gathers requests (one per image, with all its crops);
+    a CropScheduler underneath composes the predictor batches: as soon as
+    the predictor is free, from every pending request, one width bucket per
+    batch, the request with the fewest crops read so far first. So crops of
+    different requests share predictor batches, nothing waits for company,
+    and a page of 200 lines does not hold up a one-line image behind it.
+    Serve batches run concurrently (max_concurrent_batches) so that a new
+    request reaches the scheduler while an older one is still being read."""
+
     stage = "rec"
 
     def __init__(self, engine: EngineConfig, runtime: StageRuntime):
@@ -260,6 +272,13 @@ class TextRecognizerDeployment(_ModelReplica):
         self.recognizer = TextRecognizer(self.predictor, engine.rec, charset)
         self._batched = self._recognize_batch
         self.reconfigure({})
+        opts = engine.rec
+        if opts.batch_padding == "bucket":
+            self.scheduler: Optional[CropScheduler] = CropScheduler(
+                lambda crops: self.predictor.call_async(self.recognizer.recognize_batch, crops),
+                lambda c: batch_width([c.shape[1] / c.shape[0]], opts), opts.batch_size, self._record)
+        else:  # batch_max padding: a crop's reading depends on its batch; keep the engine's batches
+            self.scheduler = None
         calls = []
         for n in range(1, engine.rec.batch_size + 1):  # every batch size at the base width
             calls.append((self.recognizer.recognize_batch, [np.full((48, 320, 3), 255, np.uint8)] * n))
@@ -268,14 +287,24 @@ class TextRecognizerDeployment(_ModelReplica):
         self._warm(calls)
 
     async def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
-        """One call per image with all its crops. Crops from every request in
-        a batch are sorted by width together and read in predictor batches,
-        so one predictor batch can hold crops of several requests."""
+        """One call per image with all its crops."""
         return await self._queued(self._recognize_batch, crops)
 
-    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.005, batch_size_fn=_count_crops)
+    def stats(self) -> dict[str, Any]:
+        out = super().stats()
+        out["pending_crops"] = self.scheduler.pending_items if self.scheduler else None
+        return out
+
+    @serve.batch(max_batch_size=24, batch_wait_timeout_s=0.0, batch_size_fn=_count_crops,
+                 max_concurrent_batches=16)
     async def _recognize_batch(self, crop_lists: list[list[np.ndarray]]) -> list:
-        return await self._flat(crop_lists, self.recognizer.recognize)
+        if self.scheduler is None:
+            return await self._flat(crop_lists, self.recognizer.recognize)
+        out = await asyncio.gather(*(self.scheduler.submit(c) for c in crop_lists), return_exceptions=True)
+        for o in out:
+            if isinstance(o, Exception):
+                self.metrics.errors.inc()
+        return out
 
 
 @serve.deployment(name="OcrPipeline", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
@@ -285,9 +314,26 @@ class OcrPipeline:
     detector); only crops go further."""
 
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
-                 recognizer: DeploymentHandle, engine: EngineConfig):
+                 recognizer: DeploymentHandle, engine: EngineConfig, rec_runtime: Optional[StageRuntime] = None):
         self.detector, self.classifier, self.recognizer = detector, classifier, recognizer
         self.engine = engine
+        self.rec_runtime = rec_runtime or StageRuntime()
+
+    async def _recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
+        """One recogniser call per image, or, for a text-dense image, up to
+        `fan_out` calls with the crops dealt out in width order (each part
+        costs about the same), which the router spreads over replicas."""
+        parts = min(self.rec_runtime.fan_out, len(crops) // max(1, self.rec_runtime.fan_out_min_items // 2))
+        if parts <= 1 or len(crops) < self.rec_runtime.fan_out_min_items:
+            return await self.recognizer.recognize.remote(crops)
+        order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / crops[i].shape[0])
+        shares = [order[k::parts] for k in range(parts)]
+        answers = await asyncio.gather(*(self.recognizer.recognize.remote([crops[i] for i in idx]) for idx in shares))
+        out: list = [None] * len(crops)
+        for idx, recs in zip(shares, answers):
+            for i, r in zip(idx, recs):
+                out[i] = r
+        return out
 
     async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
         opts = parse_options(options)
@@ -318,7 +364,7 @@ class OcrPipeline:
         timings["cls"] = _ms(t)
 
         t = time.perf_counter()
-        recs: list[Recognition] = await self.recognizer.recognize.remote(crops) if crops else []
+        recs: list[Recognition] = await self._recognize(crops) if crops else []
         timings["rec"] = _ms(t)
         lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, opts.return_chars)
         timings["total"] = _ms(t0)

@@ -26,7 +26,14 @@ class StageRuntime(BaseModel):
     # Initial batch knobs; user_config's max_batch_size / batch_wait_timeout_s
     # replace them live.
     max_batch_size: int = Field(4, ge=1)
-    batch_wait_timeout_s: float = Field(0.005, ge=0)
+    batch_wait_timeout_s: float = Field(0.0, ge=0)
+    # Recogniser only: an image with at least `fan_out_min_items` crops is
+    # sent as up to `fan_out` calls (crops dealt out in width order), so that
+    # several replicas read one text-dense page at once. 1 = one call per
+    # image. Answers are the same either way (crops are batched by width
+    # bucket wherever they are read).
+    fan_out: int = Field(1, ge=1)
+    fan_out_min_items: int = Field(12, ge=2)
     # Warm-up shapes (detector (h, w) inputs; recogniser crop widths at height 48).
     warm_det_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
     warm_rec_widths: list[int] = [480, 640, 960]

@@ -1,0 +1,160 @@
+"""Fair, work-conserving crop batching for one recogniser predictor.
+
+Serve's `@serve.batch` gathers *requests* (each an image's list of crops).
+This scheduler, underneath it, decides which crops go into each *predictor*
+batch:
+
+- Work-conserving: a predictor batch starts as soon as the predictor is
+  free, made of whatever is pending; nothing waits for company.
+- Cross-request: crops of the same width bucket from different requests run
+  in one predictor batch (same bucket -> same input width -> a crop reads the
+  same whatever it is batched with).
+- Fair: a request not yet served leads the next batch, then requests in
+  progress take turns (round robin, one predictor batch per turn). An image
+  with hundreds of lines no longer holds every later request's recognition
+  until all of its lines are read (head-of-line blocking): a one-line image
+  arriving behind it waits for the batch already running, then runs; and
+  the big one still gets a turn every round, so it never starves.
+
+No Ray import: unit-tested with a plain function for the predictor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+from typing import Any, Awaitable, Callable, Optional
+
+
+class _Request:
+    __slots__ = ("id", "items", "buckets", "order", "pos", "results", "future")
+
+    def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future):
+        self.id = rid
+        self.items = items
+        self.buckets = buckets
+        # Bucket order (stable): a request's crops of one bucket are adjacent.
+        self.order = sorted(range(len(items)), key=lambda i: buckets[i])
+        self.pos = 0
+        self.results: list = [None] * len(items)
+        self.future = future
+
+    def next_bucket(self) -> int:
+        return self.buckets[self.order[self.pos]]
+
+    def done(self) -> bool:
+        return self.pos >= len(self.order)
+
+
+class CropScheduler:
+    """`await submit(items)` -> one result per item, in order.
+
+    run_batch(items) -> results runs one predictor batch (it must not be
+    called concurrently with itself; the scheduler guarantees that).
+    bucket_of(item) -> the item's width bucket: only items of one bucket
+    share a batch. on_batch(requests, items, seconds) is told about every
+    predictor batch run (for metrics)."""
+
+    def __init__(self, run_batch: Callable[[list], Awaitable[list]], bucket_of: Callable[[Any], int],
+                 batch_size: int, on_batch: Optional[Callable[[int, int, float], None]] = None):
+        self.run_batch = run_batch
+        self.bucket_of = bucket_of
+        self.batch_size = batch_size
+        self.on_batch = on_batch
+        self.queue: deque[_Request] = deque()
+        self._ids = itertools.count()
+        self._worker: Optional[asyncio.Task] = None
+
+    @property
+    def pending_items(self) -> int:
+        return sum(len(r.order) - r.pos for r in self.queue)
+
+    async def submit(self, items: list) -> list:
+        if not items:
+            return []
+        fut = asyncio.get_running_loop().create_future()
+        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut)
+        self.queue.append(req)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._work())
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The caller gave up (deadline, disconnect): drop what is not read yet.
+            if req in self.queue:
+                self.queue.remove(req)
+            raise
+
+    def _take(self) -> list[tuple[_Request, int]]:
+        """The next predictor batch. Its leader is the oldest request that
+        has not been served yet, else the request at the head of the
+        rotation; the leader picks the width bucket and fills the batch
+        first, then unserved requests, then the rest in rotation order add
+        their crops of that bucket. The leader then goes to the back of the
+        rotation. So a newcomer runs in the next batch (most images need
+        one to three batches), and every request in progress gets a turn
+        per round: no request starves, however many small ones arrive."""
+        fresh = [r for r in self.queue if r.pos == 0]
+        leader = fresh[0] if fresh else self.queue[0]
+        bucket = leader.next_bucket()
+        picked: list[tuple[_Request, int]] = []
+        for req in [leader] + [r for r in fresh if r is not leader] + [r for r in self.queue if r.pos > 0 and r is not leader]:
+            while (len(picked) < self.batch_size and not req.done()
+                   and req.next_bucket() == bucket):
+                picked.append((req, req.order[req.pos]))
+                req.pos += 1
+            if len(picked) >= self.batch_size:
+                break
+        self.queue.remove(leader)
+        self.queue.append(leader)
+        return picked
+
+    def _finish(self, req: _Request, error: Optional[BaseException] = None) -> None:
+        if req in self.queue:
+            self.queue.remove(req)
+        if not req.future.done():
+            if error is not None:
+                req.future.set_exception(error)
+            else:
+                req.future.set_result(req.results)
+
+    async def _work(self) -> None:
+        try:
+            await self._loop()
+        except BaseException as e:  # never leave a caller waiting on a dead worker
+            for req in list(self.queue):
+                self._finish(req, e if isinstance(e, Exception) else RuntimeError("recogniser stopped"))
+            raise
+
+    async def _loop(self) -> None:
+        while self.queue:
+            picked = self._take()
+            t0 = time.perf_counter()
+            try:
+                results = await self.run_batch([req.items[i] for req, i in picked])
+            except Exception:
+                results = None
+            if results is None:
+                # Isolate: each request's share of the batch alone; a request
+                # whose share fails gets the error, the others go on.
+                by_req: dict[int, list[tuple[_Request, int]]] = {}
+                for req, i in picked:
+                    by_req.setdefault(req.id, []).append((req, i))
+                for part in by_req.values():
+                    req = part[0][0]
+                    try:
+                        res = await self.run_batch([req.items[i] for _, i in part])
+                        for (_, i), r in zip(part, res):
+                            req.results[i] = r
+                    except Exception as e:
+                        self._finish(req, e)
+            else:
+                for (req, i), r in zip(picked, results):
+                    req.results[i] = r
+            if self.on_batch is not None:
+                self.on_batch(len({req.id for req, _ in picked}), len(picked), time.perf_counter() - t0)
+            for req in {req.id: req for req, _ in picked}.values():
+                if req.done() and not req.future.done():
+                    self._finish(req)

@@ -1,0 +1,121 @@
+"""The recogniser's crop scheduler: fair turns, cross-request batches,
+per-request errors, cancellation. Items here are (bucket, value) pairs and
+the "predictor" doubles each value."""
+
+import asyncio
+
+import pytest
+
+from serve_app.crop_scheduler import CropScheduler
+
+
+class FakePredictor:
+    def __init__(self, fail_on=None, delay=0.0):
+        self.batches: list[list] = []
+        self.fail_on = fail_on
+        self.delay = delay
+        self.running = 0
+
+    async def __call__(self, items):
+        self.running += 1
+        assert self.running == 1, "predictor called concurrently"
+        try:
+            self.batches.append(list(items))
+            await asyncio.sleep(self.delay)
+            if self.fail_on is not None and any(v == self.fail_on for _, v in items):
+                raise ValueError("bad crop")
+            return [v * 2 for _, v in items]
+        finally:
+            self.running -= 1
+
+
+def make(pred, batch_size=4, log=None):
+    return CropScheduler(pred, lambda item: item[0], batch_size,
+                         on_batch=(lambda r, n, s: log.append((r, n))) if log is not None else None)
+
+
+def test_results_in_submission_order_and_batches_hold_one_bucket():
+    async def go():
+        pred = FakePredictor()
+        items = [(b, v) for v, b in enumerate([2, 1, 2, 1, 3, 1, 1, 1, 2])]
+        out = await make(pred).submit(items)
+        assert out == [v * 2 for _, v in items]
+        assert all(len({b for b, _ in batch}) == 1 for batch in pred.batches)
+        assert max(len(b) for b in pred.batches) == 4
+    asyncio.run(go())
+
+
+def test_a_small_request_does_not_wait_for_a_big_one():
+    async def go():
+        pred = FakePredictor(delay=0.001)
+        sched = make(pred, batch_size=4)
+        big = asyncio.create_task(sched.submit([(1, v) for v in range(100)]))
+        await asyncio.sleep(0)  # the big one is queued first
+        small = asyncio.create_task(sched.submit([(5, 1000)]))
+        assert await small == [2000]
+        # the small request ran right after the batch that was running, not after all 25 of the big one
+        assert [(5, 1000)] in pred.batches[:2], pred.batches[:3]
+        assert not big.done()
+        assert await big == [v * 2 for v in range(100)]
+    asyncio.run(go())
+
+
+def test_same_bucket_crops_of_different_requests_share_a_batch():
+    async def go():
+        pred = FakePredictor(delay=0.001)
+        log = []
+        sched = make(pred, batch_size=6, log=log)
+        a, b, c = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 3)]),
+                                       sched.submit([(1, 4), (2, 5)]))
+        assert (a, b, c) == ([2, 4], [6], [8, 10])
+        assert pred.batches[0] == [(1, 1), (1, 2), (1, 3), (1, 4)]
+        assert log[0] == (3, 4)
+    asyncio.run(go())
+
+
+def test_a_failing_crop_fails_only_its_request():
+    async def go():
+        pred = FakePredictor(fail_on=13)
+        sched = make(pred, batch_size=8)
+        good, bad = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 13), (1, 3)]),
+                                         return_exceptions=True)
+        assert good == [2, 4]
+        assert isinstance(bad, ValueError)
+        assert sched.queue == deque_empty()
+    asyncio.run(go())
+
+
+def deque_empty():
+    from collections import deque
+    return deque()
+
+
+def test_a_cancelled_request_stops_taking_predictor_time():
+    async def go():
+        pred = FakePredictor(delay=0.005)
+        sched = make(pred, batch_size=2)
+        doomed = asyncio.create_task(sched.submit([(1, v) for v in range(50)]))
+        await asyncio.sleep(0.012)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        ran = len(pred.batches)
+        assert await sched.submit([(1, 7)]) == [14]
+        assert len(pred.batches) <= ran + 2  # the rest of the cancelled request never ran
+    asyncio.run(go())
+
+
+def test_a_big_request_is_not_starved_by_a_stream_of_small_ones():
+    async def go():
+        pred = FakePredictor(delay=0.001)
+        sched = make(pred, batch_size=2)
+        big = asyncio.create_task(sched.submit([(1, v) for v in range(20)]))
+        await asyncio.sleep(0)
+        smalls = []
+        while not big.done():
+            smalls.append(asyncio.create_task(sched.submit([(2, 1), (2, 2), (2, 3), (2, 4)])))
+            await asyncio.sleep(0.0015)
+            assert len(smalls) < 200, "the big request starved"
+        assert await big == [v * 2 for v in range(20)]
+        await asyncio.gather(*smalls)
+    asyncio.run(go())
