@@ -166,7 +166,14 @@ def test_no_replica_restarted_and_memory_bounded_after_fuzzing(service):
 
     deployments = serve.status().applications["ocr"].deployments
     for name in STAGES + ["OcrPipeline", "OcrIngress"]:
-        assert deployments[name].replica_states == {"RUNNING": 1}, (name, deployments[name].replica_states)
+        assert deployments[name].replica_states == {"RUNNING": initial_replicas(name)}, \
+            (name, deployments[name].replica_states)
+
+
+def initial_replicas(name: str) -> int:
+    """How many replicas deployments.yaml starts `name` with."""
+    d = next(d for d in load_config()["applications"][0]["deployments"] if d["name"] == name)
+    return d.get("num_replicas") or (d.get("autoscaling_config") or {}).get("min_replicas", 1)
 
 
 def test_killing_each_deployment_replica_under_load(service):

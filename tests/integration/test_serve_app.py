@@ -176,7 +176,7 @@ def test_handle_api_returns_the_http_body(service):
 
 def test_live_reconfigure_keeps_the_replica(service):
     """A new user_config, deployed as `serve deploy` would, reaches the
-    running replica: same process, new batch size."""
+    running replicas: same processes, new batch size."""
     import copy
     import time
 
@@ -186,7 +186,20 @@ def test_live_reconfigure_keeps_the_replica(service):
 
     url, config = service
     rec = serve.get_deployment_handle("TextRecognizer", app_name="ocr")
-    before = rec.stats.remote().result()
+    n = serve.status().applications["ocr"].deployments["TextRecognizer"].replica_states["RUNNING"]
+
+    def replicas() -> dict:
+        """pid -> stats of every replica (the router picks one per call)."""
+        seen: dict = {}
+        for _ in range(200):
+            st = rec.stats.remote().result()
+            seen[st["pid"]] = st
+            if len(seen) == n:
+                break
+        return seen
+
+    before = replicas()
+    assert len(before) == n
     new = copy.deepcopy(config)
     new.pop("http_options", None)
     for d in new["applications"][0]["deployments"]:
@@ -195,10 +208,10 @@ def test_live_reconfigure_keeps_the_replica(service):
     _get_global_client().deploy_apps(ServeDeploySchema.model_validate(new))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        after = rec.stats.remote().result()
-        if after["max_batch_size"] == 7:
+        after = replicas()
+        if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
             break
         time.sleep(0.5)
-    assert after["pid"] == before["pid"]
-    assert (after["max_batch_size"], after["batch_wait_timeout_s"]) == (7, 0.02)
+    assert set(after) == set(before)
+    assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
     assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
