@@ -64,6 +64,8 @@ class CropScheduler:
         self.batch_size = batch_size
         self.on_batch = on_batch
         self.queue: deque[_Request] = deque()
+        # False: a predictor batch holds one request's crops only ("batching off").
+        self.cross_request = True
         self._ids = itertools.count()
         self._worker: Optional[asyncio.Task] = None
 
@@ -100,7 +102,8 @@ class CropScheduler:
         leader = fresh[0] if fresh else self.queue[0]
         bucket = leader.next_bucket()
         picked: list[tuple[_Request, int]] = []
-        for req in [leader] + [r for r in fresh if r is not leader] + [r for r in self.queue if r.pos > 0 and r is not leader]:
+        others = [r for r in fresh if r is not leader] + [r for r in self.queue if r.pos > 0 and r is not leader]
+        for req in [leader] + (others if self.cross_request else []):
             while (len(picked) < self.batch_size and not req.done()
                    and req.next_bucket() == bucket):
                 picked.append((req, req.order[req.pos]))

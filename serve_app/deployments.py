@@ -75,6 +75,8 @@ class _ModelReplica:
         _crop_cap["value"] = size
         self._batched.set_max_batch_size(size)
         self._batched.set_batch_wait_timeout_s(wait)
+        if getattr(self, "scheduler", None) is not None:  # max_batch_size 1 = no cross-request batches
+            self.scheduler.cross_request = size > 1
 
     def check_health(self) -> None:
         if self.ready_at is None:
@@ -279,6 +281,7 @@ class TextRecognizerDeployment(_ModelReplica):
                 lambda c: batch_width([c.shape[1] / c.shape[0]], opts), opts.batch_size, self._record)
         else:  # batch_max padding: a crop's reading depends on its batch; keep the engine's batches
             self.scheduler = None
+        self.reconfigure({})
         calls = []
         for n in range(1, engine.rec.batch_size + 1):  # every batch size at the base width
             calls.append((self.recognizer.recognize_batch, [np.full((48, 320, 3), 255, np.uint8)] * n))

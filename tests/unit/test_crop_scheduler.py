@@ -119,3 +119,14 @@ def test_a_big_request_is_not_starved_by_a_stream_of_small_ones():
         assert await big == [v * 2 for v in range(20)]
         await asyncio.gather(*smalls)
     asyncio.run(go())
+
+
+def test_without_cross_request_batching_a_batch_holds_one_request():
+    async def go():
+        pred = FakePredictor(delay=0.001)
+        sched = make(pred, batch_size=6)
+        sched.cross_request = False
+        a, b = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 3)]))
+        assert (a, b) == ([2, 4], [6])
+        assert pred.batches == [[(1, 1), (1, 2)], [(1, 3)]]
+    asyncio.run(go())
