@@ -13,8 +13,9 @@ batch:
   progress take turns (round robin, one predictor batch per turn). An image
   with hundreds of lines no longer holds every later request's recognition
   until all of its lines are read (head-of-line blocking): a one-line image
-  arriving behind it waits for the batch already running, then runs; and
-  the big one still gets a turn every round, so it never starves.
+  arriving behind it waits for the (at most two) batches already handed to
+  the predictor, then runs; and the big one still gets a turn every round,
+  so it never starves.
 
 No Ray import: unit-tested with a plain function for the predictor.
 """
@@ -29,7 +30,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 
 class _Request:
-    __slots__ = ("id", "items", "buckets", "order", "pos", "results", "future")
+    __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future")
 
     def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future):
         self.id = rid
@@ -37,7 +38,8 @@ class _Request:
         self.buckets = buckets
         # Bucket order (stable): a request's crops of one bucket are adjacent.
         self.order = sorted(range(len(items)), key=lambda i: buckets[i])
-        self.pos = 0
+        self.pos = 0  # crops handed to a batch
+        self.received = 0  # crops whose result is in
         self.results: list = [None] * len(items)
         self.future = future
 
@@ -45,6 +47,7 @@ class _Request:
         return self.buckets[self.order[self.pos]]
 
     def done(self) -> bool:
+        """Every crop handed out (results may still be on their way)."""
         return self.pos >= len(self.order)
 
 
@@ -66,6 +69,9 @@ class CropScheduler:
         self.queue: deque[_Request] = deque()
         # False: a predictor batch holds one request's crops only ("batching off").
         self.cross_request = True
+        # Predictor batches handed to the predictor's thread at once (its
+        # queue is FIFO): 2 hides this loop's wake-up between batches.
+        self.depth = 2
         self._ids = itertools.count()
         self._worker: Optional[asyncio.Task] = None
 
@@ -98,11 +104,14 @@ class CropScheduler:
         rotation. So a newcomer runs in the next batch (most images need
         one to three batches), and every request in progress gets a turn
         per round: no request starves, however many small ones arrive."""
-        fresh = [r for r in self.queue if r.pos == 0]
-        leader = fresh[0] if fresh else self.queue[0]
+        waiting = [r for r in self.queue if not r.done()]
+        if not waiting:
+            return []
+        fresh = [r for r in waiting if r.pos == 0]
+        leader = fresh[0] if fresh else waiting[0]
         bucket = leader.next_bucket()
         picked: list[tuple[_Request, int]] = []
-        others = [r for r in fresh if r is not leader] + [r for r in self.queue if r.pos > 0 and r is not leader]
+        others = [r for r in fresh if r is not leader] + [r for r in waiting if r.pos > 0 and r is not leader]
         for req in [leader] + (others if self.cross_request else []):
             while (len(picked) < self.batch_size and not req.done()
                    and req.next_bucket() == bucket):
@@ -132,13 +141,25 @@ class CropScheduler:
             raise
 
     async def _loop(self) -> None:
-        while self.queue:
-            picked = self._take()
-            t0 = time.perf_counter()
+        """Keeps `depth` batches handed to the predictor's thread, so it
+        never idles while this loop wakes up to compose the next one."""
+        inflight: deque = deque()
+        last_end = 0.0
+        while True:
+            while len(inflight) < self.depth:
+                picked = self._take() if self.queue else []
+                if not picked:
+                    break
+                fut = asyncio.ensure_future(self.run_batch([req.items[i] for req, i in picked]))
+                inflight.append((picked, time.perf_counter(), fut))
+            if not inflight:
+                return
+            picked, t_sub, fut = inflight.popleft()
             try:
-                results = await self.run_batch([req.items[i] for req, i in picked])
+                results = await fut
             except Exception:
                 results = None
+            end = time.perf_counter()
             if results is None:
                 # Isolate: each request's share of the batch alone; a request
                 # whose share fails gets the error, the others go on.
@@ -151,13 +172,18 @@ class CropScheduler:
                         res = await self.run_batch([req.items[i] for _, i in part])
                         for (_, i), r in zip(part, res):
                             req.results[i] = r
+                        req.received += len(part)
                     except Exception as e:
                         self._finish(req, e)
+                end = time.perf_counter()
             else:
                 for (req, i), r in zip(picked, results):
                     req.results[i] = r
+                    req.received += 1
             if self.on_batch is not None:
-                self.on_batch(len({req.id for req, _ in picked}), len(picked), time.perf_counter() - t0)
+                # compute time: from when the thread could start it (the previous batch's end)
+                self.on_batch(len({req.id for req, _ in picked}), len(picked), end - max(t_sub, last_end))
+            last_end = end
             for req in {req.id: req for req, _ in picked}.values():
-                if req.done() and not req.future.done():
+                if req.received >= len(req.items) and not req.future.done():
                     self._finish(req)
