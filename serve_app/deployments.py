@@ -282,11 +282,13 @@ class TextRecognizerDeployment(_ModelReplica):
         else:  # batch_max padding: a crop's reading depends on its batch; keep the engine's batches
             self.scheduler = None
         self.reconfigure({})
+        # Every batch size at the base width and at each warm width: the crop
+        # scheduler mixes requests, so any batch size meets any width (each
+        # new input shape costs the predictor time and memory once).
         calls = []
-        for n in range(1, engine.rec.batch_size + 1):  # every batch size at the base width
-            calls.append((self.recognizer.recognize_batch, [np.full((48, 320, 3), 255, np.uint8)] * n))
-        for w in runtime.warm_rec_widths:  # wider buckets at batch 1
-            calls.append((self.recognizer.recognize_batch, [np.full((48, w, 3), 255, np.uint8)]))
+        for w in [320, *runtime.warm_rec_widths]:
+            for n in range(1, engine.rec.batch_size + 1):
+                calls.append((self.recognizer.recognize_batch, [np.full((48, w, 3), 255, np.uint8)] * n))
         self._warm(calls)
 
     async def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:

@@ -30,7 +30,7 @@ def load_config(path: Path = REPO / "deployments.yaml") -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def deploy_config(config: dict, port: int, timeout_s: float = 300) -> str:
+def deploy_config(config: dict, port: int, timeout_s: float = 300, all_replicas: bool = True) -> str:
     """Deploy a Serve config file's applications the way `serve deploy` does
     (same schema, same controller call), HTTP on `port`; wait for /readyz."""
     from ray import serve
@@ -43,7 +43,30 @@ def deploy_config(config: dict, port: int, timeout_s: float = 300) -> str:
     _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config))
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, timeout_s)
+    if all_replicas:
+        wait_replicas(config, timeout_s)
     return url
+
+
+def wait_replicas(config: dict, timeout_s: float = 300) -> None:
+    """/readyz is 200 once each stage has one ready replica; tests that look
+    at every replica wait for each deployment's starting count."""
+    from ray import serve
+
+    want = {}
+    for app in config["applications"]:
+        for d in app.get("deployments", []):
+            n = d.get("num_replicas") or (d.get("autoscaling_config") or {}).get("min_replicas", 1)
+            want[(app["name"], d["name"])] = n if isinstance(n, int) else 1
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        apps = serve.status().applications
+        if all(a in apps and name in apps[a].deployments
+               and apps[a].deployments[name].replica_states.get("RUNNING", 0) >= n
+               for (a, name), n in want.items()):
+            return
+        time.sleep(1)
+    raise TimeoutError(f"replicas not all running after {timeout_s}s: {want}")
 
 
 def wait_ready(url: str, timeout_s: float = 300) -> None:

@@ -64,7 +64,7 @@ def test_four_quarter_gpu_replicas_share_one_gpu_and_a_fifth_waits(cluster):
     cfg = gpu_config(fallback=True, rec_replicas=5)
     port = free_port()
     serve.shutdown()
-    url = deploy_config(cfg, port)  # ready once each stage has a warmed replica
+    url = deploy_config(cfg, port, all_replicas=False)  # ready once each stage has a warmed replica
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         states = serve.status().applications["ocr"].deployments["TextRecognizer"].replica_states
