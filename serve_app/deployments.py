@@ -260,7 +260,7 @@ class TextRecognizerDeployment(_ModelReplica):
     """`@serve.batch` gathers requests (one per image, with all its crops);
     a CropScheduler underneath composes the predictor batches: as soon as
     the predictor is free, from every pending request, one width bucket per
-    batch, the request with the fewest crops read so far first. So crops of
+    batch, a request not served yet first, then round robin. So crops of
     different requests share predictor batches, nothing waits for company,
     and a page of 200 lines does not hold up a one-line image behind it.
     Serve batches run concurrently (max_concurrent_batches) so that a new
@@ -273,7 +273,6 @@ class TextRecognizerDeployment(_ModelReplica):
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.predictor, engine.rec, charset)
         self._batched = self._recognize_batch
-        self.reconfigure({})
         opts = engine.rec
         if opts.batch_padding == "bucket":
             self.scheduler: Optional[CropScheduler] = CropScheduler(

@@ -89,3 +89,15 @@ def stop_all():
         serve.shutdown()
     finally:
         ray.shutdown()
+
+
+def replica_stats(handle, n: int, tries: int = 200) -> dict:
+    """pid -> stats() of up to n replicas behind a deployment handle (the
+    router picks one replica per call, so call until n have answered)."""
+    seen: dict = {}
+    for _ in range(tries):
+        st = handle.stats.remote().result()
+        seen[st["pid"]] = st
+        if len(seen) >= n:
+            break
+    return seen

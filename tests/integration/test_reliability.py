@@ -19,6 +19,7 @@ from PIL import Image
 
 from peer import PEER
 from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
+from serve_fixtures import replica_stats as all_replica_stats
 
 TOKEN = "test-token-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -51,13 +52,7 @@ def replica_stats() -> dict[str, dict[int, dict]]:
         while (serve.status().applications["ocr"].deployments[s].replica_states.get("RUNNING", 0) < n
                and time.monotonic() < deadline):
             time.sleep(1)
-        seen: dict[int, dict] = {}
-        for _ in range(200):
-            st = h.stats.remote().result()
-            seen[st["pid"]] = st
-            if len(seen) >= n:
-                break
-        out[s] = seen
+        out[s] = all_replica_stats(h, n)
     return out
 
 

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from serve_fixtures import deploy_config, free_port, load_config, replica_stats, start_ray, stop_all
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -84,13 +84,7 @@ def test_recognizer_batches_crops_across_requests(service):
         codes = list(pool.map(lambda n: post_file(url, n).status_code, IMAGES))
     assert codes == [200] * len(IMAGES)
     n = serve.status().applications["ocr"].deployments["TextRecognizer"].replica_states["RUNNING"]
-    replicas: dict = {}
-    for _ in range(200):  # every replica's recent predictor batches
-        st = rec.stats.remote().result()
-        replicas[st["pid"]] = st["recent_batches"]
-        if len(replicas) == n:
-            break
-    batches = [b for bs in replicas.values() for b in bs]
+    batches = [b for st in replica_stats(rec, n).values() for b in st["recent_batches"]]
     assert any(b["requests"] > 1 for b in batches), batches
 
 
@@ -195,17 +189,7 @@ def test_live_reconfigure_keeps_the_replica(service):
     rec = serve.get_deployment_handle("TextRecognizer", app_name="ocr")
     n = serve.status().applications["ocr"].deployments["TextRecognizer"].replica_states["RUNNING"]
 
-    def replicas() -> dict:
-        """pid -> stats of every replica (the router picks one per call)."""
-        seen: dict = {}
-        for _ in range(200):
-            st = rec.stats.remote().result()
-            seen[st["pid"]] = st
-            if len(seen) == n:
-                break
-        return seen
-
-    before = replicas()
+    before = replica_stats(rec, n)
     assert len(before) == n
     new = copy.deepcopy(config)
     new.pop("http_options", None)
@@ -215,7 +199,7 @@ def test_live_reconfigure_keeps_the_replica(service):
     _get_global_client().deploy_apps(ServeDeploySchema.model_validate(new))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        after = replicas()
+        after = replica_stats(rec, n)
         if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
             break
         time.sleep(0.5)
