@@ -105,9 +105,27 @@ class RecOptions(_Strict):
     # warm, and with batch_padding "bucket" a crop's input (so its reading)
     # does not depend on what it is batched with.
     width_bucket: int = Field(32, ge=1)
+    # Padded widths a crop can get (ascending): a crop takes the smallest
+    # that holds it; wider than the last, it is squeezed to the last. Each
+    # (batch size, width) input shape costs the OpenVINO engine ~3 MB once,
+    # so a short ladder closes the set of shapes (warmed before ready).
+    # Empty: multiples of width_bucket up to max_width.
+    width_ladder: list[int] = [320, 384, 448, 512, 576, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3200]
+    # A predictor batch holds at most this many padded columns (crops x
+    # width), at least one crop: wide buckets run in smaller batches, which
+    # bounds both the shapes to warm and the batch's memory.
+    batch_columns: int = Field(6144, ge=1)
     batch_padding: Literal["bucket", "batch_max"] = "bucket"
     max_width: int = Field(3200, ge=48, description="wider crops are squeezed to this width")
     use_space_char: bool = True
+
+    @model_validator(mode="after")
+    def _ladder(self) -> "RecOptions":
+        lad = self.width_ladder
+        if lad and (any(b <= a for a, b in zip(lad, lad[1:])) or lad[0] < self.image_width or lad[-1] > self.max_width):
+            raise ValueError(f"width_ladder must be ascending, from at least image_width ({self.image_width}) "
+                             f"to at most max_width ({self.max_width}); got {lad}")
+        return self
 
 
 class ImageLimits(_Strict):
@@ -156,7 +174,7 @@ def reference_config(**overrides) -> EngineConfig:
         # The reference ran in fp32.
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),
-        rec=RecOptions(width_bucket=1, max_width=100_000, batch_padding="batch_max"),
+        rec=RecOptions(width_bucket=1, width_ladder=[], max_width=100_000, batch_padding="batch_max"),
         pipeline=PipelineOptions(exif_transpose=False),
     )
     return base.model_copy(update=overrides)

@@ -26,7 +26,7 @@ import asyncio
 import itertools
 import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, Union
 
 
 class _Request:
@@ -57,11 +57,12 @@ class CropScheduler:
     run_batch(items) -> results runs one predictor batch (it must not be
     called concurrently with itself; the scheduler guarantees that).
     bucket_of(item) -> the item's width bucket: only items of one bucket
-    share a batch. on_batch(requests, items, seconds) is told about every
+    share a batch. batch_size: items per batch, or bucket -> items per
+    batch of that bucket. on_batch(requests, items, seconds) is told about every
     predictor batch run (for metrics)."""
 
     def __init__(self, run_batch: Callable[[list], Awaitable[list]], bucket_of: Callable[[Any], int],
-                 batch_size: int, on_batch: Optional[Callable[[int, int, float], None]] = None):
+                 batch_size: Union[int, Callable[[int], int]], on_batch: Optional[Callable[[int, int, float], None]] = None):
         self.run_batch = run_batch
         self.bucket_of = bucket_of
         self.batch_size = batch_size
@@ -110,14 +111,15 @@ class CropScheduler:
         fresh = [r for r in waiting if r.pos == 0]
         leader = fresh[0] if fresh else waiting[0]
         bucket = leader.next_bucket()
+        limit = self.batch_size(bucket) if callable(self.batch_size) else self.batch_size
         picked: list[tuple[_Request, int]] = []
         others = [r for r in fresh if r is not leader] + [r for r in waiting if r.pos > 0 and r is not leader]
         for req in [leader] + (others if self.cross_request else []):
-            while (len(picked) < self.batch_size and not req.done()
+            while (len(picked) < limit and not req.done()
                    and req.next_bucket() == bucket):
                 picked.append((req, req.order[req.pos]))
                 req.pos += 1
-            if len(picked) >= self.batch_size:
+            if len(picked) >= limit:
                 break
         self.queue.remove(leader)
         self.queue.append(leader)

@@ -26,7 +26,8 @@ from .predictor import PaddlePredictor
 from .runtime import StageRuntime, batch_params, replica_cores
 from .stages.det_preprocess import Geometry, prepare_image
 from .stages.direction import apply_direction, is_flipped
-from .stages.recognition import batch_width, load_charset
+from .stages.recognition import batch_limit, batch_width, load_charset
+from .stages.recognition import input_shapes as rec_input_shapes
 from .types import Direction, OcrResult, Recognition
 
 log = logging.getLogger("ray.serve")
@@ -277,18 +278,20 @@ class TextRecognizerDeployment(_ModelReplica):
         if opts.batch_padding == "bucket":
             self.scheduler: Optional[CropScheduler] = CropScheduler(
                 lambda crops: self.predictor.call_async(self.recognizer.recognize_batch, crops),
-                lambda c: batch_width([c.shape[1] / c.shape[0]], opts), opts.batch_size, self._record)
+                lambda c: batch_width([c.shape[1] / c.shape[0]], opts), lambda w: batch_limit(w, opts), self._record)
         else:  # batch_max padding: a crop's reading depends on its batch; keep the engine's batches
             self.scheduler = None
         self.reconfigure({})
-        # Every batch size at the base width and at each warm width: the crop
-        # scheduler mixes requests, so any batch size meets any width (each
-        # new input shape costs the predictor time and memory once).
-        calls = []
-        for w in [320, *runtime.warm_rec_widths]:
-            for n in range(1, engine.rec.batch_size + 1):
-                calls.append((self.recognizer.recognize_batch, [np.full((48, w, 3), 255, np.uint8)] * n))
-        self._warm(calls)
+        # Every input shape it can be given (each batch size at each ladder
+        # width: the crop scheduler mixes requests, so any batch size meets
+        # any width). A new shape costs the predictor time and ~3 MB once;
+        # warmed here, memory stays flat in service. Without a ladder the set
+        # is open: warm the configured widths.
+        shapes = rec_input_shapes(opts) if opts.batch_padding == "bucket" else []
+        if not shapes:
+            shapes = [(n, w) for w in [320, *runtime.warm_rec_widths] for n in range(1, opts.batch_size + 1)]
+        h = opts.image_height
+        self._warm([(self.recognizer.recognize_batch, [np.full((h, w, 3), 255, np.uint8)] * n) for n, w in shapes])
 
     async def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
         """One call per image with all its crops."""

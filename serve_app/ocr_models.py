@@ -13,7 +13,7 @@ from .predictor import Predictor
 from .stages.db_postprocess import db_boxes
 from .stages.det_preprocess import det_preprocess
 from .stages.direction import cls_postprocess, cls_preprocess
-from .stages.recognition import batch_width, ctc_decode, rec_preprocess, width_order
+from .stages.recognition import batch_limit, batch_width, ctc_decode, rec_preprocess, width_order
 from .types import Direction, Recognition
 
 
@@ -73,12 +73,12 @@ class TextRecognizer:
             runs: dict[int, list[int]] = {}
             for i in order:
                 runs.setdefault(batch_width([crops[i].shape[1] / crops[i].shape[0]], self.opts), []).append(i)
-            groups = list(runs.values())
+            groups = [(batch_limit(w, self.opts), g) for w, g in runs.items()]
         else:
-            groups = [order]
-        for group in groups:
-            for start in range(0, len(group), self.opts.batch_size):
-                idx = group[start : start + self.opts.batch_size]
+            groups = [(self.opts.batch_size, order)]
+        for size, group in groups:
+            for start in range(0, len(group), size):
+                idx = group[start : start + size]
                 for i, r in zip(idx, self.recognize_batch([crops[i] for i in idx])):
                     result[i] = r
         return result

@@ -30,13 +30,28 @@ def load_charset(path: Path, use_space_char: bool = True) -> list[str]:
 
 def batch_width(ratios: list[float], opts: RecOptions) -> int:
     """Padded width for a batch whose widest crop has the largest w/h ratio:
-    at least image_width, rounded up to the width bucket, at most max_width."""
+    at least image_width, rounded up to the width ladder (or, without one,
+    to the width bucket), at most max_width."""
     h = opts.image_height
     w = max(opts.image_width / h, max(ratios)) * h
     w = int(w)
+    if opts.width_ladder:
+        return next((b for b in opts.width_ladder if b >= w), opts.width_ladder[-1])
     if opts.width_bucket > 1:
         w = int(math.ceil(w / opts.width_bucket) * opts.width_bucket)
     return min(w, opts.max_width)
+
+
+def batch_limit(width: int, opts: RecOptions) -> int:
+    """Crops per predictor batch at this padded width: batch_size, fewer for
+    wide buckets (at most batch_columns padded columns), at least one."""
+    return max(1, min(opts.batch_size, opts.batch_columns // width))
+
+
+def input_shapes(opts: RecOptions) -> list[tuple[int, int]]:
+    """Every (batch size, width) the recogniser can be given with bucket
+    padding and a width ladder: the set to warm."""
+    return [(n, w) for w in opts.width_ladder for n in range(1, batch_limit(w, opts) + 1)]
 
 
 def rec_preprocess(crop: np.ndarray, width: int, opts: RecOptions) -> np.ndarray:

@@ -49,6 +49,17 @@ def test_results_in_submission_order_and_batches_hold_one_bucket():
     asyncio.run(go())
 
 
+def test_batch_size_can_depend_on_the_bucket():
+    async def go():
+        pred = FakePredictor()
+        items = [(b, v) for v, b in enumerate([1] * 7 + [9] * 5)]
+        out = await make(pred, batch_size=lambda bucket: 3 if bucket == 1 else 2).submit(items)
+        assert out == [v * 2 for _, v in items]
+        assert sorted(len(b) for b in pred.batches if b[0][0] == 1) == [1, 3, 3]
+        assert sorted(len(b) for b in pred.batches if b[0][0] == 9) == [1, 2, 2]
+    asyncio.run(go())
+
+
 def test_a_small_request_does_not_wait_for_a_big_one():
     async def go():
         pred = FakePredictor(delay=0.001)

@@ -8,8 +8,10 @@ import pytest
 
 from serve_app.config import RecOptions
 from serve_app.stages.recognition import (
+    batch_limit,
     batch_width,
     ctc_decode,
+    input_shapes as rec_input_shapes,
     load_charset,
     rec_preprocess,
     width_order,
@@ -132,20 +134,48 @@ def test_batch_width_is_at_least_image_width():
     assert batch_width([320 / 48], opts) == 320
 
 
-def test_batch_width_rounds_up_to_the_bucket():
-    opts = RecOptions()
+def test_batch_width_rounds_up_to_the_ladder():
+    opts = RecOptions()  # default ladder 320, 384, 448, 512, 576, 640, 768, ...
+    assert batch_width([384 / 48], opts) == 384  # on a rung: unchanged
+    assert batch_width([10.0], opts) == 512  # 480 -> 512
+    assert batch_width([1.0, 13.4, 3.0], opts) == 768  # the widest ratio decides: 643 -> 768
+    assert batch_width([10.0], RecOptions(width_ladder=[320, 500, 900], max_width=900)) == 500
+
+
+def test_batch_width_without_a_ladder_rounds_up_to_the_bucket():
+    opts = RecOptions(width_ladder=[])
     assert batch_width([10.0], opts) == 480  # 480 is a multiple of 32
     assert batch_width([10.1], opts) == 512  # int(484.8) = 484 -> 512
     assert batch_width([1.0, 10.1, 3.0], opts) == 512  # the widest ratio decides
-    assert batch_width([10.1], RecOptions(width_bucket=1)) == 484
-    assert batch_width([10.1], RecOptions(width_bucket=100)) == 500
+    assert batch_width([10.1], RecOptions(width_ladder=[], width_bucket=1)) == 484
+    assert batch_width([10.1], RecOptions(width_ladder=[], width_bucket=100)) == 500
 
 
 def test_batch_width_is_capped_at_max_width():
-    assert batch_width([100.0], RecOptions()) == 3200
-    assert batch_width([66.0], RecOptions()) == 3168  # 3168 = 99 * 32, under the cap
-    assert batch_width([67.0], RecOptions()) == 3200  # 3216 -> capped
-    assert batch_width([20.0], RecOptions(max_width=400)) == 400
+    assert batch_width([100.0], RecOptions()) == 3200  # past the last rung: squeezed to it
+    assert batch_width([60.0], RecOptions()) == 3200  # 2880 -> 3200
+    assert batch_width([50.0], RecOptions()) == 2560  # 2400 -> 2560
+    assert batch_width([66.0], RecOptions(width_ladder=[])) == 3168  # 3168 = 99 * 32, under the cap
+    assert batch_width([67.0], RecOptions(width_ladder=[])) == 3200  # 3216 -> capped
+    assert batch_width([20.0], RecOptions(width_ladder=[], max_width=400)) == 400
+
+
+def test_width_ladder_is_validated():
+    for bad in ([320, 320], [640, 480], [200, 480], [320, 4000]):
+        with pytest.raises(ValueError, match="width_ladder"):
+            RecOptions(width_ladder=bad)
+
+
+def test_batch_limit_keeps_wide_batches_under_the_column_budget():
+    opts = RecOptions()  # batch_size 6, batch_columns 6144
+    assert [batch_limit(w, opts) for w in (320, 1024, 1280, 2048, 2560, 3200)] == [6, 6, 4, 3, 2, 1]
+    assert batch_limit(3200, RecOptions(batch_columns=100)) == 1  # always at least one crop
+
+
+def test_input_shapes_are_every_batch_size_at_every_rung():
+    opts = RecOptions(width_ladder=[320, 1280, 3200])
+    assert rec_input_shapes(opts) == [(n, 320) for n in range(1, 7)] + [(n, 1280) for n in range(1, 5)] + [(1, 3200)]
+    assert len(rec_input_shapes(RecOptions())) == 71
 
 
 # --- rec_preprocess ----------------------------------------------------------------
