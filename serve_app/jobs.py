@@ -1,6 +1,9 @@
 """Asynchronous OCR jobs. The store is its own deployment (one replica), not
 the ingress: an ingress restart loses no job, and the store runs the jobs
-itself, through the pipeline handle."""
+itself, through the pipeline handle. With a journal (`jobs.journal`, a
+SQLite file) a restart of the store itself loses none either: the new
+replica reads the file, runs the unfinished jobs again and keeps serving the
+finished ones' results."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,6 +21,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from .errors import OcrError, Overloaded
+from .job_journal import JobJournal
 
 log = logging.getLogger("ray.serve")
 
@@ -27,6 +32,10 @@ class JobArgs(BaseModel):
     ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
     capacity: int = Field(1000, ge=1, description="jobs held at once (queued, running or finished)")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
+    journal: Optional[str] = Field(
+        None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
+        "loses none (unfinished ones run again). It must be reachable by the restarted replica: on a multi-node "
+        "cluster, shared storage, or the JobStore pinned to one node. None: jobs are in memory only.")
 
 
 @dataclass
@@ -61,22 +70,54 @@ class JobStore:
         self.by_key: dict[str, str] = {}
         self.queue: asyncio.Queue = asyncio.Queue()
         self.workers: list[asyncio.Task] = []
+        self.journal: Optional[JobJournal] = None
+        # The journal's writes run on one thread of their own, off the event loop.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
+        if args.journal:
+            self.journal = JobJournal(args.journal)
+            self._recover(self.journal.load())
+
+    def _recover(self, rows: list[dict]) -> None:
+        unfinished = 0
+        for r in rows:
+            finished = r["status"] in ("succeeded", "failed")
+            job = Job(r["job_id"], r["status"] if finished else "queued", r["created"],
+                      None if finished else r["image"], r["options"], r["result"], r["error"], r["finished"], r["key"])
+            self.jobs[job.job_id] = job
+            if job.key:
+                self.by_key[job.key] = job.job_id
+            if not finished:
+                self.queue.put_nowait(job.job_id)
+                unfinished += 1
+        if rows:
+            log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, len(rows), unfinished)
+
+    async def _write(self, fn, *args) -> None:
+        if self.journal is not None:
+            await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def check_health(self) -> None:
+        # Serve calls this every few seconds: after a restart, jobs recovered
+        # from the journal start running even if nobody submits or polls.
+        self._start_workers()
 
     def _start_workers(self) -> None:
         # Started on first use, inside the replica's event loop (no work in __init__'s loop-less context).
         if not self.workers:
             self.workers = [asyncio.create_task(self._worker()) for _ in range(self.args.concurrency)]
 
-    def _expire(self) -> None:
+    def _expire(self) -> list[str]:
         now = time.time()
-        for job_id in [j.job_id for j in self.jobs.values() if j.finished and now - j.finished > self.args.ttl_s]:
+        gone = [j.job_id for j in self.jobs.values() if j.finished and now - j.finished > self.args.ttl_s]
+        for job_id in gone:
             job = self.jobs.pop(job_id)
             if job.key:
                 self.by_key.pop(job.key, None)
+        return gone
 
     async def submit(self, image: Any, options: Optional[dict], idempotency_key: Optional[str] = None) -> dict:
         self._start_workers()
-        self._expire()
+        await self._expire_journaled()
         if idempotency_key and idempotency_key in self.by_key:
             return self.jobs[self.by_key[idempotency_key]].view()
         if len(self.jobs) >= self.args.capacity:
@@ -85,12 +126,26 @@ class JobStore:
         self.jobs[job.job_id] = job
         if idempotency_key:
             self.by_key[idempotency_key] = job.job_id
+        try:
+            # Accepted only once it is on disk (with a journal).
+            await self._write(self.journal.add if self.journal else None, job.job_id, job.created,
+                              idempotency_key, options, image)
+        except Exception:
+            self.jobs.pop(job.job_id, None)
+            if idempotency_key:
+                self.by_key.pop(idempotency_key, None)
+            raise
         self.queue.put_nowait(job.job_id)
         return job.view()
 
+    async def _expire_journaled(self) -> None:
+        gone = self._expire()
+        if gone:
+            await self._write(self.journal.delete if self.journal else None, gone)
+
     async def get(self, job_id: str) -> Optional[dict]:
         self._start_workers()
-        self._expire()
+        await self._expire_journaled()
         job = self.jobs.get(job_id)
         return job.view() if job else None
 
@@ -128,5 +183,16 @@ class JobStore:
                         else:
                             await asyncio.sleep(min(2.0 ** attempt, 10.0))
             finally:
-                job.image = None  # the result is kept, the image is not
-                job.finished = time.time()
+                # Still "running" only when cancelled (the replica is stopping):
+                # then the journal keeps the job as accepted, to run again.
+                if job.status != "running":
+                    await self._finished(job)
+
+    async def _finished(self, job: Job) -> None:
+        job.image = None  # the result is kept, the image is not
+        job.finished = time.time()
+        try:
+            await self._write(self.journal.finish if self.journal else None, job.job_id, job.status,
+                              job.result, job.error, job.finished)
+        except Exception as e:  # the result is still served from memory
+            log.error("job %s: could not write its result to the journal: %r", job.job_id, e)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +28,15 @@ def start_ray(**init_kwargs):
 
 
 def load_config(path: Path = REPO / "deployments.yaml") -> dict:
-    return yaml.safe_load(path.read_text())
+    """The config file, with each application's job journal (if it has one)
+    moved to a fresh temporary file: a test's service never picks up another
+    run's jobs."""
+    config = yaml.safe_load(path.read_text())
+    for app in config["applications"]:
+        jobs = app.get("args", {}).get("jobs")
+        if jobs and jobs.get("journal"):
+            jobs["journal"] = str(Path(tempfile.mkdtemp(prefix="ocr-jobs-")) / "jobs.sqlite")
+    return config
 
 
 def deploy_config(config: dict, port: int, timeout_s: float = 300, all_replicas: bool = True) -> str:

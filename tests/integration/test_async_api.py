@@ -28,7 +28,8 @@ def service():
     cfg = load_config()
     args = cfg["applications"][0]["args"]
     args["ingress"] = {"max_in_flight": 3, "retry_after_s": 2}
-    args["jobs"] = {"ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4}
+    args["jobs"] = {**args["jobs"], "ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4}
+    assert args["jobs"]["journal"]  # a fresh file per run (serve_fixtures.load_config)
     try:
         yield deploy_config(cfg, free_port())
     finally:
@@ -65,14 +66,19 @@ def submit_job(url: str, name: str, **headers) -> requests.Response:
 
 
 def wait_jobs(url: str, ids: list[str], timeout_s: float = 600) -> dict[str, dict]:
+    """Finished jobs' bodies; a poll answered 503 (the store restarting) is
+    polled again, any other error fails."""
     done: dict[str, dict] = {}
     deadline = time.monotonic() + timeout_s
     while len(done) < len(ids) and time.monotonic() < deadline:
         for job_id in ids:
             if job_id not in done:
-                body = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30).json()
-                if body["status"] in ("succeeded", "failed"):
-                    done[job_id] = body
+                r = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30)
+                if r.status_code == 503:
+                    break
+                assert r.status_code == 200, (r.status_code, r.text)
+                if r.json()["status"] in ("succeeded", "failed"):
+                    done[job_id] = r.json()
         time.sleep(0.5)
     return done
 
@@ -116,6 +122,28 @@ def test_killing_the_ingress_loses_no_accepted_job(service, engine_texts):
     done = wait_jobs(url, ids)
     assert len(done) == 30
     for name, job_id in zip(names, ids):
+        assert done[job_id]["status"] == "succeeded" and done[job_id]["results"] == engine_texts[name]
+
+
+def test_killing_the_job_store_loses_no_accepted_job(service, engine_texts):
+    """The store's own replica dies with jobs queued and running: the new one
+    reads the journal, runs the unfinished jobs again, keeps the finished
+    ones' results; every job accepted before the kill succeeds."""
+    import ray
+
+    url = service
+    first = [IMAGES[i % len(IMAGES)] for i in range(4)]
+    first_ids = [submit_job(url, n).json()["job_id"] for n in first]
+    assert len(wait_jobs(url, first_ids)) == 4
+    names = [IMAGES[i % len(IMAGES)] for i in range(24)]
+    ids = [submit_job(url, n).json()["job_id"] for n in names]
+    assert requests.get(f"{url}/v1/ocr/jobs/{ids[-1]}", timeout=30).json()["status"] in ("queued", "running")
+    store = [a for a in ray.util.list_named_actors(all_namespaces=True) if "#JobStore#" in a["name"]]
+    assert len(store) == 1, store
+    ray.kill(ray.get_actor(store[0]["name"], namespace=store[0]["namespace"]), no_restart=True)
+    done = wait_jobs(url, first_ids + ids)
+    assert len(done) == 28
+    for name, job_id in zip(first + names, first_ids + ids):
         assert done[job_id]["status"] == "succeeded" and done[job_id]["results"] == engine_texts[name]
 
 
