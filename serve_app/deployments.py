@@ -23,14 +23,15 @@ from .metrics import StageMetrics
 from .models import dictionary_path, model_files
 from .ocr_models import DirectionClassifier, TextDetector, TextRecognizer
 from .predictor import PaddlePredictor
-from .runtime import StageRuntime, batch_params, replica_cores
-from .stages.det_preprocess import Geometry, prepare_image
+from .runtime import FIXED_MMAP_THRESHOLD, StageRuntime, batch_params, replica_cores
+from .stages.det_preprocess import Geometry, large_image_shapes, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.recognition import batch_limit, batch_width, load_charset
 from .stages.recognition import input_shapes as rec_input_shapes
 from .types import Direction, OcrResult, Recognition
 
 log = logging.getLogger("ray.serve")
+
 
 
 class _ModelReplica:
@@ -208,7 +209,10 @@ class TextDetectorDeployment(_ModelReplica):
         self.detector = TextDetector(self.predictor, engine.det)
         self._batched = self._detect_batch
         self.reconfigure({})
-        self._warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)]) for h, w in runtime.warm_det_shapes])
+        shapes = list(runtime.warm_det_shapes)
+        if runtime.warm_det_large_images:
+            shapes += [s for s in large_image_shapes(engine.det) if s not in shapes]
+        self._warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)]) for h, w in shapes])
 
     async def detect(self, image: np.ndarray) -> np.ndarray:
         """Boxes (N,4,2) for one image, in its coordinates; batched with
@@ -314,7 +318,8 @@ class TextRecognizerDeployment(_ModelReplica):
         return out
 
 
-@serve.deployment(name="OcrPipeline", ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
+@serve.deployment(name="OcrPipeline", ray_actor_options={"num_cpus": 0.1, **FIXED_MMAP_THRESHOLD},
+                  max_ongoing_requests=64)
 class OcrPipeline:
     """decode -> detect -> crop -> classify -> recognise, composing the model
     deployments through their handles. The image travels once (to the

@@ -82,3 +82,16 @@ def det_preprocess(img: np.ndarray, opts: DetOptions) -> np.ndarray:
     inv_std = 1.0 / (np.asarray(opts.std, dtype=np.float32) * 255.0)
     x = (resized.astype(np.float32) - mean) * inv_std
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+def large_image_shapes(opts: DetOptions) -> list[tuple[int, int]]:
+    """Every detector input an image at least limit_side_len on its long
+    side can give, with limit_type "max": that side scaled to the limit, the
+    other any multiple of 32 up to it (79 shapes at 1280). Photos, scans and
+    screenshots mostly land here; smaller images keep their own sizes (an
+    open set). [] for limit_type "min" (open in the long side)."""
+    if opts.limit_type != "max":
+        return []
+    top = det_input_size(opts.limit_side_len, opts.limit_side_len, opts)[0]
+    sides = range(32, top + 1, 32)
+    return sorted({(top, s) for s in sides} | {(s, top) for s in sides})

@@ -11,6 +11,7 @@ from serve_app.stages.det_preprocess import (
     Geometry,
     boxes_to_original,
     det_input_size,
+    large_image_shapes,
     det_preprocess,
     prepare_image,
 )
@@ -147,3 +148,13 @@ def test_boxes_to_original_does_not_modify_its_input():
     boxes = np.array([quad(10, 20, 30, 40)], dtype=np.float32)
     boxes_to_original(boxes, Geometry(2.0, 0.5, 4, 1000, 1000))
     np.testing.assert_array_equal(boxes[0], quad(10, 20, 30, 40))
+
+
+def test_large_image_shapes_cover_every_image_at_least_the_limit():
+    opts = DetOptions()  # limit_side_len 1280, limit_type max
+    shapes = set(large_image_shapes(opts))
+    assert len(shapes) == 79
+    for h, w in [(1280, 1280), (3024, 4032), (4032, 3024), (1080, 1920), (2532, 1170), (1280, 20), (9000, 1281)]:
+        assert det_input_size(h, w, opts) in shapes, (h, w)
+    assert det_input_size(720, 1000, opts) not in shapes  # smaller images keep their own size
+    assert large_image_shapes(MIN_736) == []  # "min": the long side is open
