@@ -33,7 +33,6 @@ from .types import Direction, OcrResult, Recognition
 log = logging.getLogger("ray.serve")
 
 
-
 class _ModelReplica:
     """What the three model deployments share: building the pinned predictor,
     live batch knobs, recent batch sizes, and readiness."""
