@@ -65,7 +65,8 @@ class CropScheduler:
                  batch_size: Union[int, Callable[[int], int]], on_batch: Optional[Callable[[int, int, float], None]] = None):
         self.run_batch = run_batch
         self.bucket_of = bucket_of
-        self.batch_size = batch_size
+        # Items per batch, as a function of the bucket.
+        self.limit: Callable[[int], int] = batch_size if callable(batch_size) else (lambda _bucket: batch_size)
         self.on_batch = on_batch
         self.queue: deque[_Request] = deque()
         # False: a predictor batch holds one request's crops only ("batching off").
@@ -111,7 +112,7 @@ class CropScheduler:
         fresh = [r for r in waiting if r.pos == 0]
         leader = fresh[0] if fresh else waiting[0]
         bucket = leader.next_bucket()
-        limit = self.batch_size(bucket) if callable(self.batch_size) else self.batch_size
+        limit = self.limit(bucket)
         picked: list[tuple[_Request, int]] = []
         others = [r for r in fresh if r is not leader] + [r for r in waiting if r.pos > 0 and r is not leader]
         for req in [leader] + (others if self.cross_request else []):

@@ -92,9 +92,10 @@ class JobStore:
         if rows:
             log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, len(rows), unfinished)
 
-    async def _write(self, fn, *args) -> None:
+    async def _write(self, method: str, *args) -> None:
+        """journal.<method>(*args) on the journal's thread; nothing without a journal."""
         if self.journal is not None:
-            await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+            await asyncio.get_running_loop().run_in_executor(self._io, getattr(self.journal, method), *args)
 
     async def check_health(self) -> None:
         # Serve calls this every few seconds: after a restart, jobs recovered
@@ -106,18 +107,19 @@ class JobStore:
         if not self.workers:
             self.workers = [asyncio.create_task(self._worker()) for _ in range(self.args.concurrency)]
 
-    def _expire(self) -> list[str]:
+    async def _expire(self) -> None:
         now = time.time()
         gone = [j.job_id for j in self.jobs.values() if j.finished and now - j.finished > self.args.ttl_s]
         for job_id in gone:
             job = self.jobs.pop(job_id)
             if job.key:
                 self.by_key.pop(job.key, None)
-        return gone
+        if gone:
+            await self._write("delete", gone)
 
     async def submit(self, image: Any, options: Optional[dict], idempotency_key: Optional[str] = None) -> dict:
         self._start_workers()
-        await self._expire_journaled()
+        await self._expire()
         if idempotency_key and idempotency_key in self.by_key:
             return self.jobs[self.by_key[idempotency_key]].view()
         if len(self.jobs) >= self.args.capacity:
@@ -128,8 +130,7 @@ class JobStore:
             self.by_key[idempotency_key] = job.job_id
         try:
             # Accepted only once it is on disk (with a journal).
-            await self._write(self.journal.add if self.journal else None, job.job_id, job.created,
-                              idempotency_key, options, image)
+            await self._write("add", job.job_id, job.created, idempotency_key, options, image)
         except Exception:
             self.jobs.pop(job.job_id, None)
             if idempotency_key:
@@ -138,14 +139,9 @@ class JobStore:
         self.queue.put_nowait(job.job_id)
         return job.view()
 
-    async def _expire_journaled(self) -> None:
-        gone = self._expire()
-        if gone:
-            await self._write(self.journal.delete if self.journal else None, gone)
-
     async def get(self, job_id: str) -> Optional[dict]:
         self._start_workers()
-        await self._expire_journaled()
+        await self._expire()
         job = self.jobs.get(job_id)
         return job.view() if job else None
 
@@ -192,7 +188,6 @@ class JobStore:
         job.image = None  # the result is kept, the image is not
         job.finished = time.time()
         try:
-            await self._write(self.journal.finish if self.journal else None, job.job_id, job.status,
-                              job.result, job.error, job.finished)
+            await self._write("finish", job.job_id, job.status, job.result, job.error, job.finished)
         except Exception as e:  # the result is still served from memory
             log.error("job %s: could not write its result to the journal: %r", job.job_id, e)
