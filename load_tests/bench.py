@@ -89,7 +89,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-DEFAULT_IMAGES = REPO.parent / "shared/data/peer"
+DEFAULT_IMAGES = REPO / "tests/data/peer"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 CTYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
 # --quick: a 14-line photo (several crops: cls/rec batches), a text line, a short German sign.

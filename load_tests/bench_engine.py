@@ -97,7 +97,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # peer.py: the CER metric shared with the tests
 
-DEFAULT_IMAGES = REPO.parent / "shared/data/peer"
+DEFAULT_IMAGES = REPO / "tests/data/peer"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
 STAGES = ("det", "cls", "rec")

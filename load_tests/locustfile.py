@@ -27,7 +27,7 @@ User classes:
   (default 0.1 s) until ``succeeded``/``failed``; the submit-to-done time is
   reported as a request of type ``JOB`` named ``/v1/ocr/jobs (end to end)``.
 
-Images: every jpg/jpeg/png in ``OCR_IMAGES`` (default ``../shared/data/peer``
+Images: every jpg/jpeg/png in ``OCR_IMAGES`` (default ``tests/data/peer``
 beside the repository), each user starting at a random one.
 
 For the documented measurements (baselines in the same run, saturation,
@@ -45,7 +45,7 @@ from pathlib import Path
 from locust import HttpUser, constant, constant_pacing, task
 
 REPO = Path(__file__).resolve().parents[1]
-IMAGES_DIR = Path(os.environ.get("OCR_IMAGES", REPO.parent / "shared/data/peer"))
+IMAGES_DIR = Path(os.environ.get("OCR_IMAGES", REPO / "tests/data/peer"))
 BODY = os.environ.get("OCR_BODY", "raw")
 JOB_POLL_S = float(os.environ.get("OCR_JOB_POLL_S", "0.1"))
 JOB_TIMEOUT_S = float(os.environ.get("OCR_JOB_TIMEOUT_S", "300"))

@@ -27,7 +27,7 @@ import aiohttp
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-PEER = REPO.parent / "shared" / "data" / "peer"
+PEER = REPO / "tests" / "data" / "peer"
 IMAGES = ["rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "paddleocr_00006737.jpg", "mmocr_wildreceipt_2.jpeg",
           "mmocr_icdar15_img_8.jpg", "rapidocr_test_without_det.jpg", "paddleocr_00111002.jpg", "mmocr_word_1036169.jpg"]
 STAGES = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]

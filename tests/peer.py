@@ -1,5 +1,6 @@
-"""The peer images in ../shared/data/peer and how results are compared with
-them. Shared by the tests and the benchmarks."""
+"""The peer images in tests/data/peer (copied, with their provenance, from
+the project's shared data; see tests/data/peer/README.md) and how results
+are compared with them. Shared by the tests and the benchmarks."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from functools import lru_cache
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PEER = REPO.parent / "shared" / "data" / "peer"
+PEER = REPO / "tests" / "data" / "peer"
 
 
 def require_peer() -> Path:
     if not (PEER / "expected.json").is_file():
         raise FileNotFoundError(
-            f"peer data not found at {PEER}: the tests read ../shared/data/peer beside the repository"
+            f"peer data not found at {PEER}: it ships with the repository (tests/data/peer); is the clone complete?"
         )
     return PEER
 
