@@ -21,8 +21,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from serve_app.config import EngineConfig  # noqa: E402
-from serve_app.models import dictionary_path, model_files  # noqa: E402
-from serve_app.ocr_models import TextRecognizer  # noqa: E402
+from serve_app.weights import dictionary_path, model_files  # noqa: E402
+from serve_app.runners import TextRecognizer  # noqa: E402
 from serve_app.predictor import PaddlePredictor  # noqa: E402
 from serve_app.stages.recognition import input_shapes, load_charset  # noqa: E402
 

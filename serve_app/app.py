@@ -3,27 +3,9 @@ Serve config. Typed args in, a bound application out."""
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
-from pydantic import BaseModel, ConfigDict
-
-from .config import EngineConfig, PredictorOptions
-from .jobs import JobArgs
-from .runtime import IngressArgs, StageRuntime
-
-
-class AppArgs(BaseModel):
-    """The `args:` block of an application in deployments.yaml."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
-    ingress: IngressArgs = IngressArgs()
-    jobs: JobArgs = JobArgs()
-    detector: StageRuntime = StageRuntime()
-    classifier: StageRuntime = StageRuntime(max_batch_size=24)
-    recognizer: StageRuntime = StageRuntime(max_batch_size=24)
+from .settings import AppArgs
 
 
 def build_app(args: Optional[dict] = None):

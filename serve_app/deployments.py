@@ -15,20 +15,20 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from .api_models import parse_options
+from .options import parse_options
 from .config import EngineConfig, PredictorOptions
 from .crop_scheduler import CropScheduler
 from .engine import assemble, crop_lines, load_image, whole_image_box
 from .metrics import StageMetrics
-from .models import dictionary_path, model_files
-from .ocr_models import DirectionClassifier, TextDetector, TextRecognizer
+from .weights import dictionary_path, model_files
+from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .predictor import PaddlePredictor
-from .runtime import FIXED_MMAP_THRESHOLD, StageRuntime, batch_params, replica_cores
+from .settings import FIXED_MMAP_THRESHOLD, StageRuntime, batch_params, replica_cores
 from .stages.det_preprocess import Geometry, large_image_shapes, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.recognition import batch_limit, batch_width, load_charset
 from .stages.recognition import input_shapes as rec_input_shapes
-from .types import Direction, OcrResult, Recognition
+from .results import Direction, OcrResult, Recognition
 
 log = logging.getLogger("ray.serve")
 

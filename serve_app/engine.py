@@ -13,8 +13,8 @@ import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
 from .errors import BadImage, TooLarge
-from .models import dictionary_path, model_files
-from .ocr_models import DirectionClassifier, TextDetector, TextRecognizer
+from .weights import dictionary_path, model_files
+from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .predictor import PaddlePredictor
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
@@ -23,7 +23,7 @@ from .stages.det_preprocess import Geometry, boxes_to_original, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
 from .stages.recognition import load_charset
-from .types import CharBox, Direction, OcrResult, Recognition, TextLine
+from .results import CharBox, Direction, OcrResult, Recognition, TextLine
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 

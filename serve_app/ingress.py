@@ -21,14 +21,14 @@ from ray.serve.handle import DeploymentHandle
 
 import asyncio
 
-from .api_models import parse_options
+from .options import parse_options
 from .config import ImageLimits
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized,
     Unavailable, UnsupportedMediaType,
 )
 from .metrics import RequestMetrics
-from .runtime import FIXED_MMAP_THRESHOLD, IngressArgs
+from .settings import FIXED_MMAP_THRESHOLD, IngressArgs
 
 log = logging.getLogger("ray.serve")
 

@@ -16,26 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from .errors import OcrError, Overloaded
 from .job_journal import JobJournal
+from .settings import JobArgs
 
 log = logging.getLogger("ray.serve")
-
-
-class JobArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
-    capacity: int = Field(1000, ge=1, description="jobs held at once (queued, running or finished)")
-    concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
-    journal: Optional[str] = Field(
-        None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
-        "loses none (unfinished ones run again). It must be reachable by the restarted replica: on a multi-node "
-        "cluster, shared storage, or the JobStore pinned to one node. None: jobs are in memory only.")
 
 
 @dataclass

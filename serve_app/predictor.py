@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import PredictorOptions
 from .errors import ConfigError, ModelError
-from .models import ModelFiles
+from .weights import ModelFiles
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,6 @@ class Predictor(Protocol):
     name: str
 
     def run(self, x: np.ndarray) -> np.ndarray: ...
-
-    async def run_async(self, x: np.ndarray) -> np.ndarray: ...
 
     def close(self) -> None: ...
 
@@ -192,9 +190,6 @@ class PaddlePredictor:
         if threading.get_ident() == self._thread_id:  # already on our thread (inside call_async)
             return self._run(x)
         return self.submit(x).result()
-
-    async def run_async(self, x: np.ndarray) -> np.ndarray:
-        return await asyncio.wrap_future(self.submit(x))
 
     async def call_async(self, fn, *args):
         """Run `fn(*args)` (pre-processing, predictor runs, post-processing)

@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 
 from ..config import ClsOptions
-from ..types import Direction
+from ..results import Direction
 
 
 def cls_preprocess(crop: np.ndarray, opts: ClsOptions) -> np.ndarray:

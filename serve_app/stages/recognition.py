@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 
 from ..config import RecOptions
-from ..types import Recognition
+from ..results import Recognition
 
 
 def load_charset(path: Path, use_space_char: bool = True) -> list[str]:

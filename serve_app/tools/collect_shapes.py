@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     from paddle import inference
 
     from serve_app.config import PredictorOptions
-    from serve_app.models import model_files
+    from serve_app.weights import model_files
     from serve_app.predictor import build_paddle_config, gpu_available
 
     files = model_files(args.stage, args.model_dir)

@@ -14,7 +14,7 @@ from serve_app.config import (
     TensorRTOptions,
 )
 from serve_app.errors import ModelError
-from serve_app.models import dictionary_path, model_files
+from serve_app.weights import dictionary_path, model_files
 
 # --- PredictorOptions consistency ------------------------------------------------------
 

@@ -16,7 +16,7 @@ from serve_app.stages.recognition import (
     rec_preprocess,
     width_order,
 )
-from serve_app.types import Recognition
+from serve_app.results import Recognition
 
 CHARSET = ["blank", "a", "b", "c", " "]
 
@@ -235,7 +235,7 @@ class FakePredictor:
 
 
 def test_text_recognizer_batches_by_width_and_maps_results_back():
-    from serve_app.ocr_models import TextRecognizer
+    from serve_app.runners import TextRecognizer
 
     probs = np.stack([sequence([1, 0, 2], [0.9, 0.9, 0.9]), sequence([3, 3, 0], [0.8, 0.8, 0.8])])
     predictor = FakePredictor(probs)

@@ -19,7 +19,7 @@ RAYSERVICE = REPO / "deploy" / "kuberay" / "rayservice.yaml"
 DOCKERFILE = REPO / "deploy" / "docker" / "Dockerfile"
 
 MODEL_CHECK = (
-    "python -c \"from serve_app.models import model_files, dictionary_path; "
+    "python -c \"from serve_app.weights import model_files, dictionary_path; "
     "[model_files(s) for s in ('det','cls','rec')]; dictionary_path()\""
 )
 
@@ -87,7 +87,7 @@ def validate_serve_config(cfg: dict) -> None:
     )
 
     from serve_app.app import AppArgs
-    from serve_app.runtime import batch_params
+    from serve_app.settings import batch_params
 
     ServeDeploySchema.model_validate(cfg)  # the installed ray's schema is pydantic v2
     assert not _unknown_keys(cfg, ServeDeploySchema)

@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
-
 Box = list[list[float]]  # four [x, y] corners, clockwise from top-left
 
 
@@ -64,7 +62,3 @@ class OcrResult:
             "results": [line.to_dict() for line in self.lines],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
-
-
-def empty_boxes() -> np.ndarray:
-    return np.zeros((0, 4, 2), dtype=np.float32)

@@ -1,5 +1,5 @@
-"""Per-deployment runtime settings (from the app's typed args) and the
-replica-side helpers that apply them."""
+"""The application's typed arguments (the `args:` block of deployments.yaml)
+and the replica-side helpers that apply them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import PredictorOptions
+from .config import EngineConfig, PredictorOptions
 from .errors import ConfigError
 
 # For the pure-Python replicas that handle whole images (pipeline, ingress):
@@ -100,3 +100,28 @@ def batch_params(user_config: dict, size: int, wait: float) -> tuple[int, float]
     if not isinstance(wait, (int, float)) or wait < 0:
         raise ConfigError(f"user_config batch_wait_timeout_s must be a number >= 0, got {wait!r}")
     return size, float(wait)
+
+
+class JobArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
+    capacity: int = Field(1000, ge=1, description="jobs held at once (queued, running or finished)")
+    concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
+    journal: Optional[str] = Field(
+        None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
+        "loses none (unfinished ones run again). It must be reachable by the restarted replica: on a multi-node "
+        "cluster, shared storage, or the JobStore pinned to one node. None: jobs are in memory only.")
+
+
+class AppArgs(BaseModel):
+    """The `args:` block of an application in deployments.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    ingress: IngressArgs = IngressArgs()
+    jobs: JobArgs = JobArgs()
+    detector: StageRuntime = StageRuntime()
+    classifier: StageRuntime = StageRuntime(max_batch_size=24)
+    recognizer: StageRuntime = StageRuntime(max_batch_size=24)

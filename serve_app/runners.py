@@ -14,7 +14,7 @@ from .stages.db_postprocess import db_boxes
 from .stages.det_preprocess import det_preprocess
 from .stages.direction import cls_postprocess, cls_preprocess
 from .stages.recognition import batch_limit, batch_width, ctc_decode, rec_preprocess, width_order
-from .types import Direction, Recognition
+from .results import Direction, Recognition
 
 
 class TextDetector:
