@@ -28,6 +28,8 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Optional, Union
 
+from .isolation import run_isolated
+
 
 class _Request:
     __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future")
@@ -153,40 +155,31 @@ class CropScheduler:
                 picked = self._take() if self.queue else []
                 if not picked:
                     break
-                fut = asyncio.ensure_future(self.run_batch([req.items[i] for req, i in picked]))
-                inflight.append((picked, time.perf_counter(), fut))
+                # One predictor batch; if it fails, each request's share runs
+                # alone and only a request whose share fails gets the error.
+                parts: dict[int, list[tuple[_Request, int]]] = {}
+                for req, i in picked:
+                    parts.setdefault(req.id, []).append((req, i))
+                shares = list(parts.values())
+                fut = asyncio.ensure_future(
+                    run_isolated(self.run_batch, [[req.items[i] for req, i in share] for share in shares]))
+                inflight.append((shares, time.perf_counter(), fut))
             if not inflight:
                 return
-            picked, t_sub, fut = inflight.popleft()
-            try:
-                results = await fut
-            except Exception:
-                results = None
+            shares, t_sub, fut = inflight.popleft()
+            answers = await fut
             end = time.perf_counter()
-            if results is None:
-                # Isolate: each request's share of the batch alone; a request
-                # whose share fails gets the error, the others go on.
-                by_req: dict[int, list[tuple[_Request, int]]] = {}
-                for req, i in picked:
-                    by_req.setdefault(req.id, []).append((req, i))
-                for part in by_req.values():
-                    req = part[0][0]
-                    try:
-                        res = await self.run_batch([req.items[i] for _, i in part])
-                        for (_, i), r in zip(part, res):
-                            req.results[i] = r
-                        req.received += len(part)
-                    except Exception as e:
-                        self._finish(req, e)
-                end = time.perf_counter()
-            else:
-                for (req, i), r in zip(picked, results):
+            for share, answer in zip(shares, answers):
+                req = share[0][0]
+                if isinstance(answer, Exception):
+                    self._finish(req, answer)
+                    continue
+                for (_, i), r in zip(share, answer):
                     req.results[i] = r
-                    req.received += 1
+                req.received += len(share)
+                if req.received >= len(req.items):
+                    self._finish(req)
             if self.on_batch is not None:
                 # compute time: from when the thread could start it (the previous batch's end)
-                self.on_batch(len({req.id for req, _ in picked}), len(picked), end - max(t_sub, last_end))
+                self.on_batch(len(shares), sum(len(s) for s in shares), end - max(t_sub, last_end))
             last_end = end
-            for req in {req.id: req for req, _ in picked}.values():
-                if req.received >= len(req.items) and not req.future.done():
-                    self._finish(req)

@@ -28,7 +28,7 @@ from .errors import (
     Unavailable, UnsupportedMediaType,
 )
 from .metrics import RequestMetrics
-from .settings import FIXED_MMAP_THRESHOLD, IngressArgs
+from .settings import IngressArgs
 
 log = logging.getLogger("ray.serve")
 
@@ -159,8 +159,7 @@ def _json_object(raw, what: str) -> dict:
     return doc
 
 
-@serve.deployment(name="OcrIngress", ray_actor_options={"num_cpus": 0.1, **FIXED_MMAP_THRESHOLD},
-                  max_ongoing_requests=64)
+@serve.deployment(name="OcrIngress")
 @serve.ingress(api)
 class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,

@@ -47,7 +47,9 @@ class Job:
         return out
 
 
-@serve.deployment(name="JobStore", num_replicas=1, ray_actor_options={"num_cpus": 0.05}, max_ongoing_requests=1000)
+# One replica, always: the store holds the jobs (a second replica would not
+# see the first one's). Its resources are in the Serve config file.
+@serve.deployment(name="JobStore", num_replicas=1)
 class JobStore:
     ATTEMPTS = 4
 

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -25,14 +25,23 @@ from .errors import ConfigError, ModelError
 from .weights import ModelFiles
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Predictor(Protocol):
-    """What the stages need from an inference engine."""
+    """What the rest of the package calls on an inference engine (and what a
+    test double must provide)."""
 
     name: str
+    options: PredictorOptions
+    load_seconds: float
 
-    def run(self, x: np.ndarray) -> np.ndarray: ...
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """One forward pass; callable from any thread."""
+
+    async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on the predictor's own thread (where `run` is direct),
+        awaited without blocking the event loop."""
 
     def close(self) -> None: ...
 

@@ -1,28 +1,32 @@
-"""The application's typed arguments (the `args:` block of deployments.yaml)
-and the replica-side helpers that apply them."""
+"""The application's typed arguments (the `args:` block of deployments.yaml),
+one model per deployment, and the batch knobs (a model deployment's
+`user_config`). Pydantic, no Ray import: every bad value is refused when the
+application is built, with a message naming it.
+
+Where each setting lives (one home each):
+- resources, replica counts, autoscaling, max_ongoing_requests: the Serve
+  config file (deployments.yaml / deployments.gpu.yaml), never the code;
+- batch knobs: `user_config` of each model deployment (changed live), with
+  the defaults below for a config that gives none;
+- everything else: the typed args here.
+"""
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .config import EngineConfig, PredictorOptions
 from .errors import ConfigError
 
-# For the pure-Python replicas that handle whole images (pipeline, ingress):
-# glibc's mmap threshold fixed at 128 KiB, so image-sized buffers are
-# returned to the OS when freed. By default the threshold rises after the
-# first large free, later images come from the heap, and the process's
-# memory ratchets up with every burst of load (seen in the soak). glibc
-# reads it at process start, hence the runtime_env.
-FIXED_MMAP_THRESHOLD = {"runtime_env": {"env_vars": {"MALLOC_MMAP_THRESHOLD_": "131072"}}}
 
-
-class StageRuntime(BaseModel):
-    """How one model deployment's replicas run."""
-
+class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelArgs(_Args):
+    """How one model deployment's replicas run its predictor."""
 
     # Predictor options for this stage; None = the engine's.
     predictor: Optional[PredictorOptions] = None
@@ -31,34 +35,67 @@ class StageRuntime(BaseModel):
     # (wrapping), so replicas of one stage spread over the listed cores.
     cpu_cores: Optional[list[int]] = None
     threads: int = Field(1, ge=1)
-    # Initial batch knobs; user_config's max_batch_size / batch_wait_timeout_s
-    # replace them live.
-    max_batch_size: int = Field(4, ge=1)
-    batch_wait_timeout_s: float = Field(0.0, ge=0)
-    # Recogniser only: an image with at least `fan_out_min_items` crops is
-    # sent as up to `fan_out` calls (crops dealt out in width order), so that
-    # several replicas read one text-dense page at once. 1 = one call per
-    # image. Answers are the same either way (crops are batched by width
-    # bucket wherever they are read).
+
+
+class DetectorArgs(ModelArgs):
+    # Detector input shapes (h, w) warmed before the replica is ready.
+    warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
+    # Also warm every input shape a large image can give (long side scaled to
+    # the limit). Paddle's OpenVINO engine keeps memory for each input shape
+    # it meets: warmed, it is taken before ready instead of growing in
+    # service as new photo sizes come (figures: docs/reliability.md). Off by
+    # default: it costs seconds of start-up and GBs per replica.
+    warm_large_images: bool = False
+
+
+class ClassifierArgs(ModelArgs):
+    pass
+
+
+class RecognizerArgs(ModelArgs):
+    # Crop widths (at height 48) warmed when the width set is open
+    # (rec.batch_padding "batch_max"); with the width ladder every shape is.
+    warm_widths: list[int] = [480, 640, 960]
+    # An image with at least `fan_out_min_items` crops is sent as up to
+    # `fan_out` calls (crops dealt out in width order), so that several
+    # replicas read one text-dense page at once. 1 = one call per image.
+    # Answers are the same either way (crops are batched by width bucket
+    # wherever they are read).
     fan_out: int = Field(1, ge=1)
     fan_out_min_items: int = Field(12, ge=2)
-    # Warm-up shapes (detector (h, w) inputs; recogniser crop widths at height 48).
-    warm_det_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
-    # Detector: also warm every input shape a large image can give (long side
-    # scaled to the limit; 79 shapes at 1280). Paddle's OpenVINO engine keeps
-    # memory for each input shape it meets (~20 MB for these): warmed, it is
-    # taken before ready (2.4 GB and 21 s of warm-up per replica on the
-    # 2-core machine) instead of growing in service as new photo sizes come.
-    # Off by default: turn it on for a long-running service fed images of
-    # many sizes, where predictable memory matters more than start-up.
-    warm_det_large_images: bool = False
-    warm_rec_widths: list[int] = [480, 640, 960]
 
 
-class IngressArgs(BaseModel):
+class BatchKnobs(_Args):
+    """A model deployment's `user_config`: its `@serve.batch` knobs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    max_batch_size: int = Field(ge=1)
+    batch_wait_timeout_s: float = Field(0.0, ge=0)
+
+    def updated(self, user_config: Optional[dict[str, Any]]) -> "BatchKnobs":
+        """These knobs with a user_config's values laid over them; a bad key
+        or value is a ConfigError naming it."""
+        try:
+            return BatchKnobs.model_validate({**self.model_dump(), **(user_config or {})})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ())) or "user_config"
+            raise ConfigError(f"user_config {where}: {first.get('msg')} "
+                              f"(allowed: max_batch_size >= 1, batch_wait_timeout_s >= 0)") from None
+
+
+# For a Serve config whose model deployments give no user_config. No batch
+# wait: on the CPU a wait is pure latency (the GPU profile sets its own).
+BATCH_DEFAULTS = {
+    "det": BatchKnobs(max_batch_size=4),
+    "cls": BatchKnobs(max_batch_size=24),
+    "rec": BatchKnobs(max_batch_size=24),
+}
+
+
+class IngressArgs(_Args):
     """Admission control and deadlines at the HTTP edge."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # Synchronous requests one ingress replica works on at once; more get 503
     # with Retry-After instead of waiting in an unbounded queue.
@@ -73,38 +110,7 @@ class IngressArgs(BaseModel):
     auth_token_env: Optional[str] = None
 
 
-def replica_cores(runtime: StageRuntime) -> Optional[list[int]]:
-    if not runtime.cpu_cores:
-        return None
-    try:
-        from ray import serve
-
-        rank = serve.get_replica_context().rank.local_rank
-    except Exception:  # outside a replica (tests, library use)
-        rank = 0
-    n = len(runtime.cpu_cores)
-    return sorted({runtime.cpu_cores[(rank * runtime.threads + j) % n] for j in range(runtime.threads)})
-
-
-def batch_params(user_config: dict, size: int, wait: float) -> tuple[int, float]:
-    """Validate a user_config's batch knobs, keeping current values for the
-    ones it leaves out."""
-    unknown = set(user_config) - {"max_batch_size", "batch_wait_timeout_s"}
-    if unknown:
-        raise ConfigError(f"unknown user_config keys {sorted(unknown)}; "
-                          f"allowed: max_batch_size, batch_wait_timeout_s")
-    size = user_config.get("max_batch_size", size)
-    wait = user_config.get("batch_wait_timeout_s", wait)
-    if not isinstance(size, int) or size < 1:
-        raise ConfigError(f"user_config max_batch_size must be an integer >= 1, got {size!r}")
-    if not isinstance(wait, (int, float)) or wait < 0:
-        raise ConfigError(f"user_config batch_wait_timeout_s must be a number >= 0, got {wait!r}")
-    return size, float(wait)
-
-
-class JobArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class JobArgs(_Args):
     ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
     capacity: int = Field(1000, ge=1, description="jobs held at once (queued, running or finished)")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
@@ -114,14 +120,12 @@ class JobArgs(BaseModel):
         "cluster, shared storage, or the JobStore pinned to one node. None: jobs are in memory only.")
 
 
-class AppArgs(BaseModel):
+class AppArgs(_Args):
     """The `args:` block of an application in deployments.yaml."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
     ingress: IngressArgs = IngressArgs()
     jobs: JobArgs = JobArgs()
-    detector: StageRuntime = StageRuntime()
-    classifier: StageRuntime = StageRuntime(max_batch_size=24)
-    recognizer: StageRuntime = StageRuntime(max_batch_size=24)
+    detector: DetectorArgs = DetectorArgs()
+    classifier: ClassifierArgs = ClassifierArgs()
+    recognizer: RecognizerArgs = RecognizerArgs()

@@ -71,7 +71,7 @@ def _deployment_names() -> set[str]:
                              TextRecognizerDeployment, OcrIngress, JobStore)}
 
 
-MODEL_DEPLOYMENTS = {"TextDetector", "DirectionClassifier", "TextRecognizer"}
+MODEL_DEPLOYMENTS = {"TextDetector": "det", "DirectionClassifier": "cls", "TextRecognizer": "rec"}
 
 
 def validate_serve_config(cfg: dict) -> None:
@@ -86,8 +86,7 @@ def validate_serve_config(cfg: dict) -> None:
         ServeDeploySchema,
     )
 
-    from serve_app.app import AppArgs
-    from serve_app.settings import batch_params
+    from serve_app.settings import BATCH_DEFAULTS, AppArgs
 
     ServeDeploySchema.model_validate(cfg)  # the installed ray's schema is pydantic v2
     assert not _unknown_keys(cfg, ServeDeploySchema)
@@ -103,8 +102,12 @@ def validate_serve_config(cfg: dict) -> None:
             assert not _unknown_keys(d, DeploymentSchema), where
             assert not _unknown_keys(d.get("ray_actor_options") or {}, RayActorOptionsSchema), where
             assert not _unknown_keys(d.get("autoscaling_config") or {}, AutoscalingConfig), where
+            # The code sets no resources: each deployment's live here.
+            assert "num_cpus" in (d.get("ray_actor_options") or {}), f"{where}: give it num_cpus"
+            assert "max_ongoing_requests" in d, f"{where}: give it max_ongoing_requests"
             if d["name"] in MODEL_DEPLOYMENTS:
-                size, _ = batch_params(d.get("user_config") or {}, 1, 0.0)  # only the batch knobs
+                stage = MODEL_DEPLOYMENTS[d["name"]]
+                size = BATCH_DEFAULTS[stage].updated(d.get("user_config")).max_batch_size  # only the batch knobs
                 # README: max_ongoing_requests caps every batch, so it is set above the batch sizes.
                 assert d["max_ongoing_requests"] >= size, where
             if d["name"] == "OcrIngress":
@@ -135,6 +138,36 @@ def test_rayservice_kind(rayservice):
 
 def test_embedded_serve_config_is_valid(embedded):
     validate_serve_config(embedded)
+
+
+def test_deployment_options_have_one_home():
+    """Resources, replica counts and max_ongoing_requests are in the Serve
+    config files only: the decorators set none (a YAML `ray_actor_options`
+    would replace the code's whole dict anyway), except the JobStore's
+    single replica, which is a property of the store, not a sizing choice."""
+    from serve_app.deployments import (
+        DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
+    )
+    from serve_app.ingress import OcrIngress
+    from serve_app.jobs import JobStore
+
+    for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
+              OcrIngress, JobStore):
+        allowed = {"name", "num_replicas"} if d is JobStore else {"name"}
+        assert d._deployment_config.user_configured_option_names <= allowed, d.name
+    for path in (CPU_PROFILE, GPU_PROFILE):
+        for app in _load(path)["applications"]:
+            store = [x for x in app["deployments"] if x["name"] == "JobStore"]
+            assert store and "num_replicas" not in store[0] and "autoscaling_config" not in store[0], path.name
+
+
+def test_rayservice_is_generated_from_the_gpu_profile():
+    """`python -m serve_app.tools.rayservice` has been run since the last
+    change of deployments.gpu.yaml or the template."""
+    from serve_app.tools.rayservice import MANIFEST, PROFILE, TEMPLATE, render
+
+    assert MANIFEST.read_text() == render(TEMPLATE.read_text(), PROFILE.read_text()), (
+        "deploy/kuberay/rayservice.yaml is stale: run python -m serve_app.tools.rayservice")
 
 
 def test_embedded_applications_equal_the_gpu_profile(embedded):

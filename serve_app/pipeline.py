@@ -1,0 +1,202 @@
+"""The OCR pipeline, written once: decode -> detect -> crop -> classify ->
+recognise -> assemble, over three stage callables.
+
+The in-process engine gives it its local predictors; the Serve pipeline
+deployment gives it deployment handles. Same code path, so the service
+answers what the engine answers by construction. No Ray import."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional, Union
+
+import numpy as np
+
+from .config import EngineConfig, ImageLimits
+from .errors import BadImage, TooLarge
+from .options import OcrOptions
+from .results import CharBox, Direction, OcrResult, Recognition, TextLine
+from .stages.crop import char_quad, crop_quad, is_vertical
+from .stages.db_postprocess import order_clockwise
+from .stages.decode import array_to_bgr, decode_image
+from .stages.det_preprocess import Geometry, boxes_to_original, prepare_image
+from .stages.direction import apply_direction, is_flipped
+from .stages.reading_order import reading_order
+
+ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
+
+# What the pipeline needs from each model: awaitables (a coroutine, or a
+# Serve DeploymentResponse) of the stage's answer.
+Detect = Callable[[np.ndarray], Awaitable[np.ndarray]]  # working image -> boxes (N,4,2)
+Classify = Callable[[list[np.ndarray]], Awaitable[list[Direction]]]  # crops -> directions
+Recognize = Callable[[list[np.ndarray]], Awaitable[list[Recognition]]]  # crops -> readings
+
+
+@dataclass(frozen=True)
+class Stages:
+    detect: Detect
+    classify: Optional[Classify]  # None: no direction classifier
+    recognize: Recognize
+
+
+class Pipeline:
+    """`await read(image, options)` -> OcrResult. Whole-image work (decode,
+    resize, crop) runs in a worker thread, never on the event loop."""
+
+    def __init__(self, stages: Stages, config: EngineConfig):
+        self.stages = stages
+        self.config = config
+
+    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
+        cfg = self.config
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
+        h, w = img.shape[:2]
+        timings["decode"] = _ms(t0)
+
+        t = time.perf_counter()
+        if options.det:
+            work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
+            boxes = await self.stages.detect(work)
+            boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
+        else:
+            geometry = Geometry(1.0, 1.0, 0, w, h)
+            boxes, crops = np.array([whole_image_box(w, h)], dtype=np.float32), [img]
+        timings["det"] = _ms(t)
+
+        t = time.perf_counter()
+        flipped = [False] * len(crops)
+        use_cls = options.cls is not False and self.stages.classify is not None
+        if use_cls and crops:
+            dirs = await self.stages.classify(crops)
+            flipped = [is_flipped(d, cfg.cls) for d in dirs]
+            crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
+        timings["cls"] = _ms(t)
+
+        t = time.perf_counter()
+        recs = await self.stages.recognize(crops) if crops else []
+        timings["rec"] = _ms(t)
+        lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, options.return_chars)
+        timings["total"] = _ms(t0)
+        return OcrResult(w, h, lines, timings)
+
+
+# -- fan-out: one image's crops read by several recogniser replicas ----------
+
+
+def fan_out_parts(n_crops: int, fan_out: int, min_items: int) -> int:
+    """How many calls an image of n_crops is read in: 1 below min_items,
+    else up to fan_out, each with at least about min_items / 2 crops."""
+    if n_crops < min_items:
+        return 1
+    return max(1, min(fan_out, n_crops // max(1, min_items // 2)))
+
+
+def deal_by_width(crops: list[np.ndarray], parts: int) -> list[list[int]]:
+    """Crop indices dealt out in aspect-ratio order, so each part costs
+    about the same and holds crops of every width bucket."""
+    order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / crops[i].shape[0])
+    return [order[k::parts] for k in range(parts)]
+
+
+def merge_shares(shares: list[list[int]], answers: list[list], n: int) -> list:
+    """The parts' answers back in the crops' order."""
+    out: list = [None] * n
+    for idx, part in zip(shares, answers):
+        if len(part) != len(idx):
+            raise RuntimeError(f"a recogniser answered {len(part)} readings for {len(idx)} crops")
+        for i, r in zip(idx, part):
+            out[i] = r
+    return out
+
+
+def fanned_out(recognize: Recognize, fan_out: int, min_items: int) -> Recognize:
+    """`recognize`, but a text-dense image is sent as up to `fan_out` calls
+    at once (which the router spreads over replicas). Answers are the same
+    either way: crops are batched by width bucket wherever they are read."""
+
+    async def call(crops: list[np.ndarray]) -> list[Recognition]:
+        parts = fan_out_parts(len(crops), fan_out, min_items)
+        if parts <= 1:
+            return await recognize(crops)
+        shares = deal_by_width(crops, parts)
+        answers = await asyncio.gather(*(recognize([crops[i] for i in idx]) for idx in shares))
+        return merge_shares(shares, list(answers), len(crops))
+
+    return call
+
+
+# -- whole-image steps around the models ---------------------------------------
+
+
+def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> np.ndarray:
+    """Bytes (encoded image), a path, or an array (HxW or HxWxC, BGR order
+    for colour, as OpenCV gives) -> BGR uint8."""
+    if isinstance(image, np.ndarray):
+        if image.size > limits.max_pixels * 4:
+            raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
+        return array_to_bgr(image)
+    if isinstance(image, (str, Path)):
+        path = Path(image)
+        if not path.is_file():
+            raise BadImage(f"{path}: no such file")
+        size = path.stat().st_size
+        if size > limits.max_bytes:
+            raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
+        image = path.read_bytes()
+    if not isinstance(image, (bytes, bytearray, memoryview)):
+        raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
+    return decode_image(bytes(image), limits, exif_transpose)
+
+
+def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Boxes in reading order (at most max_crops of them) and their crops."""
+    if len(boxes) == 0:
+        return boxes, []
+    order = reading_order(boxes)[: limits.max_crops]
+    boxes = boxes[order]
+    return boxes, [crop_quad(work, b) for b in boxes]
+
+
+def assemble(
+    boxes: np.ndarray,
+    recs: list[Recognition],
+    geometry: Geometry,
+    drop_score: float,
+    flipped: Optional[list[bool]] = None,
+    return_chars: bool = False,
+) -> tuple[TextLine, ...]:
+    """Lines whose score reaches drop_score, boxes mapped to the original;
+    with return_chars, each line also lists its characters' boxes."""
+    mapped = boxes_to_original(boxes, geometry)
+    flipped = flipped or [False] * len(recs)
+    lines = []
+    for b, r, flip in zip(mapped, recs, flipped):
+        if r.score < drop_score or not r.text:
+            continue
+        chars = None
+        if return_chars:
+            vertical = is_vertical(b)
+            chars = tuple(
+                CharBox(ch, round_box(order_clockwise(char_quad(b, s0, s1, vertical, flip))))
+                for ch, (s0, s1) in zip(r.text, r.char_spans)
+                if not ch.isspace()
+            )
+        lines.append(TextLine(r.text, r.score, round_box(b), chars))
+    return tuple(lines)
+
+
+def round_box(b: Any) -> list[list[float]]:
+    return np.round(np.asarray(b, dtype=np.float64), 1).tolist()
+
+
+def whole_image_box(w: int, h: int) -> list[list[float]]:
+    return [[0.0, 0.0], [float(w), 0.0], [float(w), float(h)], [0.0, float(h)]]
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0

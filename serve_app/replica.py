@@ -1,0 +1,209 @@
+"""What a model deployment's replica does besides its one batched method, as
+plain classes: build the predictor where the replica was placed (cores, GPU
+share), warm it, hold the live batch knobs, count queued calls, keep recent
+batch sizes, isolate failures, and report stats. No Ray import at module
+level: unit-tested with a stand-in predictor."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional, Sequence
+
+from .config import PredictorOptions
+from .isolation import run_isolated
+from .predictor import Predictor
+from .settings import BatchKnobs, ModelArgs
+
+
+@dataclass(frozen=True)
+class Crops:
+    """One caller's crops, as a `@serve.batch` item. `weight` is what it
+    counts against max_batch_size: its crops, but at most a full batch
+    (Serve refuses an item heavier than a batch; a bigger one is read alone,
+    in predictor-sized chunks)."""
+
+    crops: list
+    weight: int
+
+
+def crops_weight(items: list[Crops]) -> int:
+    """`batch_size_fn` of the batched crop methods: batches count crops."""
+    return sum(i.weight for i in items)
+
+
+def replica_cores(args: ModelArgs, rank: int) -> Optional[list[int]]:
+    """The cores replica `rank` (its index on the node) pins its inference
+    threads to: `threads` consecutive entries of cpu_cores from rank *
+    threads, wrapping; None when no cores are listed."""
+    if not args.cpu_cores:
+        return None
+    n = len(args.cpu_cores)
+    return sorted({args.cpu_cores[(rank * args.threads + j) % n] for j in range(args.threads)})
+
+
+def placed_options(options: PredictorOptions, cores: Optional[list[int]],
+                   gpu_share: Optional[float]) -> PredictorOptions:
+    """The predictor options of a replica placed on `cores` (threads = one per
+    core) and, on a GPU, holding `gpu_share` of it (the memory share, unless
+    the config names one)."""
+    update: dict[str, Any] = {}
+    if options.device == "gpu" and options.gpu_memory_fraction is None and gpu_share:
+        update["gpu_memory_fraction"] = min(float(gpu_share), 1.0)
+    if cores is not None:
+        update.update(cpu_affinity=cores, cpu_math_library_num_threads=len(cores))
+    return options.model_copy(update=update) if update else options
+
+
+class _Null:
+    """Metrics stand-in outside a Serve replica: every metric, every call a no-op."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+class ModelReplica:
+    """One model's predictor inside a replica, and what the replica reports."""
+
+    def __init__(self, stage: str, predictor: Predictor, knobs: BatchKnobs, metrics: Any = None):
+        self.stage = stage
+        self.predictor = predictor
+        self.knobs = knobs
+        self.metrics = metrics or _Null()
+        self.metrics.model_load_s.set(predictor.load_seconds)
+        self.recent_batches: deque = deque(maxlen=256)
+        self.warm_seconds: Optional[float] = None
+        self.ready_at: Optional[float] = None
+        self._pending = 0
+        self._seq = 0
+
+    @classmethod
+    def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
+              knobs: BatchKnobs) -> "ModelReplica":
+        """In a Serve replica: the Paddle predictor, pinned and sized for
+        where Ray placed this replica, with Prometheus metrics."""
+        from .metrics import StageMetrics
+        from .predictor import PaddlePredictor
+        from .weights import model_files
+
+        options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()),
+                                 _ray_context("gpu_share"))
+        return cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
+
+    def warm(self, calls: Sequence[tuple[Callable, Any]]) -> None:
+        """Run every (fn, arg) once (each an input shape the replica will
+        meet); the replica is ready after it."""
+        t0 = time.perf_counter()
+        for fn, arg in calls:
+            fn(arg)
+        self.warm_seconds = time.perf_counter() - t0
+        self.metrics.first_inference_s.set(self.warm_seconds)
+        self.ready_at = time.time()
+        import logging
+
+        logging.getLogger("ray.serve").info(
+            "%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s", self.stage,
+            self.predictor.load_seconds, self.warm_seconds, len(calls), self.predictor.options.cpu_affinity)
+
+    def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
+        """New batch knobs (validated) applied to the `@serve.batch` method."""
+        self.knobs = self.knobs.updated(user_config)
+        batched.set_max_batch_size(self.knobs.max_batch_size)
+        batched.set_batch_wait_timeout_s(self.knobs.batch_wait_timeout_s)
+        return self.knobs
+
+    def crops(self, crops: list) -> Crops:
+        return Crops(crops, max(1, min(len(crops), self.knobs.max_batch_size)))
+
+    async def queued(self, batched: Callable[[Any], Awaitable], item: Any):
+        """`await batched(item)`, counted in the queue-depth gauge while it
+        waits for (or is in) a batch."""
+        self._pending += 1
+        self.metrics.queue_depth.set(self._pending)
+        try:
+            return await batched(item)
+        finally:
+            self._pending -= 1
+            self.metrics.queue_depth.set(self._pending)
+
+    async def isolated(self, fn: Callable[[list], Any], groups: Sequence[Sequence]) -> list:
+        """fn over every group's items at once on the predictor's thread, one
+        slice per group; a group whose items fail alone gets the exception
+        (which Serve raises to that caller only)."""
+        return await run_isolated(lambda items: self.predictor.call_async(fn, items), groups,
+                                  lambda e: self.metrics.errors.inc())
+
+    def record(self, requests: int, items: int, seconds: float) -> None:
+        self._seq += 1
+        self.recent_batches.append({"seq": self._seq, "t": round(time.time(), 3), "requests": requests,
+                                    "items": items, "ms": round(seconds * 1000, 2)})
+        self.metrics.batch_requests.observe(requests)
+        self.metrics.batch_items.observe(items)
+        self.metrics.latency.observe(seconds * 1000)
+
+    def check_health(self) -> None:
+        if self.ready_at is None:
+            raise RuntimeError(f"{self.stage} model not warmed yet")
+
+    def stats(self) -> dict[str, Any]:
+        """For operators and tests: who this replica is and what it batched."""
+        opts = self.predictor.options
+        return {
+            "stage": self.stage,
+            "pid": os.getpid(),
+            "max_batch_size": self.knobs.max_batch_size,
+            "batch_wait_timeout_s": self.knobs.batch_wait_timeout_s,
+            "cpu_affinity": sorted(os.sched_getaffinity(0)),
+            "load_seconds": self.predictor.load_seconds,
+            "warm_seconds": self.warm_seconds,
+            "recent_batches": list(self.recent_batches),
+            "gpu_ids": _ray_context("gpu_ids") or [],
+            "node_id": _ray_context("node_id"),
+            "rss_mb": rss_mb(),
+            "device": opts.device,
+            "openvino_precision": opts.openvino_precision,
+            "gpu_memory_fraction": opts.gpu_memory_fraction,
+        }
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def _replica_rank() -> int:
+    """This replica's index on its node; 0 outside a replica."""
+    if "ray" not in sys.modules:
+        return 0
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().rank.local_rank
+    except Exception:
+        return 0
+
+
+def _ray_context(what: str):
+    """The GPU share Ray assigned this process, its GPU ids, or its node id;
+    None outside Ray (which is then not imported)."""
+    if "ray" not in sys.modules:
+        return None
+    try:
+        import ray
+
+        if what == "gpu_share":
+            return ray.get_runtime_context().get_assigned_resources().get("GPU") or None
+        if what == "gpu_ids":
+            return [str(g) for g in ray.get_gpu_ids()]
+        return ray.get_runtime_context().get_node_id()
+    except Exception:
+        return None

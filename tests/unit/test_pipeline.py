@@ -1,0 +1,170 @@
+"""The one pipeline (serve_app.pipeline) over stand-in stages: what it sends
+each stage, what it answers, and the fan-out split and merge. No Ray, no
+models."""
+
+from __future__ import annotations
+
+import asyncio
+
+import cv2
+import numpy as np
+import pytest
+
+from serve_app.config import EngineConfig
+from serve_app.errors import BadImage
+from serve_app.options import OcrOptions
+from serve_app.pipeline import (
+    Pipeline, Stages, assemble, deal_by_width, fan_out_parts, fanned_out, merge_shares, whole_image_box,
+)
+from serve_app.results import Direction, Recognition
+from serve_app.stages.det_preprocess import Geometry
+
+
+def png(h: int, w: int) -> bytes:
+    img = np.full((h, w, 3), 255, np.uint8)
+    return cv2.imencode(".png", img)[1].tobytes()
+
+
+class Calls:
+    """Stand-in stages that record what they were given."""
+
+    def __init__(self, boxes, directions=None, texts=None):
+        self.boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4, 2)
+        self.directions = directions
+        self.texts = texts
+        self.seen: dict[str, list] = {"det": [], "cls": [], "rec": []}
+
+    async def detect(self, work):
+        self.seen["det"].append(work.shape)
+        return self.boxes
+
+    async def classify(self, crops):
+        self.seen["cls"].append(len(crops))
+        return self.directions or [Direction("0", 1.0)] * len(crops)
+
+    async def recognize(self, crops):
+        self.seen["rec"].append([c.shape for c in crops])
+        texts = self.texts or [f"line{i}" for i in range(len(crops))]
+        return [Recognition(t, 0.9, ((0.0, 0.5), (0.5, 1.0))[: len(t)]) for t in texts]
+
+    def stages(self, cls: bool = True) -> Stages:
+        return Stages(self.detect, self.classify if cls else None, self.recognize)
+
+
+def read(calls: Calls, image, with_cls=True, **opts):
+    return asyncio.run(Pipeline(calls.stages(with_cls), EngineConfig()).read(image, OcrOptions(**opts)))
+
+
+BOX_A = [[10, 10], [110, 10], [110, 40], [10, 40]]  # upper line
+BOX_B = [[10, 60], [200, 60], [200, 90], [10, 90]]  # lower line
+
+
+def test_lines_come_back_in_reading_order_with_boxes_in_image_coordinates():
+    calls = Calls([BOX_B, BOX_A])  # the detector's order is not reading order
+    result = read(calls, png(100, 240))
+    assert (result.width, result.height) == (240, 100)
+    assert [l.text for l in result.lines] == ["line0", "line1"]
+    assert [l.box for l in result.lines] == [[[float(x), float(y)] for x, y in BOX_A],
+                                             [[float(x), float(y)] for x, y in BOX_B]]
+    assert calls.seen["det"] == [(100, 240, 3)]
+    assert calls.seen["cls"] == [2]
+    assert [s[0] for s in calls.seen["rec"][0]] == [30, 30]  # crops of the boxes' height
+    assert set(result.timings_ms) == {"decode", "det", "cls", "rec", "total"}
+
+
+def test_det_false_reads_the_whole_image_as_one_line():
+    calls = Calls([BOX_A])
+    result = read(calls, png(32, 200), det=False)
+    assert calls.seen["det"] == []
+    assert calls.seen["rec"] == [[(32, 200, 3)]]
+    assert result.lines[0].box == whole_image_box(200, 32)
+
+
+def test_classifier_runs_unless_switched_off_or_absent():
+    for cls_stage, opt, called in [(True, None, True), (True, True, True), (True, False, False),
+                                   (False, None, False), (False, True, False)]:
+        calls = Calls([BOX_A])
+        read(calls, png(100, 240), with_cls=cls_stage, **({} if opt is None else {"cls": opt}))
+        assert bool(calls.seen["cls"]) is called, (cls_stage, opt)
+
+
+def test_a_flipped_crop_is_rotated_before_recognition():
+    img = np.zeros((100, 240, 3), np.uint8)
+    img[10:40, 10:60] = 255  # left half of BOX_A white: a 180 rotation puts it on the right
+    seen = []
+
+    async def recognize(crops):
+        seen.extend(crops)
+        return [Recognition("x", 0.9)] * len(crops)
+
+    calls = Calls([BOX_A], directions=[Direction("180", 0.99)])
+    stages = Stages(calls.detect, calls.classify, recognize)
+    asyncio.run(Pipeline(stages, EngineConfig()).read(img, OcrOptions()))
+    crop = seen[0]
+    assert crop[:, : crop.shape[1] // 2].mean() < crop[:, crop.shape[1] // 2 :].mean()
+
+
+def test_no_boxes_reads_nothing_and_calls_no_model_after_the_detector():
+    calls = Calls(np.zeros((0, 4, 2)))
+    result = read(calls, png(50, 50))
+    assert result.lines == ()
+    assert calls.seen["cls"] == [] and calls.seen["rec"] == []
+
+
+def test_junk_is_a_bad_image_before_any_model_runs():
+    calls = Calls([BOX_A])
+    with pytest.raises(BadImage):
+        read(calls, b"not an image")
+    with pytest.raises(BadImage):
+        read(calls, {"image": 1})
+    assert calls.seen["det"] == []
+
+
+def test_return_chars_gives_each_character_a_box_inside_its_line():
+    result = read(Calls([BOX_A], texts=["ab"]), png(100, 240), return_chars=True)
+    (line,) = result.lines
+    assert [c.text for c in line.chars] == ["a", "b"]
+    xs = [p[0] for c in line.chars for p in c.box]
+    assert min(xs) >= 10 and max(xs) <= 110
+
+
+def test_assemble_drops_low_scores_and_empty_text_and_keeps_boxes_aligned():
+    boxes = np.array([BOX_A, BOX_B, BOX_A], dtype=np.float32)
+    recs = [Recognition("low", 0.2), Recognition("kept", 0.8), Recognition("", 0.99)]
+    lines = assemble(boxes, recs, Geometry(2.0, 2.0, 5, 1000, 1000), drop_score=0.5)
+    assert [l.text for l in lines] == ["kept"]
+    # working -> original: minus the letterbox pad, times the scale
+    assert lines[0].box == [[20.0, 110.0], [400.0, 110.0], [400.0, 170.0], [20.0, 170.0]]
+
+
+@pytest.mark.parametrize("n, fan_out, min_items, parts", [
+    (3, 2, 4, 1), (4, 2, 4, 2), (40, 2, 4, 2), (5, 4, 4, 2), (40, 4, 12, 4), (11, 4, 12, 1), (12, 1, 4, 1),
+])
+def test_fan_out_parts(n, fan_out, min_items, parts):
+    assert fan_out_parts(n, fan_out, min_items) == parts
+
+
+def test_fan_out_deals_crops_by_width_and_merges_answers_back_in_order():
+    crops = [np.zeros((10, w, 3), np.uint8) for w in (50, 10, 40, 20, 30)]
+    shares = deal_by_width(crops, 2)
+    assert shares == [[1, 4, 0], [3, 2]]  # widths 10, 30, 50 | 20, 40
+    answers = [[f"w{crops[i].shape[1]}" for i in s] for s in shares]
+    assert merge_shares(shares, answers, len(crops)) == ["w50", "w10", "w40", "w20", "w30"]
+    with pytest.raises(RuntimeError):
+        merge_shares(shares, [answers[0], answers[1][:1]], len(crops))
+
+
+def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
+    calls = []
+
+    async def recognize(crops):
+        calls.append(len(crops))
+        return [c.shape[1] for c in crops]
+
+    crops = [np.zeros((10, w, 3), np.uint8) for w in range(10, 90, 10)]
+    out = asyncio.run(fanned_out(recognize, 2, 4)(crops))
+    assert out == [c.shape[1] for c in crops]
+    assert calls == [4, 4]
+    calls.clear()
+    assert asyncio.run(fanned_out(recognize, 2, 4)(crops[:3])) == [10, 20, 30]
+    assert calls == [3]

@@ -1,0 +1,134 @@
+"""What a model replica does around its predictor (serve_app.replica) and the
+one failure-isolation helper, with a stand-in predictor. No Ray, no models."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from serve_app.config import PredictorOptions
+from serve_app.errors import ConfigError
+from serve_app.isolation import run_isolated
+from serve_app.replica import Crops, ModelReplica, crops_weight, placed_options, replica_cores
+from serve_app.settings import BatchKnobs, ModelArgs
+
+
+class FakePredictor:
+    name = "fake"
+    load_seconds = 0.5
+
+    def __init__(self, fail_on=None):
+        self.options = PredictorOptions(cpu_affinity=[1])
+        self.fail_on = fail_on
+        self.calls: list[list] = []
+
+    def run(self, x):
+        return x
+
+    async def call_async(self, fn, *args):
+        return fn(*args)
+
+    def close(self):
+        pass
+
+
+class FakeBatched:
+    def set_max_batch_size(self, n):
+        self.size = n
+
+    def set_batch_wait_timeout_s(self, s):
+        self.wait = s
+
+
+def double(items):
+    if "bad" in items:
+        raise ValueError("bad item")
+    return [x * 2 for x in items]
+
+
+@pytest.mark.parametrize("cores, threads, rank, want", [
+    (None, 1, 0, None),
+    ([1, 0], 1, 0, [1]), ([1, 0], 1, 1, [0]), ([1, 0], 1, 2, [1]),  # wraps
+    ([0, 1], 2, 0, [0, 1]), ([0, 1, 2, 3], 2, 1, [2, 3]), ([0, 1, 2], 2, 1, [0, 2]),
+])
+def test_replica_cores(cores, threads, rank, want):
+    assert replica_cores(ModelArgs(cpu_cores=cores, threads=threads), rank) == want
+
+
+def test_placed_options_pin_threads_and_take_the_gpu_share():
+    cpu = placed_options(PredictorOptions(), [2, 3], gpu_share=None)
+    assert (cpu.cpu_affinity, cpu.cpu_math_library_num_threads) == ([2, 3], 2)
+    gpu = PredictorOptions(device="gpu")
+    assert placed_options(gpu, None, 0.25).gpu_memory_fraction == 0.25
+    assert placed_options(gpu, None, 2.0).gpu_memory_fraction == 1.0
+    assert placed_options(gpu.model_copy(update={"gpu_memory_fraction": 0.1}), None, 0.25).gpu_memory_fraction == 0.1
+    assert placed_options(PredictorOptions(), None, 0.25).gpu_memory_fraction is None  # CPU: no share
+    assert placed_options(gpu, None, None) is gpu
+
+
+def test_run_isolated_gives_each_group_its_slice_or_its_own_error():
+    errors = []
+    out = asyncio.run(run_isolated(lambda xs: asyncio.sleep(0, double(xs)), [[1, 2], ["bad"], [], [3]],
+                                   errors.append))
+    assert out[0] == [2, 4] and out[2] == [] and out[3] == [6]
+    assert isinstance(out[1], ValueError) and len(errors) == 1
+    assert asyncio.run(run_isolated(lambda xs: asyncio.sleep(0, double(xs)), [[1], [2, 3]])) == [[2], [4, 6]]
+
+
+def test_a_replica_is_ready_only_after_warm_up_and_reports_what_it_batched():
+    r = ModelReplica("rec", FakePredictor(), BatchKnobs(max_batch_size=4))
+    with pytest.raises(RuntimeError):
+        r.check_health()
+    seen = []
+    r.warm([(seen.append, 1), (seen.append, 2)])
+    assert seen == [1, 2]
+    r.check_health()
+    r.record(2, 7, 0.01)
+    st = r.stats()
+    assert st["stage"] == "rec" and st["max_batch_size"] == 4 and st["batch_wait_timeout_s"] == 0.0
+    assert [(b["seq"], b["requests"], b["items"]) for b in st["recent_batches"]] == [(1, 2, 7)]
+    assert st["load_seconds"] == 0.5 and st["warm_seconds"] >= 0 and st["rss_mb"] > 0
+
+
+def test_reconfigure_applies_valid_knobs_and_refuses_bad_ones_unchanged():
+    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=4))
+    batched = FakeBatched()
+    r.reconfigure({"max_batch_size": 7, "batch_wait_timeout_s": 0.02}, batched)
+    assert (batched.size, batched.wait) == (7, 0.02)
+    r.reconfigure({"batch_wait_timeout_s": 0}, batched)  # keeps the size it has
+    assert (r.knobs.max_batch_size, r.knobs.batch_wait_timeout_s) == (7, 0.0)
+    for bad in ({"max_batch_size": 0}, {"max_batch_size": "8"}, {"batch_size": 8}, {"batch_wait_timeout_s": -1}):
+        with pytest.raises(ConfigError):
+            r.reconfigure(bad, batched)
+    assert r.knobs.max_batch_size == 7
+
+
+def test_crops_count_against_the_batch_up_to_a_full_batch():
+    r = ModelReplica("rec", FakePredictor(), BatchKnobs(max_batch_size=24))
+    items = [r.crops([0] * 3), r.crops([]), r.crops([0] * 100)]
+    assert [i.weight for i in items] == [3, 1, 24]
+    assert crops_weight(items) == 28
+    assert items[2] == Crops([0] * 100, 24)
+
+
+def test_queued_counts_calls_waiting_for_a_batch():
+    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=4))
+    depth = []
+
+    async def batched(item):
+        depth.append(r._pending)
+        await asyncio.sleep(0.01)
+        return item
+
+    async def main():
+        return await asyncio.gather(*(r.queued(batched, i) for i in range(3)))
+
+    assert asyncio.run(main()) == [0, 1, 2]
+    assert depth == [1, 2, 3] and r._pending == 0
+
+
+def test_isolated_runs_on_the_predictor_and_fails_only_the_bad_caller():
+    r = ModelReplica("cls", FakePredictor(), BatchKnobs(max_batch_size=4))
+    out = asyncio.run(r.isolated(double, [[1], ["bad"], [2, 3]]))
+    assert out[0] == [2] and out[2] == [4, 6] and isinstance(out[1], ValueError)
