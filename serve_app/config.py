@@ -44,11 +44,9 @@ class PredictorOptions(_Strict):
         20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
     )
     enable_openvino_engine: bool = False
-    # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32.
-    # On this machine's EPYC bf16 ran det and rec 1.5-1.8x faster; on the
-    # peer images it read 86% of lines identically to fp32 and its CER on
-    # the labels was no worse (0.111 vs 0.115). fp32 for bit-for-bit
-    # reproducibility across machines.
+    # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
+    # (speed and accuracy of each: README, "Design choices"). fp32 for
+    # bit-for-bit reproducibility across machines.
     openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     switch_ir_optim: bool = True
     enable_memory_optim: bool = True
@@ -73,9 +71,8 @@ class PredictorOptions(_Strict):
 
 
 class DetOptions(_Strict):
-    # Long side scaled down to at most 1280: on the peer images this read
-    # better than RapidOCR's "short side up to 736" (CER 0.115 vs 0.116) in
-    # half the time; 960 was faster still but worse (0.122). See README.
+    # Long side scaled down to at most 1280 (why, against RapidOCR's "short
+    # side up to 736": README, "Design choices").
     limit_side_len: int = Field(1280, ge=32)
     limit_type: Literal["max", "min"] = "max"
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
@@ -107,8 +104,9 @@ class RecOptions(_Strict):
     width_bucket: int = Field(32, ge=1)
     # Padded widths a crop can get (ascending): a crop takes the smallest
     # that holds it; wider than the last, it is squeezed to the last. Each
-    # (batch size, width) input shape costs the OpenVINO engine ~3 MB once,
-    # so a short ladder closes the set of shapes (warmed before ready).
+    # (batch size, width) input shape costs the OpenVINO engine memory once
+    # (docs/reliability.md), so a short ladder closes the set of shapes
+    # (warmed before ready).
     # Empty: multiples of width_bucket up to max_width.
     width_ladder: list[int] = [320, 384, 448, 512, 576, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3200]
     # A predictor batch holds at most this many padded columns (crops x

@@ -11,32 +11,30 @@ _SIZES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128]
 
 
 class StageMetrics:
-    """One set per model deployment replica."""
+    """One set per model deployment replica, tagged with its stage."""
 
     def __init__(self, stage: str):
-        tags = {"stage": stage}
-        self.latency = Histogram("ocr_stage_latency_ms", description="Time of one batch call, by stage (ms).",
-                                 boundaries=_LATENCY_MS, tag_keys=("stage",))
-        self.latency.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.batch_requests = Histogram("ocr_batch_requests", description="Requests in one batch, by stage.",
-                                        boundaries=_SIZES, tag_keys=("stage",))
-        self.batch_requests.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.batch_items = Histogram("ocr_batch_items", description="Items (images or crops) in one batch, by stage.",
-                                     boundaries=_SIZES, tag_keys=("stage",))
-        self.batch_items.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.queue_depth = Gauge("ocr_stage_queue_depth", description="Calls waiting in this replica's batch queue.",
-                                 tag_keys=("stage",))
-        self.queue_depth.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.model_load_s = Gauge("ocr_model_load_seconds", description="Model load time of this replica (s).",
-                                  tag_keys=("stage",))
-        self.model_load_s.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.first_inference_s = Gauge("ocr_first_inference_seconds",
-                                       description="Warm-up (first inference over every warmed shape) time (s).",
-                                       tag_keys=("stage",))
-        self.first_inference_s.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
-        self.errors = Counter("ocr_stage_errors", description="Items that failed in a batch, by stage.",
-                              tag_keys=("stage",))
-        self.errors.set_default_tags(dict(tags))  # Serve adds its own keys to the dict it gets
+        def tagged(metric):
+            metric.set_default_tags({"stage": stage})  # a fresh dict each: Serve adds its own keys to it
+            return metric
+
+        keys = ("stage",)
+        self.latency = tagged(Histogram("ocr_stage_latency_ms", description="Time of one batch call, by stage (ms).",
+                                        boundaries=_LATENCY_MS, tag_keys=keys))
+        self.batch_requests = tagged(Histogram("ocr_batch_requests", description="Requests in one batch, by stage.",
+                                               boundaries=_SIZES, tag_keys=keys))
+        self.batch_items = tagged(Histogram("ocr_batch_items",
+                                            description="Items (images or crops) in one batch, by stage.",
+                                            boundaries=_SIZES, tag_keys=keys))
+        self.queue_depth = tagged(Gauge("ocr_stage_queue_depth",
+                                        description="Calls waiting in this replica's batch queue.", tag_keys=keys))
+        self.model_load_s = tagged(Gauge("ocr_model_load_seconds", description="Model load time of this replica (s).",
+                                         tag_keys=keys))
+        self.first_inference_s = tagged(Gauge(
+            "ocr_first_inference_seconds", description="Warm-up (first inference over every warmed shape) time (s).",
+            tag_keys=keys))
+        self.errors = tagged(Counter("ocr_stage_errors", description="Items that failed in a batch, by stage.",
+                                     tag_keys=keys))
 
 
 class RequestMetrics:
