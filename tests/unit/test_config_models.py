@@ -1,4 +1,6 @@
-"""Configuration models and model-file resolution."""
+"""Configuration models and model-file resolution in given directories. The
+default model set (read and hashed from the carrier wheel) is checked in
+tests/integration/test_default_models.py."""
 
 from __future__ import annotations
 
@@ -122,16 +124,6 @@ def test_missing_directory(tmp_path):
     assert str(missing) in str(err.value)
 
 
-def test_default_model_set_resolves():
-    # Reads the carrier wheel's files and checks their sizes and digests.
-    files = model_files("det")
-    assert files.name == "det"
-    assert files.program.name == "inference.pdmodel"
-    assert files.params.name == "inference.pdiparams"
-    assert files.program.is_file() and files.params.is_file()
-    assert files.params.stat().st_size == 4692937
-
-
 # --- dictionary_path -----------------------------------------------------------------------------
 
 
@@ -146,9 +138,3 @@ def test_existing_dictionary_resolves(tmp_path):
     path = tmp_path / "keys.txt"
     path.write_text("a\n")
     assert dictionary_path(str(path)) == path
-
-
-def test_default_dictionary_resolves():
-    path = dictionary_path()
-    assert path.name == "ppocr_keys_v1.txt"
-    assert path.is_file()

@@ -147,16 +147,33 @@ def test_slow_score_mode_scores_inside_the_contour():
     assert scores == [pytest.approx(180 / 231, rel=1e-6)]
 
 
-def test_scores_stay_aligned_with_boxes_when_a_tiny_box_is_dropped():
-    # A 4x4 block at the bottom (found first by findContours) survives the
-    # map-space size checks but is 1 px wide at the 16x16 destination, so
-    # filter_boxes drops it; the 40x20 block stays.
+def two_blocks() -> np.ndarray:
+    """A 4x4 block at the bottom (found first by findContours) and a 40x20
+    block at the top, both 0.9. Their fast scores differ: the dilated 4x4
+    block's rectangle covers 5 x 5 = 25 pixels, 16 of them 0.9, so
+    14.4 / 25 = 0.576; the 40x20 block's covers 41 x 21 = 861, 800 of them
+    0.9, so 720 / 861 = 0.836."""
     prob = np.zeros((64, 64), dtype=np.float32)
     prob[50:54, 10:14] = 0.9
     prob[5:25, 20:60] = 0.9
-    boxes, scores = db_boxes(prob, 16, 16, OPTS)
-    assert boxes.shape == (1, 4, 2)
-    assert len(scores) == len(boxes)
+    return prob
+
+
+def test_two_blocks_keep_their_own_scores_when_both_are_kept():
+    boxes, scores = db_boxes(two_blocks(), 64, 64, OPTS)
+    assert boxes.tolist() == [
+        [[8, 48], [16, 48], [16, 56], [8, 56]],  # the 4x4 block, first
+        [[9, 0], [63, 0], [63, 36], [9, 36]],
+    ]
+    assert scores == [pytest.approx(14.4 / 25, rel=1e-6), pytest.approx(720 / 861, rel=1e-6)]
+
+
+def test_scores_stay_aligned_with_boxes_when_a_tiny_box_is_dropped():
+    # At a 16x16 destination the 4x4 block is 1 px wide, so filter_boxes
+    # drops it; the score left must be the 40x20 block's, not the first one.
+    boxes, scores = db_boxes(two_blocks(), 16, 16, OPTS)
+    assert boxes.tolist() == [[[2, 0], [15, 0], [15, 9], [2, 9]]]
+    assert scores == [pytest.approx(720 / 861, rel=1e-6)]
 
 
 def test_mini_box_orders_corners_and_reports_the_short_side():

@@ -1,0 +1,132 @@
+"""Device and precision resolution, with the GPU probe and /proc/cpuinfo
+stood in for: no GPU needed, no paddle imported, no predictor built."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+import serve_app.predictor as predictor
+from serve_app.config import PredictorOptions, TensorRTOptions
+from serve_app.errors import ConfigError
+from serve_app.predictor import cpu_has_bf16, resolve_device
+
+
+def _gpu(present: bool):
+    calls = []
+
+    def probe() -> bool:
+        calls.append(present)
+        return present
+
+    return probe, calls
+
+
+@pytest.fixture
+def no_bf16(monkeypatch):
+    monkeypatch.setattr(predictor, "cpu_has_bf16", lambda: False)
+
+
+def _never():
+    raise AssertionError("not to be called here")
+
+
+# --- device ------------------------------------------------------------------------------
+
+
+def test_cpu_is_taken_as_asked_without_probing_for_a_gpu(monkeypatch, no_bf16):
+    monkeypatch.setattr(predictor, "gpu_available", _never)
+    opts = PredictorOptions(device="cpu", openvino_precision="fp32")
+    assert resolve_device(opts) is opts
+
+
+def test_gpu_is_kept_when_one_is_there(monkeypatch, no_bf16):
+    probe, calls = _gpu(True)
+    monkeypatch.setattr(predictor, "gpu_available", probe)
+    opts = PredictorOptions(device="gpu", tensorrt=TensorRTOptions())
+    got = resolve_device(opts)
+    assert calls == [True]
+    assert got.device == "gpu"
+    assert got.tensorrt == TensorRTOptions()
+    assert got.enable_openvino_engine is False
+
+
+def test_gpu_asked_without_one_is_a_config_error_naming_the_fix(monkeypatch, no_bf16):
+    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+    with pytest.raises(ConfigError, match="set allow_cpu_fallback: true") as err:
+        resolve_device(PredictorOptions(device="gpu"))
+    assert "device: gpu was asked for" in str(err.value)
+    assert err.value.status == 500
+
+
+def test_gpu_asked_without_one_falls_back_to_openvino_on_the_cpu_when_allowed(monkeypatch, no_bf16):
+    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+    opts = PredictorOptions(device="gpu", tensorrt=TensorRTOptions(), allow_cpu_fallback=True, gpu_mem_mb=800)
+    got = resolve_device(opts)
+    assert got.device == "cpu"
+    assert got.tensorrt is None  # TensorRT needs the GPU
+    assert got.enable_openvino_engine is True
+    assert got.gpu_mem_mb == 800  # everything else as configured
+    assert opts.device == "gpu"  # the caller's options are not changed
+
+
+# --- OpenVINO precision ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bf16, precision", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_follows_the_cpu(monkeypatch, bf16, precision):
+    monkeypatch.setattr(predictor, "cpu_has_bf16", lambda: bf16)
+    got = resolve_device(PredictorOptions(device="cpu", enable_openvino_engine=True))
+    assert got.openvino_precision == precision
+    assert got.device == "cpu"
+
+
+def test_auto_precision_is_settled_on_the_gpu_fallback_too(monkeypatch):
+    monkeypatch.setattr(predictor, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+    got = resolve_device(PredictorOptions(device="gpu", allow_cpu_fallback=True))
+    assert (got.device, got.enable_openvino_engine, got.openvino_precision) == ("cpu", True, "bf16")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_explicit_precision_is_kept_without_reading_the_cpu(monkeypatch, precision):
+    monkeypatch.setattr(predictor, "cpu_has_bf16", _never)
+    got = resolve_device(PredictorOptions(openvino_precision=precision))
+    assert got.openvino_precision == precision
+
+
+# --- cpu_has_bf16 ------------------------------------------------------------------------
+
+AVX512_CPU = "flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512vl\n"
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, expected",
+    [
+        (AVX512_CPU, False),
+        (AVX512_CPU.replace("avx512vl", "avx512vl avx512_bf16"), True),
+        (AVX512_CPU.replace("avx512vl", "avx512vl amx_tile amx_bf16"), True),
+        ("", False),
+    ],
+    ids=["avx512-without-bf16", "avx512_bf16", "amx_bf16", "empty"],
+)
+def test_cpu_has_bf16_reads_the_cpu_flags(monkeypatch, cpuinfo, expected):
+    opened = []
+
+    def fake_open(path, *args, **kwargs):
+        opened.append(path)
+        return io.StringIO(cpuinfo)
+
+    # cpu_has_bf16 calls the builtin open(); a module global of that name shadows it.
+    monkeypatch.setattr(predictor, "open", fake_open, raising=False)
+    assert cpu_has_bf16() is expected
+    assert opened == ["/proc/cpuinfo"]
+
+
+def test_cpu_has_bf16_is_false_where_there_is_no_cpuinfo(monkeypatch):
+    def unreadable(path, *args, **kwargs):
+        raise FileNotFoundError(path)  # macOS, or a sandbox without /proc
+
+    monkeypatch.setattr(predictor, "open", unreadable, raising=False)
+    assert cpu_has_bf16() is False
