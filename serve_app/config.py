@@ -71,10 +71,26 @@ class PredictorOptions(_Strict):
 
 
 class DetOptions(_Strict):
-    # Long side scaled down to at most 1280 (why, against RapidOCR's "short
-    # side up to 736": README, "Design choices").
-    limit_side_len: int = Field(1280, ge=32)
-    limit_type: Literal["max", "min"] = "max"
+    # How an image is sized for the detector (serve_app.stages.det_preprocess.det_layout):
+    # "ladder" maps every image onto a closed set of input shapes (warmed
+    # before ready: memory is bounded by construction, and images of one
+    # shape batch together); "max"/"min" are PaddleOCR's open modes (the
+    # reference config uses "min", 736).
+    limit_type: Literal["max", "min", "ladder"] = "ladder"
+    limit_side_len: int = Field(1280, ge=32)  # "max"/"min" only
+    # "ladder": long-side rungs (multiples of 32, ascending); the short side
+    # is scaled up to at least min_side first (tiny crops; the long side
+    # stays within the last rung), and padded up to a multiple of rung /
+    # short_steps with `pad` (masked out of the output). 21 input shapes by
+    # default; how these were chosen: docs/reliability.md.
+    side_ladder: list[int] = [640, 960, 1280]
+    min_side: int = Field(256, ge=1)
+    short_steps: int = Field(4, ge=1, le=64)
+    pad: Literal["replicate", "zero", "mean"] = "mean"
+    # Images of one input shape run as one predictor batch of at most this
+    # many; each batch size is its own input shape to warm (on the CPU a
+    # batch gains little, so 1; the GPU profile raises it).
+    batch_size: int = Field(1, ge=1)
     mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
     std: tuple[float, float, float] = (0.5, 0.5, 0.5)
     thresh: float = Field(0.3, gt=0, lt=1)
@@ -84,6 +100,13 @@ class DetOptions(_Strict):
     use_dilation: bool = True
     score_mode: Literal["fast", "slow"] = "fast"
     min_size: float = 3.0
+
+    @model_validator(mode="after")
+    def _ladder(self) -> "DetOptions":
+        lad = self.side_ladder
+        if not lad or any(r % 32 or r < 32 for r in lad) or any(b <= a for a, b in zip(lad, lad[1:])):
+            raise ValueError(f"det.side_ladder must be ascending multiples of 32 (at least one); got {lad}")
+        return self
 
 
 class ClsOptions(_Strict):

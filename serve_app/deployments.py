@@ -25,7 +25,7 @@ from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .settings import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, RecognizerArgs
-from .stages.det_preprocess import large_image_shapes
+from .stages.det_preprocess import det_input_shapes
 from .stages.recognition import batch_limit, batch_width, load_charset
 from .stages.recognition import input_shapes as rec_input_shapes
 from .weights import dictionary_path
@@ -55,11 +55,15 @@ class _Replica:
 class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
-        self.detector = TextDetector(self.replica.predictor, engine.det)
-        shapes = list(args.warm_shapes)
-        if args.warm_large_images:
-            shapes += [s for s in large_image_shapes(engine.det) if s not in shapes]
-        self.replica.warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)]) for h, w in shapes])
+        self.detector = TextDetector(self.replica.predictor, engine.det,
+                                     on_batch=lambda n, s: self.replica.record(n, n, s))
+        # Every input the detector can be given (each batch size at each
+        # shape of the closed set), warmed so that memory stays flat and the
+        # first image of any size is as fast as the next. In the open modes
+        # ("max"/"min") only the configured shapes can be.
+        shapes = det_input_shapes(engine.det) or [tuple(s) for s in args.warm_shapes]
+        self.replica.warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
+                           for h, w in shapes for n in range(1, engine.det.batch_size + 1)])
 
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._detect_batch)
@@ -71,9 +75,9 @@ class TextDetectorDeployment(_Replica):
 
     @_batch("det")
     async def _detect_batch(self, images: list[np.ndarray]) -> list:
-        t0 = time.perf_counter()
+        # Images that fall in one input shape run as one predictor batch
+        # (each recorded by the detector's on_batch).
         out = await self.replica.isolated(self.detector.detect, [[img] for img in images])
-        self.replica.record(len(images), len(images), time.perf_counter() - t0)
         return [o if isinstance(o, Exception) else o[0] for o in out]
 
 

@@ -5,6 +5,8 @@ the Serve deployments."""
 from __future__ import annotations
 
 import math
+import time
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -18,24 +20,33 @@ from .results import Direction, Recognition
 
 
 class TextDetector:
-    def __init__(self, predictor: Predictor, opts: DetOptions):
+    def __init__(self, predictor: Predictor, opts: DetOptions,
+                 on_batch: Optional[Callable[[int, float], None]] = None):
         self.predictor = predictor
         self.opts = opts
+        self.on_batch = on_batch  # told (images, seconds) of every predictor batch
 
     def detect(self, images: list[np.ndarray]) -> list[np.ndarray]:
         """Boxes (N,4,2 float32, image coordinates) for each image. Images
-        whose detector inputs share a shape run as one batch; padding to a
-        common shape would change what the network sees near the edges, and
-        with it the boxes, so an image reads the same alone or in a batch."""
-        tensors = [det_preprocess(img, self.opts) for img in images]
+        whose detector inputs share a shape run together, in predictor
+        batches of at most opts.batch_size. The padding in an input (the
+        "ladder" mode's) is cropped off the probability map before boxes
+        are found, and an image reads the same alone or in a batch."""
+        prepared = [det_preprocess(img, self.opts) for img in images]
         groups: dict[tuple, list[int]] = {}
-        for i, t in enumerate(tensors):
+        for i, (t, _) in enumerate(prepared):
             groups.setdefault(t.shape, []).append(i)
         out: list = [None] * len(images)
-        for idx in groups.values():
-            probs = self.predictor.run(np.stack([tensors[i] for i in idx]))
-            for i, p in zip(idx, probs):
-                out[i], _ = db_boxes(p[0], images[i].shape[1], images[i].shape[0], self.opts)
+        for group in groups.values():
+            for start in range(0, len(group), self.opts.batch_size):
+                idx = group[start : start + self.opts.batch_size]
+                t0 = time.perf_counter()
+                probs = self.predictor.run(np.stack([prepared[i][0] for i in idx]))
+                for i, p in zip(idx, probs):
+                    (vh, vw), (h, w) = prepared[i][1], images[i].shape[:2]
+                    out[i], _ = db_boxes(p[0][:vh, :vw], w, h, self.opts)
+                if self.on_batch is not None:
+                    self.on_batch(len(idx), time.perf_counter() - t0)
         return out
 
 

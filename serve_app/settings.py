@@ -38,14 +38,10 @@ class ModelArgs(_Args):
 
 
 class DetectorArgs(ModelArgs):
-    # Detector input shapes (h, w) warmed before the replica is ready.
+    # Detector input shapes (h, w) warmed before the replica is ready when
+    # engine.det's sizing is an open mode ("max"/"min"); with the default
+    # "ladder" every input shape of its closed set is warmed instead.
     warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
-    # Also warm every input shape a large image can give (long side scaled to
-    # the limit). Paddle's OpenVINO engine keeps memory for each input shape
-    # it meets: warmed, it is taken before ready instead of growing in
-    # service as new photo sizes come (figures: docs/reliability.md). Off by
-    # default: it costs seconds of start-up and GBs per replica.
-    warm_large_images: bool = False
 
 
 class ClassifierArgs(ModelArgs):

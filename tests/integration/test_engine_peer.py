@@ -109,3 +109,17 @@ def test_cer_on_labels_no_worse_than_reference(engine, ref_reads):
           f"engine with reference params {cer_refparams:.4f}, engine defaults {cer_default:.4f}")
     assert cer_default <= cer_ref
     assert cer_refparams <= cer_ref + 0.005
+
+
+def test_reads_what_the_reference_reads(engine):
+    """The detector's defaults read at least 97% of the lines the reference
+    (RapidOCR-paddle) reads on the 60 peer images, and no image as empty
+    where the reference reads text: tiny word crops and the dense page
+    included."""
+    ref = reference()
+    reads = {n: [l.text for l in engine.read(PEER / n).lines] for n in sorted(ref)}
+    ours, theirs = sum(map(len, reads.values())), sum(map(len, ref.values()))
+    empty = [n for n in ref if ref[n] and not reads[n]]
+    print(f"lines read: {ours} against the reference's {theirs} ({ours / theirs:.3f}); empty: {empty}")
+    assert ours >= 0.97 * theirs
+    assert not empty

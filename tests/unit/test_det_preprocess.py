@@ -10,8 +10,9 @@ from serve_app.config import DetOptions, PipelineOptions
 from serve_app.stages.det_preprocess import (
     Geometry,
     boxes_to_original,
+    det_input_shapes,
     det_input_size,
-    large_image_shapes,
+    det_layout,
     det_preprocess,
     prepare_image,
 )
@@ -58,8 +59,8 @@ def test_det_input_size_limit_min(h, w, expected):
 def test_det_preprocess_normalises_to_minus_one_one_in_channel_first_order():
     img = np.zeros((40, 70, 3), dtype=np.uint8)
     img[...] = (0, 255, 127)
-    x = det_preprocess(img, MAX_960)
-    assert x.shape == (3, 32, 64)
+    x, valid = det_preprocess(img, MAX_960)
+    assert x.shape == (3, 32, 64) and valid == (32, 64)
     assert x.dtype == np.float32
     assert x.flags["C_CONTIGUOUS"]
     np.testing.assert_allclose(x[0], -1.0)
@@ -150,11 +151,65 @@ def test_boxes_to_original_does_not_modify_its_input():
     np.testing.assert_array_equal(boxes[0], quad(10, 20, 30, 40))
 
 
-def test_large_image_shapes_cover_every_image_at_least_the_limit():
-    opts = DetOptions()  # limit_side_len 1280, limit_type max
-    shapes = set(large_image_shapes(opts))
-    assert len(shapes) == 79
-    for h, w in [(1280, 1280), (3024, 4032), (4032, 3024), (1080, 1920), (2532, 1170), (1280, 20), (9000, 1281)]:
-        assert det_input_size(h, w, opts) in shapes, (h, w)
-    assert det_input_size(720, 1000, opts) not in shapes  # smaller images keep their own size
-    assert large_image_shapes(MIN_736) == []  # "min": the long side is open
+LADDER = DetOptions()  # the default: "ladder", rungs 640/960/1280, min_side 256, short_steps 4
+
+
+def test_the_ladder_is_a_small_closed_set_of_multiples_of_32():
+    shapes = det_input_shapes(LADDER)
+    assert len(shapes) == 21
+    assert all(h % 32 == 0 and w % 32 == 0 and max(h, w) in (640, 960, 1280) for h, w in shapes)
+    assert det_input_shapes(MAX_960) == [] and det_input_shapes(MIN_736) == []  # open modes
+
+
+@pytest.mark.parametrize("h, w, resized, padded", [
+    (720, 1280, (720, 1280), (960, 1280)),  # a 16:9 photo: long side on a rung, short padded to 3/4
+    (1008, 675, (1280, 857), (1280, 960)),  # a dense page: long side up to the next rung
+    (3024, 4032, (960, 1280), (960, 1280)),  # a big photo: the last rung
+    (26, 67, (373, 960), (512, 960)),  # a word crop: short side up to min_side 256 -> long 660 -> rung 960
+    (11, 65, (217, 1280), (320, 1280)),  # tinier: min_side would need long 1513; the last rung bounds it
+    (30, 2000, (19, 1280), (320, 1280)),  # a strip: the last rung bounds it
+    (1, 1, (640, 640), (640, 640)),
+])
+def test_ladder_layout(h, w, resized, padded):
+    assert det_layout(h, w, LADDER) == (resized, padded)
+
+
+def test_every_image_size_lands_in_the_closed_set():
+    rng = np.random.default_rng(0)
+    shapes = set(det_input_shapes(LADDER))
+    sizes = [(int(a), int(b)) for a, b in rng.integers(1, 5000, size=(2000, 2))]
+    sizes += [(1, 3000), (3000, 1), (20, 4000), (4000, 200), (64, 64)]
+    for h, w in sizes:
+        (rh, rw), (ih, iw) = det_layout(h, w, LADDER)
+        assert (ih, iw) in shapes, (h, w)
+        assert rh <= ih and rw <= iw
+        # aspect ratio kept (within the rounding of the short side to a pixel)
+        assert abs(min(rh, rw) - max(rh, rw) * min(h, w) / max(h, w)) <= 0.5 or min(rh, rw) == 1, (h, w)
+
+
+@pytest.mark.parametrize("pad, value", [("mean", 0.0), ("zero", -1.0)])
+def test_ladder_padding_is_at_the_bottom_and_right_and_reported(pad, value):
+    img = np.full((720, 1280, 3), 255, np.uint8)
+    x, valid = det_preprocess(img, DetOptions(pad=pad))
+    assert x.shape == (3, 960, 1280) and valid == (720, 1280)
+    np.testing.assert_allclose(x[:, :720], 1.0)
+    np.testing.assert_allclose(x[:, 720:], value, atol=0.01)
+
+
+def test_replicate_padding_makes_no_edge():
+    img = np.zeros((720, 1280, 3), np.uint8)
+    img[-1] = 200  # the last row: replicated into the padding
+    x, _ = det_preprocess(img, DetOptions(pad="replicate"))
+    np.testing.assert_allclose(x[:, 720:], x[:, 719:720].repeat(240, axis=1))
+
+
+def test_thin_images_stay_small_in_the_pipeline():
+    """A 2000x1 image was upscaled to 60000x30 and letterboxed to 15000x60000
+    (2.7 GB) before anything checked it; the working size is now bounded by
+    max_side_len whatever the aspect ratio."""
+    opts = PipelineOptions()
+    for h, w in [(1, 2000), (2000, 1), (1, 3000), (3000, 1), (5, 40000), (40000, 5)]:
+        work, g = prepare_image(np.zeros((h, w, 3), np.uint8), opts)
+        assert max(work.shape[:2]) <= 2016 and work.nbytes < 13_000_000, (h, w, work.shape)
+        (_, _), (ih, iw) = det_layout(*work.shape[:2], LADDER)
+        assert max(ih, iw) <= 1280

@@ -1,0 +1,82 @@
+"""What users send besides the peer images, made from them: tight word and
+line crops 10-30 px high, one page at many sizes and aspect ratios. The
+engine with its defaults (the detector's closed input ladder)."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from peer import PEER, levenshtein, reference
+
+LINE_SOURCES = ["rapidocr_en.jpg", "paddleocr_00006737.jpg", "mmocr_icdar15_img_1.jpg", "rapidocr_ch_en_num.jpg"]
+
+
+def _crop(name: str, box) -> np.ndarray:
+    img = cv2.imread(str(PEER / name))
+    b = np.asarray(box)
+    x0, y0 = np.maximum(b.min(axis=0).astype(int), 0)
+    x1, y1 = b.max(axis=0).astype(int)
+    return img[y0:y1, x0:x1]
+
+
+@pytest.fixture(scope="module")
+def lines() -> list[tuple[np.ndarray, str]]:
+    """12 lines the reference read with confidence, cut tight by its boxes."""
+    ref = reference()
+    out = [(_crop(n, r["box"]), r["text"]) for n in LINE_SOURCES for r in ref[n]
+           if len(r["text"]) >= 3 and r["score"] > 0.9]
+    return out[:12]
+
+
+@pytest.mark.parametrize("height, max_cer, max_empty", [(10, 0.25, 4), (14, 0.15, 0), (20, 0.08, 0), (30, 0.05, 0)])
+def test_tight_line_crops_are_read_down_to_10_px(engine, lines, height, max_cer, max_empty):
+    errors = chars = empty = 0
+    for crop, want in lines:
+        small = cv2.resize(crop, (max(1, round(crop.shape[1] * height / crop.shape[0])), height),
+                           interpolation=cv2.INTER_AREA)
+        got = " ".join(line.text for line in engine.read(small).lines)
+        empty += not got
+        want = want.replace(" ", "")
+        errors += levenshtein(want, got.replace(" ", ""))
+        chars += len(want)
+    print(f"{height} px: CER {errors / chars:.3f}, {empty} of {len(lines)} read nothing")
+    assert empty <= max_empty
+    assert errors / chars <= max_cer
+
+
+@pytest.fixture(scope="module")
+def page():
+    img = cv2.imread(str(PEER / "rapidocr_ch_en_num.jpg"))  # 323 x 430, 18 lines
+    return img
+
+
+@pytest.fixture(scope="module")
+def page_lines(engine, page) -> set[str]:
+    got = {line.text for line in engine.read(page).lines}
+    assert len(got) >= 16
+    return got
+
+
+@pytest.mark.parametrize("long_side, min_same", [(160, 5), (300, 10), (600, 12), (1200, 12), (2400, 11), (4000, 11)])
+def test_one_page_at_many_sizes(engine, page, page_lines, long_side, min_same):
+    s = long_side / max(page.shape[:2])
+    img = cv2.resize(page, (round(page.shape[1] * s), round(page.shape[0] * s)))
+    got = [line.text for line in engine.read(img).lines]
+    print(f"long side {long_side}: {len(got)} lines, {len(set(got) & page_lines)} as at full size")
+    assert len(set(got) & page_lines) >= min_same
+
+
+@pytest.mark.parametrize("ratio, min_same", [((1, 4), 8), ((4, 1), 10), ((1, 12), 1), ((12, 1), 2)])
+def test_one_page_on_odd_aspect_ratios(engine, page, page_lines, ratio, min_same):
+    """The page on a white canvas of an extreme shape: read, bounded (the
+    canvas is scaled to the detector's last rung, so the text gets small:
+    a 1:12 canvas reads only a few lines; see docs/reliability.md)."""
+    h, w = page.shape[:2]
+    H, W = max(h, w * ratio[0] // ratio[1]), max(w, h * ratio[1] // ratio[0])
+    canvas = np.full((H, W, 3), 255, np.uint8)
+    canvas[:h, :w] = page
+    got = [line.text for line in engine.read(canvas).lines]
+    print(f"aspect {ratio} ({W}x{H}): {len(got)} lines, {len(set(got) & page_lines)} as on the page alone")
+    assert len(set(got) & page_lines) >= min_same
