@@ -55,8 +55,7 @@ class _Replica:
 class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
-        self.detector = TextDetector(self.replica.predictor, engine.det,
-                                     on_batch=lambda n, s: self.replica.record(n, n, s))
+        self.detector = TextDetector(self.replica.predictor, engine.det)
         # Every input the detector can be given (each batch size at each
         # shape of the closed set), warmed so that memory stays flat and the
         # first image of any size is as fast as the next. In the open modes
@@ -64,6 +63,7 @@ class TextDetectorDeployment(_Replica):
         shapes = det_input_shapes(engine.det) or [tuple(s) for s in args.warm_shapes]
         self.replica.warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
                            for h, w in shapes for n in range(1, engine.det.batch_size + 1)])
+        self.detector.on_batch = lambda n, seconds: self.replica.record(n, n, seconds)  # served batches only
 
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._detect_batch)
