@@ -134,7 +134,8 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     """Starlette's own refusals (no such route, method not allowed) in the same JSON shape."""
     e = OcrError(str(exc.detail))
     e.status = exc.status_code
-    e.code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
+    e.code = {404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
     response = await domain_error(request, e)
     response.headers.update(exc.headers or {})
     return response
