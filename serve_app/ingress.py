@@ -28,6 +28,7 @@ from .errors import (
 )
 from .http_body import image_and_options
 from .http_headers import bearer_matches, deadline_s, idempotency_key
+from .http_schema import ocr_request_body
 from .metrics import RequestMetrics
 from .options import parse_options
 from .settings import FIXED_MMAP_THRESHOLD, IngressArgs
@@ -194,7 +195,7 @@ class OcrIngress:
         return {"request_id": uuid.uuid4().hex, **result}
 
     # -- HTTP -----------------------------------------------------------------
-    @api.post("/v1/ocr", dependencies=V1, summary="Read the text in one image")
+    @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
     async def http_ocr(self, request: Request, rid: RequestId):
         if self.in_flight >= self.args.max_in_flight:
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
@@ -215,7 +216,7 @@ class OcrIngress:
             self.metrics.stage_latency.observe(ms, tags={"step": step})
         return JSONResponse({"request_id": rid, **result})
 
-    @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1,
+    @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
     async def http_submit_job(self, request: Request):
         data, opts = await image_and_options(request, self.limits)

@@ -209,3 +209,14 @@ def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
         asyncio.run(obj.ocr(b"backpressure"))
     with pytest.raises(BadRequest, match="bad option nope"):
         asyncio.run(obj.ocr(b"ok", {"nope": 1}))
+
+
+def test_openapi_documents_the_three_request_shapes(app):
+    client, _ = app
+    spec = client.get("/openapi.json").json()
+    for path in ("/v1/ocr", "/v1/ocr/jobs"):
+        content = spec["paths"][path]["post"]["requestBody"]["content"]
+        assert set(content) == {"multipart/form-data", "image/*", "application/octet-stream", "application/json"}
+    image = spec["paths"]["/v1/ocr"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["image"]
+    assert image["properties"]["base64"]["type"] == "string"
+    assert client.get("/docs").status_code == 200
