@@ -1,33 +1,36 @@
 """The HTTP ingress (FastAPI under @serve.ingress) and the handle API.
 
-Only this module turns domain errors into HTTP responses."""
-
-
-
-import base64
-import hmac
-import os
-import binascii
-import json
-import logging
-import time
-import uuid
-from typing import Any, Optional
-
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from ray import serve
-from ray.serve.handle import DeploymentHandle
+Only this module turns domain errors into HTTP responses, with FastAPI's own
+tools: dependencies give each /v1 route its request id and check the bearer
+token, exception handlers turn domain and Ray errors into the JSON error
+body, and one middleware counts every /v1 request's outcome. Reading the
+request is serve_app.http_body and serve_app.http_headers (no Ray there)."""
 
 import asyncio
+import logging
+import os
+import time
+import uuid
+from typing import Annotated, Any, Optional
 
-from .options import parse_options
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle
+from starlette.exceptions import HTTPException
+
 from .config import ImageLimits
 from .errors import (
-    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized,
-    Unavailable, UnsupportedMediaType,
+    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
+from .http_body import image_and_options
+from .http_headers import bearer_matches, deadline_s, idempotency_key
+from .http_schema import ocr_request_body
 from .metrics import RequestMetrics
+from .options import parse_options
 from .settings import IngressArgs
 
 log = logging.getLogger("ray.serve")
@@ -38,15 +41,14 @@ api = FastAPI(
     version="1",
 )
 
-RAW_TYPES = ("application/octet-stream",)
+# Everything registered on `api` (handlers, middleware) must come before the
+# class below: @serve.ingress takes a frozen copy of the app.
 
 
 def unwrap(e: BaseException) -> BaseException:
-    """The domain error behind a Ray task error, if any; Serve's own
-    back-pressure refusal becomes our 503."""
-    from ray.exceptions import ActorUnavailableError, RayActorError
-    from ray.serve.exceptions import BackPressureError
-
+    """The domain error behind a Ray error, if any: a replica's exception
+    (a RayTaskError's cause), Serve's back-pressure refusal as our 503
+    Overloaded, a dead replica as our 503 Unavailable."""
     if isinstance(e, BackPressureError):
         return Overloaded("the service is at capacity; retry shortly")
     if isinstance(e, (RayActorError, ActorUnavailableError)):
@@ -55,22 +57,48 @@ def unwrap(e: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else e
 
 
-def deadline_s(request: Request, args: IngressArgs) -> float:
-    """The request's deadline: X-Request-Timeout (seconds), else the default."""
-    raw = request.headers.get("x-request-timeout")
-    if raw is None:
-        return args.default_timeout_s
+async def downstream(call):
+    """Await a handle call. Its own cancellation (the replica serving it went
+    away) is a 503 Unavailable; this request's cancellation (client gone,
+    shutdown) propagates."""
     try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(f"X-Request-Timeout must be a number of seconds, got {raw!r}") from None
-    if not 0 < value <= args.max_timeout_s:
-        raise BadRequest(f"X-Request-Timeout must be in (0, {args.max_timeout_s}] seconds, got {value}")
-    return value
+        return await call
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise Unavailable("a replica serving this request stopped; retry shortly") from None
 
 
+def _ingress() -> "OcrIngress":
+    """This replica's OcrIngress (what Serve's class-based routes get as `self`)."""
+    return serve.get_replica_context().servable_object
+
+
+# -- dependencies ---------------------------------------------------------------
+def request_id(request: Request, x_request_id: Annotated[Optional[str], Header()] = None) -> str:
+    """X-Request-ID, or a new id; kept on request.state for the error
+    handlers (the proxy echoes the header)."""
+    request.state.request_id = x_request_id or uuid.uuid4().hex
+    return request.state.request_id
+
+
+RequestId = Annotated[str, Depends(request_id)]
+
+
+def authorized(request: Request, _: RequestId) -> None:
+    """Bearer-token check for /v1 routes (when ingress.auth_token_env is set)."""
+    token = _ingress().token
+    if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+        raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
+
+
+V1 = [Depends(authorized)]
+
+
+# -- errors -----------------------------------------------------------------------
 def error_response(e: OcrError, request_id: str) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}  # the proxy echoes X-Request-ID
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
     retry = getattr(e, "retry_after_s", None)
     if retry is not None:
         headers["Retry-After"] = str(retry)
@@ -78,85 +106,60 @@ def error_response(e: OcrError, request_id: str) -> JSONResponse:
                         status_code=e.status, headers=headers)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to be over `limit`:
-    from Content-Length before reading, else while streaming."""
-    length = request.headers.get("content-length")
-    if length is not None:
-        try:
-            if int(length) > limit:
-                raise TooLarge(f"request body is {int(length)} bytes, over the limit of {limit}")
-        except ValueError:
-            raise BadRequest(f"bad Content-Length header {length!r}") from None
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _request_id_of(request: Request) -> str:
+    return getattr(request.state, "request_id", None) or request_id(request, request.headers.get("x-request-id"))
 
 
-async def image_and_options(request: Request, limits: ImageLimits) -> tuple[bytes, dict]:
-    """The three ways to send an image: multipart field `file`, raw body
-    (image/* or application/octet-stream), or JSON with base64."""
-    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    # base64 and multipart framing make the body larger than the image.
-    body_limit = limits.max_bytes * 4 // 3 + 64 * 1024
-    options: dict = {}
-    if ctype == "multipart/form-data":
-        await read_body_check_length(request, body_limit)
-        try:
-            form = await request.form(max_files=1, max_fields=4)
-        except Exception:
-            raise BadRequest("malformed multipart body; send the image in a field named `file`") from None
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise BadRequest("multipart body has no file field named `file`")
-        data = await upload.read()
-        raw_opts = form.get("options")
-        if isinstance(raw_opts, str) and raw_opts:
-            options = _json_object(raw_opts, "options")
-    elif ctype.startswith("image/") or ctype in RAW_TYPES:
-        data = await read_body(request, body_limit)
-    elif ctype == "application/json":
-        body = await read_body(request, body_limit)
-        doc = _json_object(body, "request body")
-        image = doc.get("image")
-        if set(doc) - {"image", "options"}:
-            raise BadRequest(f"unknown fields {sorted(set(doc) - {'image', 'options'})}; expected image and options")
-        if not isinstance(image, dict) or not isinstance(image.get("base64"), str) or set(image) != {"base64"}:
-            raise BadRequest('JSON body must be {"image": {"base64": "..."}, "options": {...}}')
-        try:
-            data = base64.b64decode(image["base64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise BadRequest("image.base64 is not valid base64") from None
-        options = doc.get("options") or {}
-    elif not ctype:
-        raise UnsupportedMediaType("missing Content-Type; send multipart/form-data, image/*, "
-                                   "application/octet-stream or application/json")
-    else:
-        raise UnsupportedMediaType(f"unsupported Content-Type {ctype!r}; send multipart/form-data, image/*, "
-                                   f"application/octet-stream or application/json")
-    if len(data) > limits.max_bytes:
-        raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
-    return data, options
+@api.exception_handler(OcrError)
+@api.exception_handler(RayError)  # RayTaskError (a replica's exception), RayActorError
+@api.exception_handler(BackPressureError)
+async def domain_error(request: Request, exc: Exception) -> JSONResponse:
+    e = unwrap(exc)
+    rid = _request_id_of(request)
+    if not isinstance(e, OcrError):
+        log.error("request %s failed", rid, exc_info=exc)
+        e = OcrError("internal error; the request was not completed")
+    request.state.error_code = e.code  # counted by the middleware
+    return error_response(e, rid)
 
 
-async def read_body_check_length(request: Request, limit: int) -> None:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise TooLarge(f"request body is {int(length)} bytes, over the limit of {limit}")
+@api.exception_handler(RequestValidationError)
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(x) for x in first.get("loc", ()))
+    return await domain_error(request, BadRequest(f"bad request {where}: {first.get('msg', 'invalid')}"))
 
 
-def _json_object(raw, what: str) -> dict:
+@api.exception_handler(HTTPException)
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (no such route, method not allowed) in the same JSON shape."""
+    e = OcrError(str(exc.detail))
+    e.status = exc.status_code
+    e.code = {404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
+    response = await domain_error(request, e)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+@api.middleware("http")
+async def count_outcomes(request: Request, call_next):
+    """Every /v1 request's status, error code and latency, counted in one
+    place; an exception no handler took becomes a 500 JSON error."""
+    t0 = time.perf_counter()
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise BadRequest(f"{what} is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    return doc
+        response = await call_next(request)
+    except Exception as exc:
+        response = await domain_error(request, exc)
+    path = getattr(request.scope.get("route"), "path", "")
+    if path.startswith("/v1/"):
+        metrics = _ingress().metrics
+        metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
+        code = getattr(request.state, "error_code", None)
+        if code is not None:
+            metrics.errors.inc(tags={"code": code})
+        metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": path})
+    return response
 
 
 @serve.deployment(name="OcrIngress")
@@ -179,116 +182,54 @@ class OcrIngress:
                                   f"runtime_env.env_vars, or remove auth_token_env)")
             self.token = token.encode()
 
-    def _authorize(self, request: Request) -> None:
-        if self.token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
-            raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
-
     # -- handle API (other Ray jobs and deployments) -------------------------
     async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
         """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`:
         the same dict as the HTTP body. Domain errors raise."""
-        request_id = uuid.uuid4().hex
-        parse_options(options)  # refuse bad options here, before any work
+        opts = parse_options(options)  # refuse bad options here, before any work
         try:
-            result = await self.pipeline.ocr.remote(image, options)
+            result = await self.pipeline.ocr.remote(image, opts)
         except Exception as e:
             raise unwrap(e) from None
-        return {"request_id": request_id, **result}
+        return {"request_id": uuid.uuid4().hex, **result}
 
     # -- HTTP -----------------------------------------------------------------
-    async def _guard(self, route: str, request_id: str, work) -> JSONResponse:
-        t0 = time.perf_counter()
+    @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
+    async def http_ocr(self, request: Request, rid: RequestId):
+        if self.in_flight >= self.args.max_in_flight:
+            raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
+                             retry_after_s=self.args.retry_after_s)
+        self.in_flight += 1
         try:
-            response = await work()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # this request itself is being cancelled (client gone, shutdown)
-            # The downstream call was cancelled (its replica went away).
-            e = Unavailable("a replica serving this request stopped; retry shortly")
-            response = error_response(e, request_id)
-            self.metrics.errors.inc(tags={"code": e.code})
-        except OcrError as e:
-            response = error_response(e, request_id)
-            self.metrics.errors.inc(tags={"code": e.code})
-        except Exception:
-            log.exception("request %s failed", request_id)
-            self.metrics.errors.inc(tags={"code": "internal"})
-            response = error_response(OcrError("internal error; the request was not completed"), request_id)
-        self.metrics.requests.inc(tags={"route": route, "code": str(response.status_code)})
-        self.metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": route})
-        return response
-
-    @api.post("/v1/ocr", summary="Read the text in one image")
-    async def http_ocr(self, request: Request):
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-
-        async def work():
-            self._authorize(request)
-            if self.in_flight >= self.args.max_in_flight:
-                raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
-                                 retry_after_s=self.args.retry_after_s)
-            self.in_flight += 1
+            timeout = deadline_s(request.headers, self.args)
+            data, opts = await image_and_options(request, self.limits)
+            response = self.pipeline.ocr.remote(data, opts)
             try:
-                timeout = deadline_s(request, self.args)
-                data, options = await image_and_options(request, self.limits)
-                parse_options(options)
-                response = self.pipeline.ocr.remote(data, options)
-                try:
-                    result = await asyncio.wait_for(asyncio.shield(response), timeout)
-                except asyncio.TimeoutError:
-                    response.cancel()  # frees the replicas' work for it
-                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
-                except Exception as e:
-                    raise unwrap(e) from None
-            finally:
-                self.in_flight -= 1
-            for step, ms in result.get("timings_ms", {}).items():
-                self.metrics.stage_latency.observe(ms, tags={"step": step})
-            return JSONResponse({"request_id": request_id, **result})
+                result = await downstream(asyncio.wait_for(asyncio.shield(response), timeout))
+            except asyncio.TimeoutError:
+                response.cancel()  # frees the replicas' work for it
+                raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+        finally:
+            self.in_flight -= 1
+        for step, ms in result.get("timings_ms", {}).items():
+            self.metrics.stage_latency.observe(ms, tags={"step": step})
+        return JSONResponse({"request_id": rid, **result})
 
-        return await self._guard("/v1/ocr", request_id, work)
-
-    @api.post("/v1/ocr/jobs", status_code=202, summary="Submit an image; poll the job for the result")
+    @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
+              summary="Submit an image; poll the job for the result")
     async def http_submit_job(self, request: Request):
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        data, opts = await image_and_options(request, self.limits)
+        key = idempotency_key(request.headers)
+        job = await downstream(self.jobs.submit.remote(data, opts, key))
+        return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
+                            headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
-        async def work():
-            self._authorize(request)
-            data, options = await image_and_options(request, self.limits)
-            parse_options(options)
-            key = request.headers.get("idempotency-key")
-            if key is not None and not (0 < len(key) <= 200):
-                raise BadRequest("Idempotency-Key must be 1 to 200 characters")
-            try:
-                job = await self.jobs.submit.remote(data, options, key)
-            except Exception as e:
-                raise unwrap(e) from None
-            location = f"/v1/ocr/jobs/{job['job_id']}"
-            return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
-                                headers={"Location": location})
-
-        return await self._guard("/v1/ocr/jobs", request_id, work)
-
-    @api.get("/v1/ocr/jobs/{job_id}", summary="A job's status, and its result once done")
-    async def http_get_job(self, job_id: str, request: Request):
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-
-        async def work():
-            self._authorize(request)
-            try:
-                job = await self.jobs.get.remote(job_id)
-            except Exception as e:
-                raise unwrap(e) from None
-            if job is None:
-                raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-            return JSONResponse(job)
-
-        return await self._guard("/v1/ocr/jobs/{id}", request_id, work)
+    @api.get("/v1/ocr/jobs/{job_id}", dependencies=V1, summary="A job's status, and its result once done")
+    async def http_get_job(self, job_id: str):
+        job = await downstream(self.jobs.get.remote(job_id))
+        if job is None:
+            raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
+        return JSONResponse(job)
 
     @api.get("/healthz", summary="Alive")
     async def healthz(self):

@@ -18,6 +18,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from .job_state import Job, JobStatus
+from .options import parse_options
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id   TEXT PRIMARY KEY,
@@ -46,40 +49,44 @@ class JobJournal:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(SCHEMA)
 
-    def add(self, job_id: str, created: float, key: Optional[str], options: Optional[dict], image: Any) -> None:
+    def add(self, job: Job) -> None:
+        """An accepted job, with its image (options as their JSON dict)."""
         self.db.execute(
             "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind)"
-            " VALUES (?, 'queued', ?, ?, ?, ?, ?)",
-            (job_id, created, key, json.dumps(options) if options is not None else None, *_encode(image)))
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job.job_id, job.status.value, job.created, job.key, json.dumps(job.options.to_dict()),
+             *_encode(job.image)))
 
-    def finish(self, job_id: str, status: str, result: Optional[dict], error: Optional[dict], finished: float) -> None:
+    def finish(self, job: Job) -> None:
+        """A done job: its status, result or error; the image leaves the file."""
         self.db.execute(
             "UPDATE jobs SET status = ?, result = ?, error = ?, finished = ?, image = NULL WHERE job_id = ?",
-            (status, json.dumps(result) if result is not None else None,
-             json.dumps(error) if error is not None else None, finished, job_id))
+            (job.status.value, _json(job.result), _json(job.error), job.finished, job.job_id))
 
     def delete(self, job_ids: Iterable[str]) -> None:
         self.db.executemany("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in job_ids])
 
-    def load(self) -> list[dict]:
+    def load(self) -> list[Job]:
         """Every job in the file, oldest first; unfinished ones with their
         image, finished ones with their result or error."""
         rows = self.db.execute(
             "SELECT job_id, status, created, key, options, image, kind, result, error, finished FROM jobs ORDER BY created")
-        out = []
-        for job_id, status, created, key, options, image, kind, result, error, finished in rows:
-            out.append({
-                "job_id": job_id, "status": status, "created": created, "key": key,
-                "options": json.loads(options) if options is not None else None,
-                "image": _decode(image, kind) if image is not None else None,
-                "result": json.loads(result) if result is not None else None,
-                "error": json.loads(error) if error is not None else None,
-                "finished": finished,
-            })
-        return out
+        return [
+            Job(job_id=job_id, created=created, status=JobStatus(status), key=key,
+                options=parse_options(json.loads(options) if options is not None else None),
+                image=_decode(image, kind) if image is not None else None,
+                result=json.loads(result) if result is not None else None,
+                error=json.loads(error) if error is not None else None,
+                finished=finished)
+            for job_id, status, created, key, options, image, kind, result, error, finished in rows
+        ]
 
     def close(self) -> None:
         self.db.close()
+
+
+def _json(doc: Optional[dict]) -> Optional[str]:
+    return json.dumps(doc) if doc is not None else None
 
 
 def _encode(image: Any) -> tuple[bytes, str]:

@@ -1,7 +1,7 @@
-"""The job store's journal: a restarted store (a new JobStore on the same
+"""The job store's journal: a restarted store (a new JobBook on the same
 file) finishes the jobs the old one accepted and still serves the finished
-ones; nothing accepted is lost. The store's class is used directly, with a
-stand-in pipeline handle (no Ray cluster needed)."""
+ones; nothing accepted is lost. The book is what the JobStore deployment
+wraps; a stand-in plays the pipeline (no Ray)."""
 
 from __future__ import annotations
 
@@ -10,96 +10,76 @@ import time
 
 import numpy as np
 
-from serve_app.errors import BadImage
+from jobfakes import FakePipeline, settle
+from serve_app.job_book import JobBook
 from serve_app.job_journal import JobJournal
-from serve_app.jobs import JobArgs, JobStore
-
-Store = JobStore.func_or_class  # the plain class under @serve.deployment
-
-
-class _Call:
-    def __init__(self, pipeline: "FakePipeline"):
-        self.pipeline = pipeline
-
-    async def remote(self, image, options):
-        self.pipeline.calls.append(image)
-        await self.pipeline.gate.wait()
-        if image == b"bad":
-            raise BadImage("not an image")
-        return {"results": [{"text": bytes(image).decode()}], "options": options}
+from serve_app.job_state import Job, JobStatus
+from serve_app.options import OcrOptions
+from serve_app.settings import JobArgs
 
 
-class FakePipeline:
-    """`pipeline.ocr.remote(image, options)` like a DeploymentHandle; answers
-    only once `gate` is set."""
-
-    def __init__(self, open_gate: bool = True):
-        self.calls: list = []
-        self.gate = asyncio.Event()
-        if open_gate:
-            self.gate.set()
-        self.ocr = _Call(self)
-
-
-async def settle(store, ids, timeout_s=30.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        views = {i: await store.get(i) for i in ids}
-        if all(v and v["status"] in ("succeeded", "failed") for v in views.values()):
-            return views
-        await asyncio.sleep(0.01)
-    raise TimeoutError(views)
+async def started(pipeline: FakePipeline, args: JobArgs) -> JobBook:
+    book = JobBook(pipeline.run, args)
+    await book.start()
+    return book
 
 
 def test_a_restarted_store_runs_the_unfinished_jobs_and_keeps_the_results(tmp_path):
     path = tmp_path / "jobs" / "journal.sqlite"  # the folder is created
+    chars = OcrOptions(return_chars=True)
 
     async def first_life():
-        store = Store(FakePipeline(), JobArgs(journal=str(path), concurrency=2))
-        done = (await store.submit(b"early", {"lang": "en"}, "key-1"))["job_id"]
-        failed = (await store.submit(b"bad", None))["job_id"]
-        await settle(store, [done, failed])
+        book = await started(FakePipeline(), JobArgs(journal=str(path), concurrency=2))
+        done = (await book.submit(b"early", chars, "key-1"))["job_id"]
+        failed = (await book.submit(b"bad", OcrOptions()))["job_id"]
+        await settle(book, [done, failed])
         stuck = FakePipeline(open_gate=False)  # the pipeline stops answering: these stay queued or running
-        store.pipeline = stuck
-        pending = [(await store.submit(f"late-{i}".encode(), None))["job_id"] for i in range(5)]
+        book.run = stuck.run
+        pending = [(await book.submit(f"late-{i}".encode(), OcrOptions(det=i % 2 == 0)))["job_id"]
+                   for i in range(5)]
         deadline = time.monotonic() + 10
         while len(stuck.calls) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
         assert len(stuck.calls) == 2  # two running (concurrency 2), three queued
-        for w in store.workers:  # the replica dies
-            w.cancel()
+        book.close()  # the replica dies
         return done, failed, pending
 
     done, failed, pending = asyncio.run(first_life())
 
     async def second_life():
         pipeline = FakePipeline()
-        store = Store(pipeline, JobArgs(journal=str(path), concurrency=2))
+        book = await started(pipeline, JobArgs(journal=str(path), concurrency=2))
         # Finished jobs answer at once, from the file; the idempotency key still maps.
-        assert (await store.get(done))["results"] == [{"text": "early"}]
-        assert (await store.get(failed))["error"]["code"] == "bad_image"
-        assert (await store.submit(b"other", None, "key-1"))["job_id"] == done
-        views = await settle(store, pending)
+        assert (await book.get(done))["results"] == [{"text": "early"}]
+        assert (await book.get(failed))["error"]["code"] == "bad_image"
+        assert (await book.submit(b"other", OcrOptions(), "key-1"))["job_id"] == done
+        views = await settle(book, pending)
         assert [views[j]["results"] for j in pending] == [[{"text": f"late-{i}"}] for i in range(5)]
-        assert sorted(pipeline.calls) == [f"late-{i}".encode() for i in range(5)]  # each run again, once
+        # Each run again, once, with the options it was submitted with.
+        assert sorted(pipeline.calls, key=lambda c: c[0]) == [
+            (f"late-{i}".encode(), OcrOptions(det=i % 2 == 0)) for i in range(5)]
+        book.close()
 
     asyncio.run(second_life())
     # Finished jobs keep their result but not their image.
-    rows = {r["job_id"]: r for r in JobJournal(path).load()}
-    assert set(rows) == {done, failed, *pending}
-    assert all(r["image"] is None and r["finished"] for r in rows.values())
+    jobs = {j.job_id: j for j in JobJournal(path).load()}
+    assert set(jobs) == {done, failed, *pending}
+    assert all(j.image is None and j.finished and j.status.done for j in jobs.values())
+    assert jobs[done].status is JobStatus.SUCCEEDED and jobs[done].options == chars and jobs[done].key == "key-1"
+    assert jobs[failed].status is JobStatus.FAILED
 
 
 def test_expired_jobs_leave_the_journal(tmp_path):
     path = tmp_path / "journal.sqlite"
 
     async def go():
-        store = Store(FakePipeline(), JobArgs(journal=str(path), ttl_s=0.05))
-        job = (await store.submit(b"x", None))["job_id"]
-        await settle(store, [job])
+        book = await started(FakePipeline(), JobArgs(journal=str(path), ttl_s=0.05))
+        job = (await book.submit(b"x", OcrOptions()))["job_id"]
+        await settle(book, [job])
         await asyncio.sleep(0.1)
-        assert await store.get(job) is None
+        assert await book.get(job) is None
+        book.close()
 
     asyncio.run(go())
     assert JobJournal(path).load() == []
@@ -108,19 +88,40 @@ def test_expired_jobs_leave_the_journal(tmp_path):
 def test_array_images_round_trip_without_pickle(tmp_path):
     j = JobJournal(tmp_path / "j.sqlite")
     img = np.arange(24, dtype=np.uint8).reshape(2, 4, 3)
-    j.add("a", 1.0, None, None, img)
-    j.add("b", 2.0, "k", {"return_chars": True}, b"\x89PNG")
+    j.add(Job(job_id="a", created=1.0, image=img))
+    j.add(Job(job_id="b", created=2.0, key="k", options=OcrOptions(return_chars=True), image=b"\x89PNG"))
     a, b = j.load()
-    assert np.array_equal(a["image"], img) and a["options"] is None
-    assert b["image"] == b"\x89PNG" and b["key"] == "k" and b["options"] == {"return_chars": True}
+    assert np.array_equal(a.image, img) and a.options == OcrOptions() and a.status is JobStatus.QUEUED
+    assert b.image == b"\x89PNG" and b.key == "k" and b.options == OcrOptions(return_chars=True)
 
 
-def test_without_a_journal_jobs_are_in_memory_only(tmp_path):
+def test_a_finished_job_is_written_with_its_result_and_without_its_image(tmp_path):
+    j = JobJournal(tmp_path / "j.sqlite")
+    job = Job(job_id="a", created=1.0, image=b"img")
+    j.add(job)
+    job.start()
+    job.succeed({"results": [{"text": "hi"}]})
+    j.finish(job)
+    (back,) = j.load()
+    assert back == job and back.image is None and back.status is JobStatus.SUCCEEDED
+    j.delete(["a"])
+    assert j.load() == []
+
+
+def test_without_a_journal_jobs_are_in_memory_only(tmp_path, monkeypatch):
+    """No file anywhere (a relative default would land in the working
+    directory, here tmp_path), and a restarted store knows none of the old
+    store's jobs."""
+    monkeypatch.chdir(tmp_path)
+
     async def go():
-        store = Store(FakePipeline(), JobArgs())
-        job = (await store.submit(b"x", None))["job_id"]
-        assert (await settle(store, [job]))[job]["status"] == "succeeded"
-        assert store.journal is None
+        book = await started(FakePipeline(), JobArgs())
+        job = (await book.submit(b"x", OcrOptions()))["job_id"]
+        assert (await settle(book, [job]))[job]["status"] == "succeeded"
+        book.close()
+        again = await started(FakePipeline(), JobArgs())
+        assert await again.get(job) is None
+        again.close()
 
     asyncio.run(go())
     assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,134 @@
+"""Reading a request's image and options: the three ways to send an image
+(multipart field `file`, the raw body as image/* or application/octet-stream,
+JSON with base64), each read under one size limit. Starlette types only, no
+Ray: unit-tested on its own."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Mapping, Optional
+
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from .config import ImageLimits
+from .errors import BadRequest, TooLarge, UnsupportedMediaType
+from .http_schema import OcrJsonRequest
+from .options import OcrOptions, parse_options
+
+MULTIPART = "multipart/form-data"
+JSON = "application/json"
+RAW_TYPES = ("application/octet-stream",)
+ACCEPTED = f"{MULTIPART}, image/*, application/octet-stream or {JSON}"
+JSON_SHAPE = '{"image": {"base64": "..."}, "options": {...}}'
+
+
+def body_limit(limits: ImageLimits) -> int:
+    """Largest body taken for an image of at most limits.max_bytes: base64
+    and multipart framing make the body larger than the image."""
+    return limits.max_bytes * 4 // 3 + 64 * 1024
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    return headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def content_length(headers: Mapping[str, str]) -> Optional[int]:
+    """The Content-Length header as a number; None when absent (chunked)."""
+    raw = headers.get("content-length")
+    if raw is None:
+        return None
+    value = raw.strip()
+    if not (value.isascii() and value.isdigit()):
+        raise BadRequest(f"bad Content-Length header {raw!r}; expected a number of bytes")
+    return int(value)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The whole body, refused with 413 as soon as it is known to be over
+    `limit`: from Content-Length before reading, else by counting while
+    streaming (a chunked upload has no Content-Length). The body is left in
+    Starlette's cache, from which `request.form()` then parses."""
+    length = content_length(request.headers)
+    if length is not None and length > limit:
+        raise TooLarge(f"request body is {length} bytes, over the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # Starlette's own cache: stream(), body() and form() read it from here
+    return body
+
+
+async def image_and_options(request: Request, limits: ImageLimits) -> tuple[bytes, OcrOptions]:
+    """The image's bytes and the parsed options, from any of the three
+    request shapes; 400, 413 or 415 otherwise."""
+    ctype = media_type(request.headers)
+    if not ctype:
+        raise UnsupportedMediaType(f"missing Content-Type; send {ACCEPTED}")
+    if ctype not in (MULTIPART, JSON, *RAW_TYPES) and not ctype.startswith("image/"):
+        raise UnsupportedMediaType(f"unsupported Content-Type {ctype!r}; send {ACCEPTED}")
+    body = await read_body(request, body_limit(limits))
+    if ctype == MULTIPART:
+        data, options = await multipart_image(request)
+    elif ctype == JSON:
+        data, options = json_image(body)
+    else:
+        data, options = body, None
+    if len(data) > limits.max_bytes:
+        raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
+    return data, parse_options(options)
+
+
+async def multipart_image(request: Request) -> tuple[bytes, Optional[dict]]:
+    """Field `file` (the image) and optional field `options` (JSON), parsed
+    from the body `read_body` has already read under the limit."""
+    try:
+        form = await request.form(max_files=1, max_fields=4)
+    except Exception:
+        raise BadRequest("malformed multipart body; send the image in a field named `file`") from None
+    upload = form.get("file")
+    if upload is None or isinstance(upload, str):
+        raise BadRequest("multipart body has no file field named `file`")
+    data = await upload.read()
+    raw = form.get("options")
+    options = _json_object(raw, "multipart field `options`") if isinstance(raw, str) and raw else None
+    return data, options
+
+
+def json_image(body: bytes) -> tuple[bytes, Optional[dict]]:
+    """A JSON body validated by OcrJsonRequest; the image base64-decoded."""
+    try:
+        doc = OcrJsonRequest.model_validate_json(body)
+    except ValidationError as e:
+        raise BadRequest(_describe(e)) from None
+    try:
+        data = base64.b64decode(doc.image.base64, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest("image.base64 is not valid base64") from None
+    return data, doc.options
+
+
+def _describe(e: ValidationError) -> str:
+    first = e.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        return f"request body is not valid JSON ({first['msg']}); send {JSON_SHAPE}"
+    where = ".".join(str(x) for x in first["loc"])
+    if not where:
+        return f"request body must be a JSON object: {JSON_SHAPE}"
+    return f"bad field {where}: {first['msg']}; send {JSON_SHAPE}"
+
+
+def _json_object(raw: str, what: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest(f"{what} is not valid JSON") from None
+    if not isinstance(doc, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return doc

@@ -1,0 +1,39 @@
+"""The request headers the ingress reads: deadline, idempotency key, bearer
+token. No Ray import: unit-tested on their own."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Mapping, Optional
+
+from .errors import BadRequest
+from .settings import IngressArgs
+
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def deadline_s(headers: Mapping[str, str], args: IngressArgs) -> float:
+    """The request's deadline: X-Request-Timeout (seconds), else the default."""
+    raw = headers.get("x-request-timeout")
+    if raw is None:
+        return args.default_timeout_s
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"X-Request-Timeout must be a number of seconds, got {raw!r}") from None
+    if not 0 < value <= args.max_timeout_s:  # also refuses nan
+        raise BadRequest(f"X-Request-Timeout must be in (0, {args.max_timeout_s}] seconds, got {value}")
+    return value
+
+
+def idempotency_key(headers: Mapping[str, str]) -> Optional[str]:
+    key = headers.get("idempotency-key")
+    if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY):
+        raise BadRequest(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
+    return key
+
+
+def bearer_matches(authorization: Optional[str], token: bytes) -> bool:
+    """Whether `Authorization: Bearer TOKEN` names `token` (constant-time compare)."""
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)

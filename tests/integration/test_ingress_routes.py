@@ -1,0 +1,222 @@
+"""The ingress's FastAPI app (routes, dependencies, exception handlers,
+metrics middleware) through Starlette's TestClient, with stand-ins for the
+pipeline and job-store handles and for the replica context: imports Ray but
+starts no cluster, so it runs in seconds."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import json
+import types
+from unittest import mock
+
+import pytest
+from fastapi.testclient import TestClient
+from ray import serve
+from ray.exceptions import ActorUnavailableError, RayTaskError
+from ray.serve.exceptions import BackPressureError
+
+import serve_app.ingress as ingress
+from serve_app.config import ImageLimits
+from serve_app.errors import BadImage, BadRequest, Overloaded
+from serve_app.options import OcrOptions
+from serve_app.settings import IngressArgs
+
+
+class Metric:
+    def __init__(self):
+        self.seen: list[dict] = []
+
+    def inc(self, tags=None):
+        self.seen.append(tags)
+
+    def observe(self, value, tags=None):
+        self.seen.append(tags)
+
+
+class Method:
+    """`handle.method.remote(*args)`: an asyncio task (awaitable, cancellable)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return asyncio.ensure_future(self.fn(*args))
+
+
+def _ray_task_error(cause: Exception) -> Exception:
+    try:
+        raise cause
+    except Exception as e:
+        return RayTaskError("ocr", "traceback", e).as_instanceof_cause()
+
+
+async def pipeline_ocr(data: bytes, options):
+    Fake.calls.append((data, options))
+    failures = {
+        b"bad": BadImage("not an image"),
+        b"wrapped-bad": _ray_task_error(BadImage("not an image, from a replica")),
+        b"wrapped-bug": _ray_task_error(KeyError("k")),
+        b"backpressure": BackPressureError(num_queued_requests=3, max_queued_requests=2),
+        b"dead": ActorUnavailableError("gone", b"\0" * 16),
+    }
+    if data in failures:
+        raise failures[data]
+    if data == b"slow":
+        await asyncio.sleep(30)
+    if data == b"cancelled":  # the downstream call is cancelled (its replica went away)
+        asyncio.current_task().cancel()
+        await asyncio.sleep(1)
+    return {"image": {"width": 1, "height": 1}, "results": [{"text": data.decode()}], "timings_ms": {"total": 1.0}}
+
+
+class Fake:
+    calls: list = []
+    jobs: dict = {}
+
+
+async def jobs_submit(data, options, key):
+    Fake.calls.append((data, options, key))
+    Fake.jobs["j1"] = {"job_id": "j1", "status": "queued"}
+    return Fake.jobs["j1"]
+
+
+async def jobs_get(job_id):
+    return Fake.jobs.get(job_id)
+
+
+@pytest.fixture()
+def app():
+    """(TestClient, the OcrIngress instance the routes get as `self`)."""
+    # What the routes use of their `self`; not the real class, whose
+    # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
+    obj = types.SimpleNamespace()
+    obj.ocr = functools.partial(ingress.OcrIngress.func_or_class.ocr, obj)
+    obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
+    obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
+    obj.limits = ImageLimits()
+    obj.args = IngressArgs(max_in_flight=2, retry_after_s=2)
+    obj.in_flight = 0
+    obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
+    obj.token = None
+    Fake.calls, Fake.jobs = [], {}
+    ctx = types.SimpleNamespace(servable_object=obj)
+    with mock.patch.object(serve, "get_replica_context", lambda: ctx):
+        yield TestClient(ingress.api), obj
+
+
+def post(client, body: bytes, ctype="image/png", **headers):
+    return client.post("/v1/ocr", content=body, headers={"Content-Type": ctype, **headers})
+
+
+def test_options_are_parsed_once_and_passed_on_as_ocr_options(app):
+    client, _ = app
+    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
+                                     "options": {"det": False, "return_chars": True}})
+    assert r.status_code == 200 and r.json()["results"] == [{"text": "js"}]
+    r = client.post("/v1/ocr", files={"file": ("a.png", b"mp")}, data={"options": json.dumps({"cls": False})})
+    assert r.status_code == 200
+    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True)), (b"mp", OcrOptions(cls=False))]
+
+
+def test_request_id_from_the_header_or_new(app):
+    client, _ = app
+    assert post(client, b"ok", **{"X-Request-ID": "my-id"}).json()["request_id"] == "my-id"
+    assert post(client, b"bad", **{"X-Request-ID": "my-id-2"}).json()["request_id"] == "my-id-2"
+    assert len(post(client, b"ok").json()["request_id"]) == 32
+
+
+@pytest.mark.parametrize("body,status,code,retry_after", [
+    (b"bad", 400, "bad_image", None),
+    (b"wrapped-bad", 400, "bad_image", None),
+    (b"wrapped-bug", 500, "internal", None),
+    (b"backpressure", 503, "overloaded", "1"),
+    (b"dead", 503, "unavailable", "1"),
+    (b"cancelled", 503, "unavailable", "1"),
+])
+def test_domain_and_ray_errors_become_the_json_error_body(app, body, status, code, retry_after):
+    client, obj = app
+    r = post(client, body, **{"X-Request-ID": "rid"})
+    assert r.status_code == status
+    assert r.json() == {"request_id": "rid", "error": {"code": code, "message": r.json()["error"]["message"]}}
+    assert r.headers.get("retry-after") == retry_after
+    assert "Traceback" not in r.text and "KeyError" not in r.text
+    assert obj.metrics.errors.seen == [{"code": code}]
+    assert obj.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
+    assert obj.in_flight == 0
+
+
+def test_past_the_deadline_is_504_and_a_bad_deadline_400(app):
+    client, _ = app
+    r = post(client, b"slow", **{"X-Request-Timeout": "0.05"})
+    assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+    assert post(client, b"x", **{"X-Request-Timeout": "soon"}).status_code == 400
+
+
+def test_admission_control_is_503_with_retry_after(app):
+    client, obj = app
+    obj.in_flight = 2
+    r = post(client, b"ok")
+    assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "overloaded"
+
+
+def test_bearer_token_on_v1_routes_only(app):
+    client, obj = app
+    obj.token = b"tok"
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "tok"}):
+        r = post(client, b"ok", **headers)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+    assert client.get("/v1/ocr/jobs/x").status_code == 401
+    assert client.get("/healthz").status_code == 200
+    assert post(client, b"ok", Authorization="Bearer tok").status_code == 200
+    assert Fake.calls == [(b"ok", OcrOptions())]  # refused requests reached nothing
+
+
+def test_jobs_submit_with_idempotency_key_poll_and_404(app):
+    client, obj = app
+    r = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
+    assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
+    assert r.headers["location"] == "/v1/ocr/jobs/j1"
+    assert Fake.calls[-1] == (b"img", OcrOptions(), "k")
+    assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
+    missing = client.get("/v1/ocr/jobs/nope")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    bad_key = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png",
+                                                                  "Idempotency-Key": "k" * 201})
+    assert bad_key.status_code == 400
+    assert {"route": "/v1/ocr/jobs/{job_id}", "code": "404"} in obj.metrics.requests.seen
+
+
+def test_unknown_routes_answer_in_the_same_json_shape(app):
+    client, obj = app
+    r = client.get("/nope", headers={"X-Request-ID": "rid"})
+    assert r.status_code == 404 and r.json() == {"request_id": "rid", "error": {"code": "not_found", "message": "Not Found"}}
+    assert client.get("/v1/ocr").status_code == 405
+    assert obj.metrics.requests.seen[-1] == {"route": "/v1/ocr", "code": "405"}
+
+
+def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
+    _, obj = app
+    assert asyncio.run(obj.ocr(b"ok"))["results"] == [{"text": "ok"}]
+    assert asyncio.run(obj.ocr(b"ok", {"det": False}))["results"] == [{"text": "ok"}]
+    assert Fake.calls == [(b"ok", OcrOptions()), (b"ok", OcrOptions(det=False))]
+    with pytest.raises(BadImage):
+        asyncio.run(obj.ocr(b"wrapped-bad"))
+    with pytest.raises(Overloaded):
+        asyncio.run(obj.ocr(b"backpressure"))
+    with pytest.raises(BadRequest, match="bad option nope"):
+        asyncio.run(obj.ocr(b"ok", {"nope": 1}))
+
+
+def test_openapi_documents_the_three_request_shapes(app):
+    client, _ = app
+    spec = client.get("/openapi.json").json()
+    for path in ("/v1/ocr", "/v1/ocr/jobs"):
+        content = spec["paths"][path]["post"]["requestBody"]["content"]
+        assert set(content) == {"multipart/form-data", "image/*", "application/octet-stream", "application/json"}
+    image = spec["paths"]["/v1/ocr"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["image"]
+    assert image["properties"]["base64"]["type"] == "string"
+    assert client.get("/docs").status_code == 200
