@@ -90,12 +90,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # peer.py: the CER metric shared with the tests
+
+from load_tests.procfs import mem_available_gb, rss_gb  # noqa: E402
+from load_tests.stats import Record, percentile  # noqa: E402
 
 DEFAULT_IMAGES = REPO / "tests/data/peer"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
@@ -255,22 +257,35 @@ def score_image(expected: list[str], texts: list[str]) -> tuple[float, int, int,
 
 
 @dataclass
-class Record:
-    walls: dict[str, list[float]] = field(default_factory=dict)  # image -> seconds per pass
-    stages: dict[str, float] = field(default_factory=lambda: {s: 0.0 for s in STAGES})
+class SystemLog:
+    """What one system did: a `load_tests.stats.Record` per timed call
+    (latency = the call's wall time, timings = its stage seconds), the
+    warm-up pass's texts (scored), first error per image, unstable outputs."""
+
+    records: list[Record] = field(default_factory=list)
     warm_texts: dict[str, list[str]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # image -> first error
     unstable: list[tuple[str, int]] = field(default_factory=list)
 
+    @property
+    def walls(self) -> dict[str, list[float]]:
+        """image -> seconds per timed pass"""
+        out: dict[str, list[float]] = {}
+        for r in self.records:
+            out.setdefault(r.image, []).append(r.latency_s)
+        return out
 
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
+    @property
+    def stages(self) -> dict[str, float]:
+        """stage -> summed seconds over the timed calls"""
+        return {s: sum((r.timings or {}).get(s, 0.0) for r in self.records) for s in STAGES}
 
 
-def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, list[str]]) -> dict:
-    medians = {im: statistics.median(rec.walls[im]) for im in images}
-    p90s = {im: pct(rec.walls[im], 90) for im in images}
-    samples = [w for im in images for w in rec.walls[im]]
+def summarise(rec: SystemLog, images: list[str], repeats: int, labels: dict[str, list[str]]) -> dict:
+    walls, stages = rec.walls, rec.stages
+    medians = {im: percentile(walls[im], 50) for im in images}
+    p90s = {im: percentile(walls[im], 90) for im in images}
+    samples = [w for im in images for w in walls[im]]
     total = sum(samples)
     cers, found, n_labels, errors, chars = [], 0, 0, 0, 0
     for im in images:
@@ -285,11 +300,11 @@ def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, li
         "medians": medians,
         "p90s": p90s,
         "mean_med_ms": 1000 * statistics.fmean(medians.values()),
-        "med_med_ms": 1000 * statistics.median(medians.values()),
-        "p90_ms": 1000 * pct(samples, 90),
+        "med_med_ms": 1000 * percentile(medians.values(), 50),
+        "p90_ms": 1000 * percentile(samples, 90),
         "ips": len(images) * repeats / total if total > 0 else float("nan"),
         "total_s": total,
-        "split": {s: 100 * rec.stages[s] / total if total > 0 else float("nan") for s in STAGES},
+        "split": {s: 100 * stages[s] / total if total > 0 else float("nan") for s in STAGES},
         "cer": errors / chars if chars else float("nan"),
         "n_gt": len(cers),
         "recall": found / n_labels if n_labels else float("nan"),
@@ -300,21 +315,6 @@ def summarise(rec: Record, images: list[str], repeats: int, labels: dict[str, li
 
 # --------------------------------------------------------------------------
 # memory
-
-
-def _status_gb(path: str, key: str) -> float:
-    try:
-        with open(path) as fh:
-            for line in fh:
-                if line.startswith(key):
-                    return int(line.split()[1]) / 2**20  # kB -> GiB
-    except OSError:
-        pass
-    return float("nan")
-
-
-def rss_gb() -> float:
-    return _status_gb("/proc/self/status", "VmRSS:")
 
 
 def trim_heap() -> bool:
@@ -356,7 +356,7 @@ class MemoryWatch:
             r = rss_gb()
             if self.current is not None and not math.isnan(r):
                 self.peaks[self.current] = max(self.peaks.get(self.current, 0.0), r)
-            avail = _status_gb("/proc/meminfo", "MemAvailable:")
+            avail = mem_available_gb()
             if self.min_free_gb > 0 and avail < self.min_free_gb:
                 msg = (f"ABORTED: MemAvailable {avail:.2f} GiB < --min-free-gb {self.min_free_gb} "
                        f"while {self.current} ran (process RSS {r:.2f} GiB); no results written")
@@ -427,7 +427,7 @@ def load_labels(folder: Path) -> dict[str, list[str]]:
             if e.get("kind") == "ground-truth-label" and e.get("expected_texts")}
 
 
-def run_pass(system: System, rec: Record, folder: Path, images: list[str], pass_no: int) -> None:
+def run_pass(system: System, rec: SystemLog, folder: Path, images: list[str], pass_no: int) -> None:
     """pass_no 0 is the untimed warm-up (its texts are kept for scoring)."""
     for im in images:
         path = str(folder / im)
@@ -436,16 +436,14 @@ def run_pass(system: System, rec: Record, folder: Path, images: list[str], pass_
             out = system.call(path)
         except Exception as exc:  # a system failing on one image must not stop the run
             out = CallOutput([], {s: 0.0 for s in STAGES}, f"{type(exc).__name__}: {exc}")
-        wall = time.perf_counter() - t0
+        t1 = time.perf_counter()
         if out.error and im not in rec.errors:
             rec.errors[im] = out.error
             print(f"  ! {system.name} failed on {im}: {out.error}", file=sys.stderr)
         if pass_no == 0:
             rec.warm_texts[im] = out.texts
             continue
-        rec.walls.setdefault(im, []).append(wall)
-        for s in STAGES:
-            rec.stages[s] += out.stages_s.get(s, 0.0)
+        rec.records.append(Record(t0, t1, 0 if out.error else 200, not out.error, out.error, im, dict(out.stages_s)))
         if out.texts != rec.warm_texts.get(im):
             rec.unstable.append((im, pass_no))
 
@@ -492,7 +490,7 @@ def main(argv=None) -> int:
         print("nothing to benchmark: every system was skipped")
         return 1
 
-    records = {s.name: Record() for s in systems}
+    records = {s.name: SystemLog() for s in systems}
     if not args.no_trim:
         trim_heap()
     rss_start = rss_gb()

@@ -1,0 +1,17 @@
+"""Load tests of the OCR service: a small package.
+
+Modules by role (none imports Ray at module level):
+
+* ``stats``: one ``Record`` per request, the one percentile definition, summaries.
+* ``procfs``: the one /proc reader (memory: RSS, shared, private; CPU seconds).
+* ``service``: start Ray, deploy a Serve config file the way ``serve deploy``
+  does, wait for readiness and replicas, stop (shared with tests/integration).
+* ``images``: the peer images a run uses.
+* ``loadgen``: request functions that never raise; closed, open and in-process loops.
+* ``batches``: per-stage batch sizes sampled from the deployments' ``stats()``.
+* ``baselines``: the in-process engine, RapidOCR and the simple server subprocess.
+* ``runs``: a run's points, and its raw JSON (to and from).
+* ``analysis``, ``report``, ``plots``: the report, built only from the raw JSON.
+* ``phases``: the benchmark's phases.
+* ``bench``, ``soak``, ``bench_engine``: command lines.
+"""
