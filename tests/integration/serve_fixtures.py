@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from load_tests.service import (  # noqa: E402,F401
+from load_tests.service import (  # noqa: E402
     apply_config,
     deploy_config,
     free_port,
@@ -23,3 +23,6 @@ from load_tests.service import (  # noqa: E402,F401
     wait_ready,
     wait_replicas,
 )
+
+__all__ = ["REPO", "apply_config", "deploy_config", "free_port", "free_ports", "load_config", "replica_stats",
+           "start_ray", "stop_all", "wait_ready", "wait_replicas"]
