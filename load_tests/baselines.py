@@ -1,7 +1,9 @@
-"""The systems the service is compared with, measured in the same run on the
-same images: the in-process engine, RapidOCR on onnxruntime (in-process),
-and the simple server (load_tests/simple_server.py, one process, one engine
-behind a lock) as a subprocess."""
+"""The systems the service is compared with: the in-process engine, RapidOCR
+(on onnxruntime, and for bench_engine.py also on Paddle), and the simple
+server (load_tests/simple_server.py: one process, one engine behind a lock)
+as a subprocess. bench.py loads them as loops over image bytes
+(`engine_loop`, `rapidocr_loop`); bench_engine.py as `System`s that read an
+image path (`make_engine`, `make_rapidocr`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -16,6 +20,8 @@ from load_tests.images import Img
 from load_tests.loadgen import loop_baseline, now
 from load_tests.runs import dist_version
 from load_tests.service import REPO, http_status, wait_ready
+
+STAGES = ("det", "cls", "rec")
 
 
 def engine_loop(images: list[Img], duration_s: float, warm: bool = True):
@@ -84,3 +90,106 @@ class SimpleServer:
         self._log.close()
         self.proc = None
 
+
+# --------------------------------------------------------------------------
+# bench_engine.py's systems: an image path in, its text lines and stage seconds out
+
+
+@dataclass
+class CallOutput:
+    texts: list[str]
+    stages_s: dict[str, float]
+    error: Optional[str] = None
+
+
+@dataclass
+class System:
+    name: str
+    call: Callable[[str], CallOutput]
+    load_s: float
+    detail: str
+    close: Callable[[], None] = lambda: None
+
+
+def make_engine(threads: int, which: str, device: str = "cpu") -> System:
+    from serve_app.engine import OcrEngine, default_engine_config
+
+    base = default_engine_config()
+    if which == "reference":
+        from serve_app.config import reference_config
+
+        base = reference_config(predictor=base.predictor)
+    update = {"cpu_math_library_num_threads": threads}
+    if device == "gpu":  # the GPU run (load_tests/gpu_run.sh)
+        update.update(device="gpu", enable_openvino_engine=False, cpu_affinity=None)
+    cfg = base.model_copy(update={"predictor": base.predictor.model_copy(update=update)})
+    t0 = time.perf_counter()
+    eng = OcrEngine(cfg)
+    load_s = time.perf_counter() - t0
+
+    def call(path: str) -> CallOutput:
+        res = eng.read(path)
+        t = res.timings_ms
+        return CallOutput([ln.text for ln in res.lines], {s: t.get(s, 0.0) / 1000.0 for s in STAGES})
+
+    p = cfg.predictor
+    detail = (
+        f"config={which}, cpu_math_library_num_threads={p.cpu_math_library_num_threads}, "
+        f"openvino={p.enable_openvino_engine}, mkldnn={p.enable_mkldnn}, affinity={p.cpu_affinity}, "
+        f"det limit {cfg.det.limit_side_len}/{cfg.det.limit_type}"
+    )
+    return System("engine", call, load_s, detail, eng.close)
+
+
+def _wrap_rapidocr(ocr) -> tuple[Callable[[str], CallOutput], dict[str, float]]:
+    """Time RapidOCR's det/cls/rec calls (instance attributes shadow the
+    objects RapidOCR.__call__ looks up as self.text_det etc.)."""
+    acc = {s: 0.0 for s in STAGES}
+
+    def timed(stage: str, fn):
+        def inner(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[stage] += time.perf_counter() - t
+
+        return inner
+
+    ocr.text_det = timed("det", ocr.text_det)
+    ocr.text_cls = timed("cls", ocr.text_cls)
+    ocr.text_rec = timed("rec", ocr.text_rec)
+
+    def call(path: str) -> CallOutput:
+        for s in STAGES:
+            acc[s] = 0.0
+        result, _elapse = ocr(path)
+        texts = [str(r[1]) for r in result] if result else []
+        return CallOutput(texts, dict(acc))
+
+    return call, acc
+
+
+def make_rapidocr(name: str, threads: int) -> System:
+    if name == "rapidocr-paddle":
+        from rapidocr_paddle import RapidOCR
+        import rapidocr_paddle as pkg
+
+        kwargs = {"cpu_math_library_num_threads": threads}
+    else:
+        from rapidocr_onnxruntime import RapidOCR
+        import rapidocr_onnxruntime as pkg
+
+        kwargs = {"intra_op_num_threads": threads}
+    if threads > (os.cpu_count() or 1):
+        print(f"warning: {name} ignores {threads} threads > os.cpu_count(); it will use its default",
+              file=sys.stderr)
+    t0 = time.perf_counter()
+    ocr = RapidOCR(**kwargs)
+    load_s = time.perf_counter() - t0
+    call, _ = _wrap_rapidocr(ocr)
+    version = dist_version(name)
+    detail = f"{name} {version} ({Path(pkg.__file__).parent.name}), " + ", ".join(
+        f"{k}={v}" for k, v in kwargs.items()
+    ) + ", other settings default"
+    return System(name, call, load_s, detail)

@@ -50,14 +50,22 @@ mix taken out, low-load latency image by image, where the time goes),
 ``<out>/img/*.png`` (latency vs throughput; batching on vs off), the raw
 per-request records as JSON (``--raw``, default
 ``load_tests/out/bench_results[_quick].json``), and a one-line summary on
-stdout. Progress goes to stderr. ``--from-raw FILE`` measures nothing and
-rewrites the report and plots from a recorded run.
+stdout. Progress goes to stderr. The report and plots are rendered from the
+raw JSON alone (a live run writes it, reads it back and renders that), so
+``--from-raw FILE`` (measure nothing, rewrite the report and plots of a
+recorded run) writes the same document.
+
+This file is the command line; the work is in the package's modules
+(``load_tests/__init__.py`` lists them): ``phases`` runs the phases with
+``loadgen``'s clients, ``stats`` holds the one percentile definition,
+``report`` renders.
 
 Run from the repository root::
 
     .venv/bin/python load_tests/bench.py --quick               # < 2 min, proves the harness works
     .venv/bin/python load_tests/bench.py --n-images 20 --duration 30 --out docs   # the documented run
     .venv/bin/python load_tests/bench.py --targets handle --clients 1,8   # only the handle sweep
+    .venv/bin/python -m load_tests.bench --quick                # the same, as a module
 
 ``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
 untimed pass for the in-process loops, every phase at one or two load

@@ -5,7 +5,11 @@ NaN, None or zeros where /proc cannot be read, never raises."""
 
 from __future__ import annotations
 
+import gc
+import math
 import os
+import sys
+import threading
 from typing import Optional, Union
 
 Pid = Union[int, str]
@@ -115,3 +119,65 @@ def cpu_share(c0: tuple[float, float], c1: tuple[float, float], seconds: float) 
         return None
     machine, ours = (c1[0] - c0[0]) / seconds, (c1[1] - c0[1]) / seconds
     return {"machine": machine, "ours": ours, "others": max(0.0, machine - ours)}
+
+
+# --------------------------------------------------------------------------
+# a process's heap and a watchdog on the machine's free memory (bench_engine.py)
+
+
+def trim_heap() -> bool:
+    """Hand freed heap memory back to the OS (glibc). rapidocr-paddle leaves
+    gigabytes freed-but-held after its first pass over new shapes; without
+    this the next system runs on top of it (the first full run here was
+    OOM-killed that way). Called between passes only, never inside timing."""
+    gc.collect()
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except Exception:
+        return False
+
+
+class MemoryWatch:
+    """Samples the process RSS every 0.1 s and keeps the peak per system.
+    If the machine's MemAvailable falls under `min_free_gb`, exits at once
+    with a clear message (the kernel's OOM killer would otherwise pick this
+    process, or worse, a neighbour's)."""
+
+    def __init__(self, min_free_gb: float):
+        self.min_free_gb = min_free_gb
+        self.current: Optional[str] = None
+        self.peaks: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memwatch", daemon=True)
+
+    def start(self) -> "MemoryWatch":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            r = rss_gb()
+            if self.current is not None and not math.isnan(r):
+                self.peaks[self.current] = max(self.peaks.get(self.current, 0.0), r)
+            avail = mem_available_gb()
+            if self.min_free_gb > 0 and avail < self.min_free_gb:
+                msg = (f"ABORTED: MemAvailable {avail:.2f} GiB < --min-free-gb {self.min_free_gb} "
+                       f"while {self.current} ran (process RSS {r:.2f} GiB); no results written")
+                print(msg, flush=True)
+                print(msg, file=sys.stderr, flush=True)
+                os._exit(3)
+
+
+
+def set_mmap_threshold(nbytes: int) -> bool:
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # -3 = M_MMAP_THRESHOLD
+    except Exception:
+        return False
