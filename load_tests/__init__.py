@@ -10,8 +10,12 @@ Modules by role (none imports Ray at module level):
 * ``loadgen``: request functions that never raise; closed, open and in-process loops.
 * ``batches``: per-stage batch sizes sampled from the deployments' ``stats()``.
 * ``baselines``: the in-process engine, RapidOCR and the simple server subprocess.
+* ``engine_report``: bench_engine.py's accuracy, statistics and markdown.
 * ``runs``: a run's points, and its raw JSON (to and from).
 * ``analysis``, ``report``, ``plots``: the report, built only from the raw JSON.
 * ``phases``: the benchmark's phases.
-* ``bench``, ``soak``, ``bench_engine``: command lines.
+* ``bench``, ``soak``, ``bench_engine``: command lines
+  (``python load_tests/bench.py ...`` or ``python -m load_tests.bench ...``);
+  ``cpu_by_process``, ``shape_memory``, ``locustfile``, ``simple_server``:
+  small tools, run as scripts.
 """
