@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import sys
 import threading
 import time
@@ -20,24 +19,16 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from load_tests.procfs import cmdline, process_table  # noqa: E402
+from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from peer import PEER  # noqa: E402
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:
-    out = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-            cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")[:90]
-        except OSError:
-            continue
-        f = stat[stat.rindex(")") + 2:].split()
-        out[int(pid)] = (cmd, (int(f[11]) + int(f[12])) / tick)
-    return out
+    """pid -> (command line, CPU seconds used) for every process."""
+    return {pid: (cmdline(pid), cpu) for pid, (_, cpu) in process_table().items()}
 
 
 def main() -> None:

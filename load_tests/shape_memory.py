@@ -20,15 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from load_tests.procfs import rss_mb  # noqa: E402
 from serve_app.config import EngineConfig  # noqa: E402
 from serve_app.weights import dictionary_path, model_files  # noqa: E402
 from serve_app.runners import TextRecognizer  # noqa: E402
 from serve_app.predictor import PaddlePredictor  # noqa: E402
 from serve_app.stages.recognition import input_shapes, load_charset  # noqa: E402
-
-
-def rss_mb() -> float:
-    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024
 
 
 def main(argv=None) -> int:

@@ -6,24 +6,16 @@ speed is asserted."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from load_tests.service import free_ports  # noqa: E402
+
 TABLE_HEADER = "| target | load | requests | errors | img/s | p50 ms | p90 ms | p99 ms |"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def test_bench_quick(tmp_path):
@@ -50,3 +42,10 @@ def test_bench_quick(tmp_path):
     rows = [line for line in report.splitlines() if line.startswith("| service, HTTP |")]
     assert rows, report
     assert any(line.startswith("Summary:") for line in proc.stdout.splitlines())
+
+    # the report is rendered from the raw JSON alone: --from-raw writes the same document
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, str(REPO / "load_tests/bench.py"), "--from-raw", str(raw), "--out",
+                           str(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert (again / "benchmarks.md").read_text() == report

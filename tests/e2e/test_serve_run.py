@@ -17,14 +17,9 @@ import yaml
 from peer import PEER
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from load_tests.service import free_port  # noqa: E402
 
 
 def test_serve_run_deployments_yaml(tmp_path):

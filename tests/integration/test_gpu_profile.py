@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import REPO, deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
+from serve_fixtures import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +40,11 @@ def gpu_config(fallback: bool, rec_replicas: int) -> dict:
 
 def test_cpu_build_refuses_gpu_profile_without_fallback(cluster):
     from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
 
     cfg = gpu_config(fallback=False, rec_replicas=1)
     cfg.pop("http_options")
     serve.start(http_options={"host": "127.0.0.1", "port": free_port()})
-    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(cfg))
+    apply_config(cfg)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         app = serve.status().applications.get("ocr")

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, replica_stats, start_ray, stop_all
+from serve_fixtures import apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -182,8 +182,6 @@ def test_live_reconfigure_keeps_the_replica(service):
     import time
 
     from ray import serve
-    from ray.serve.context import _get_global_client
-    from ray.serve.schema import ServeDeploySchema
 
     url, config = service
     rec = serve.get_deployment_handle("TextRecognizer", app_name="ocr")
@@ -196,7 +194,7 @@ def test_live_reconfigure_keeps_the_replica(service):
     for d in new["applications"][0]["deployments"]:
         if d["name"] == "TextRecognizer":
             d["user_config"] = {"max_batch_size": 7, "batch_wait_timeout_s": 0.02}
-    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(new))
+    apply_config(new)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         after = replica_stats(rec, n)

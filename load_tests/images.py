@@ -1,0 +1,52 @@
+"""The images a load run sends: the peer images kept in the repository."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_IMAGES = REPO / "tests/data/peer"
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+CTYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
+# --quick: a 14-line photo (several crops: cls/rec batches), a text line, a short German sign.
+QUICK_IMAGES = ("rapidocr_ch_en_num.jpg", "rapidocr_text_rec.jpg", "paddleocr_ger_1.jpg")
+# the soak's mix: documents, scenes, receipts, word crops
+SOAK_IMAGES = ("rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "paddleocr_00006737.jpg",
+               "mmocr_wildreceipt_2.jpeg", "mmocr_icdar15_img_8.jpg", "rapidocr_test_without_det.jpg",
+               "paddleocr_00111002.jpg", "mmocr_word_1036169.jpg")
+
+
+@dataclass(frozen=True)
+class Img:
+    name: str
+    data: bytes
+    ctype: str
+
+
+def load(folder: Path, names) -> list[Img]:
+    return [Img(x, (folder / x).read_bytes(), CTYPES[Path(x).suffix.lower()]) for x in names]
+
+
+def pick_images(folder: Path, quick: bool, n: Optional[int], names: Optional[list[str]]) -> list[Img]:
+    """`names` if given; the quick set with `quick`; else n evenly spaced
+    over the sorted names (every source is represented), else all."""
+    if not folder.is_dir():
+        sys.exit(f"image folder {folder} not found (use --images DIR)")
+    avail = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not avail:
+        sys.exit(f"no jpg/jpeg/png images in {folder}")
+    if names:
+        missing = [x for x in names if x not in avail]
+        if missing:
+            sys.exit(f"images not in {folder}: {missing}")
+        chosen = list(names)
+    elif quick:
+        chosen = [x for x in QUICK_IMAGES if x in avail] or avail[:3]
+    elif n and n < len(avail):
+        chosen = [avail[int(i * len(avail) / n)] for i in range(n)]
+    else:
+        chosen = avail
+    return load(folder, chosen)

@@ -1,0 +1,234 @@
+"""The service under test, started the one way tests and benchmarks share:
+a local Ray cluster of our own, Serve on a port, the applications of a Serve
+config file deployed the way `serve deploy` does, readiness and replica
+waits, stop. The only home of `_get_global_client().deploy_apps` (Ray Serve
+has no public call that takes a whole config file in-process).
+
+tests/integration/serve_fixtures.py re-exports these functions."""
+
+from __future__ import annotations
+
+import copy
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "deployments.yaml"
+MODEL_DEPLOYMENTS = {"det": "TextDetector", "cls": "DirectionClassifier", "rec": "TextRecognizer"}
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free TCP ports on 127.0.0.1 (all held until all are chosen)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def http_status(url: str, timeout: float = 5.0) -> int:
+    """GET url's status; 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except Exception:
+        return 0
+
+
+def start_ray(**init_kwargs) -> None:
+    import ray
+
+    ray.shutdown()
+    # address="local": always a new cluster of our own, never one found running.
+    init_kwargs = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
+    ray.init(address="local", **init_kwargs)
+
+
+def load_config(path: Path = DEFAULT_CONFIG) -> dict:
+    """The config file, with each application's job journal (if it has one)
+    moved to a fresh temporary file: a test's or a benchmark's service never
+    picks up another run's jobs."""
+    config = yaml.safe_load(Path(path).read_text())
+    for app in config["applications"]:
+        jobs = app.get("args", {}).get("jobs")
+        if jobs and jobs.get("journal"):
+            jobs["journal"] = str(Path(tempfile.mkdtemp(prefix="ocr-jobs-")) / "jobs.sqlite")
+    return config
+
+
+def start_serve(port: int) -> str:
+    from ray import serve
+
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return f"http://127.0.0.1:{port}"
+
+
+def apply_config(config: dict) -> None:
+    """Deploy (or redeploy: a changed user_config is applied live) a Serve
+    config file's applications, as `serve deploy` does: same schema, same
+    controller call. Serve must be running; `http_options` is ignored."""
+    from ray.serve.context import _get_global_client
+    from ray.serve.schema import ServeDeploySchema
+
+    config = dict(config)
+    config.pop("http_options", None)
+    _get_global_client().deploy_apps(ServeDeploySchema.model_validate(config))
+
+
+def deploy_config(config: dict, port: int, timeout_s: float = 300, all_replicas: bool = True) -> str:
+    """Start Serve with HTTP on `port`, deploy `config`, wait for /readyz
+    (and, with all_replicas, every deployment's starting replica count)."""
+    url = start_serve(port)
+    apply_config(config)
+    wait_ready(url, timeout_s)
+    if all_replicas:
+        wait_replicas(config, timeout_s)
+    return url
+
+
+def wait_ready(url: str, timeout_s: float = 300, proc: Optional[subprocess.Popen] = None,
+               every_s: float = 0.25) -> float:
+    """Seconds until GET url/readyz answers 200; TimeoutError after
+    timeout_s, RuntimeError if `proc` (a server subprocess) exits first."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before it was ready")
+        if http_status(f"{url}/readyz", timeout=5) == 200:
+            return time.monotonic() - t0
+        time.sleep(every_s)
+    raise TimeoutError(f"{url}/readyz not 200 after {timeout_s:.0f}s")
+
+
+def wait_replicas(config: dict, timeout_s: float = 300) -> None:
+    """/readyz is 200 once each stage has one ready replica; callers that
+    look at every replica wait for each deployment's starting count."""
+    from ray import serve
+
+    want = {}
+    for app in config["applications"]:
+        for d in app.get("deployments", []):
+            n = d.get("num_replicas") or (d.get("autoscaling_config") or {}).get("min_replicas", 1)
+            want[(app["name"], d["name"])] = n if isinstance(n, int) else 1
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        apps = serve.status().applications
+        if all(a in apps and name in apps[a].deployments
+               and apps[a].deployments[name].replica_states.get("RUNNING", 0) >= n
+               for (a, name), n in want.items()):
+            return
+        time.sleep(1)
+    raise TimeoutError(f"replicas not all running after {timeout_s}s: {want}")
+
+
+def stop_all(graceful: bool = True) -> None:
+    """Stop Serve and Ray. graceful=False skips serve.shutdown(): a local
+    cluster's ray.shutdown() stops all of it anyway, without the ~10 s of
+    draining that a benchmark does not need."""
+    import ray
+
+    try:
+        if graceful:
+            from ray import serve
+
+            serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+def replica_stats(handle, n: int, tries: int = 200) -> dict:
+    """pid -> stats() of up to n replicas behind a deployment handle (the
+    router picks one replica per call, so call until n have answered)."""
+    seen: dict = {}
+    for _ in range(tries):
+        st = handle.stats.remote().result()
+        seen[st["pid"]] = st
+        if len(seen) >= n:
+            break
+    return seen
+
+
+def replica_pids(deployments: list[str]) -> dict[str, list[int]]:
+    """deployment name -> pids of its live replica actors (any application)."""
+    import os
+
+    import ray
+
+    out: dict[str, list[int]] = {}
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        for name in deployments:
+            if f"#{name}#" in a["name"]:
+                try:
+                    actor = ray.get_actor(a["name"], namespace=a["namespace"])
+                    pid = ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+                except Exception:
+                    continue  # replaced or stopping: the next read finds its successor
+                out.setdefault(name, []).append(pid)
+    return out
+
+
+def with_batch_size(config: dict, size: Optional[int]) -> tuple[dict, dict[str, Any]]:
+    """A copy of config whose model deployments' user_config has
+    max_batch_size = size (None: as in the file); and deployment -> that size."""
+    cfg = copy.deepcopy(config)
+    want = {}
+    for app in cfg["applications"]:
+        for d in app.get("deployments", []):
+            if d["name"] in MODEL_DEPLOYMENTS.values():
+                uc = dict(d.get("user_config") or {})
+                if size is not None:
+                    uc["max_batch_size"] = size
+                d["user_config"] = uc
+                want[d["name"]] = uc.get("max_batch_size")
+    return cfg, want
+
+
+class Service:
+    """The service for a benchmark: start() records the cold-start times."""
+
+    def __init__(self, config_path: Path, port: int):
+        self.config = load_config(config_path)
+        self.config.pop("http_options", None)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.started = False
+        self.cold: dict[str, Any] = {}
+
+    def start(self, ready_timeout_s: float) -> None:
+        t = time.perf_counter()
+        start_ray()
+        self.started = True
+        self.cold["ray_init_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        start_serve(self.port)
+        self.cold["serve_start_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        apply_config(self.config)
+        self.cold["deploy_call_s"] = time.perf_counter() - t
+        self.cold["deploy_to_ready_s"] = (time.perf_counter() - t) + wait_ready(self.url, ready_timeout_s)
+
+    def stop(self) -> float:
+        """Seconds it took (0 if it was not started)."""
+        if not self.started:
+            return 0.0
+        t = time.perf_counter()
+        stop_all(graceful=False)
+        self.started = False
+        return time.perf_counter() - t
