@@ -1,6 +1,6 @@
 """Memory against the image sizes a service meets: the in-process engine
-(default config: the detector's closed input ladder, all of it warmed
-first, as a replica does) reads N images of random sizes (100-4000 px a
+(default config: the detector's closed input ladder; every model's input
+shapes warmed first, as the replicas do) reads N images of random sizes (100-4000 px a
 side, aspect ratios up to 1:20, made by resizing the peer images), and the
 process's RSS is printed after the warm-up, after the first 50 images and
 at the end. Paddle's OpenVINO engine keeps memory for every input shape it
@@ -65,10 +65,8 @@ def main(argv=None) -> int:
     rows = []
     with OcrEngine(default_engine_config().model_copy(update={"det": det})) as engine:
         t0 = time.perf_counter()
-        shapes = det_input_shapes(det)
-        for h, w in shapes:  # what a detector replica warms before it is ready
-            engine.detector.detect([np.full((h, w, 3), 255, np.uint8)])
-        rows.append(("warmed", len(shapes), time.perf_counter() - t0, rss_mb()))
+        engine.warm()  # every input shape of every model, as the replicas do before they are ready
+        rows.append(("warmed", len(det_input_shapes(det)), time.perf_counter() - t0, rss_mb()))
         lines = 0
         for i, (h, w) in enumerate(random_sizes(args.images, args.seed), 1):
             img = cv2.resize(sources[i % len(sources)], (w, h))
@@ -78,7 +76,7 @@ def main(argv=None) -> int:
     base = next(r[3] for r in rows if r[0] == "after 50 images")
     print(f"\ndetector sizing: {'open (max 1280)' if args.open else 'closed ladder ' + str(det.side_ladder)}; "
           f"{args.images} random sizes, seed {args.seed}, {lines} lines read\n")
-    print("| point | n | seconds | RSS MB | vs after 50 |")
+    print("| point | images (warmed: detector shapes) | seconds | RSS MB | vs after 50 |")
     print("|---|---:|---:|---:|---:|")
     for name, n, sec, rss in rows:
         print(f"| {name} | {n} | {sec:.1f} | {rss:.0f} | {100 * (rss / base - 1):+.1f}% |")

@@ -25,9 +25,7 @@ from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .settings import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, RecognizerArgs
-from .stages.det_preprocess import det_input_shapes
 from .stages.recognition import batch_limit, batch_width, load_charset
-from .stages.recognition import input_shapes as rec_input_shapes
 from .weights import dictionary_path
 
 
@@ -56,13 +54,9 @@ class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
         self.detector = TextDetector(self.replica.predictor, engine.det)
-        # Every input the detector can be given (each batch size at each
-        # shape of the closed set), warmed so that memory stays flat and the
-        # first image of any size is as fast as the next. In the open modes
-        # ("max"/"min") only the configured shapes can be.
-        shapes = det_input_shapes(engine.det) or [tuple(s) for s in args.warm_shapes]
-        self.replica.warm([(self.detector.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
-                           for h, w in shapes for n in range(1, engine.det.batch_size + 1)])
+        # Every input it can be given, warmed: memory stays flat in service
+        # and the first image of any size is as fast as the next.
+        self.replica.warm(self.detector.warm_calls(args.warm_shapes))
         self.detector.on_batch = lambda n, seconds: self.replica.record(n, n, seconds)  # served batches only
 
     def reconfigure(self, user_config: dict) -> None:
@@ -86,8 +80,7 @@ class DirectionClassifierDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: ClassifierArgs):
         self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"])
         self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
-        crop = np.full((48, 192, 3), 255, np.uint8)
-        self.replica.warm([(self.classifier.classify, [crop] * n) for n in range(1, engine.cls.batch_size + 1)])
+        self.replica.warm(self.classifier.warm_calls())
 
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._classify_batch)
@@ -128,16 +121,7 @@ class TextRecognizerDeployment(_Replica):
                 lambda c: batch_width([c.shape[1] / c.shape[0]], opts), lambda w: batch_limit(w, opts),
                 self.replica.record)
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
-        # Every input shape it can be given (each batch size at each ladder
-        # width: the crop scheduler mixes requests, so any batch size meets
-        # any width), warmed so that memory stays flat in service. Without a
-        # ladder the set is open: warm the configured widths.
-        shapes = rec_input_shapes(opts) if opts.batch_padding == "bucket" else []
-        if not shapes:
-            shapes = [(n, w) for w in [320, *args.warm_widths] for n in range(1, opts.batch_size + 1)]
-        h = opts.image_height
-        self.replica.warm([(self.recognizer.recognize_batch, [np.full((h, w, 3), 255, np.uint8)] * n)
-                           for n, w in shapes])
+        self.replica.warm(self.recognizer.warm_calls(args.warm_widths))
 
     def reconfigure(self, user_config: dict) -> None:
         knobs = self.replica.reconfigure(user_config, self._recognize_batch)

@@ -69,6 +69,18 @@ class OcrEngine:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_lock = threading.Lock()
 
+    def warm(self) -> float:
+        """Run every input shape each predictor can be given once, as a
+        service replica does before it is ready (then memory stays flat and
+        no request pays a first-shape cost); seconds taken. Optional for
+        library use."""
+        t0 = time.perf_counter()
+        calls = self.detector.warm_calls([]) + self.recognizer.warm_calls([])
+        calls += self.classifier.warm_calls() if self.classifier is not None else []
+        for fn, arg in calls:
+            fn(arg)
+        return time.perf_counter() - t0
+
     def read(
         self, image: ImageInput, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False
     ) -> OcrResult:

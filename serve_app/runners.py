@@ -13,9 +13,9 @@ import numpy as np
 from .config import ClsOptions, DetOptions, RecOptions
 from .predictor import Predictor
 from .stages.db_postprocess import db_boxes
-from .stages.det_preprocess import det_preprocess
+from .stages.det_preprocess import det_input_shapes, det_preprocess
 from .stages.direction import cls_postprocess, cls_preprocess
-from .stages.recognition import batch_limit, batch_width, ctc_decode, rec_preprocess, width_order
+from .stages.recognition import batch_limit, batch_width, ctc_decode, input_shapes, rec_preprocess, width_order
 from .results import Direction, Recognition
 
 
@@ -49,6 +49,14 @@ class TextDetector:
                     self.on_batch(len(idx), time.perf_counter() - t0)
         return out
 
+    def warm_calls(self, open_shapes: list[tuple[int, int]]) -> list[tuple[Callable, list]]:
+        """A call for every input the detector can be given: each batch size
+        at each shape of the closed set (or, in the open "max"/"min" modes,
+        at `open_shapes`)."""
+        shapes = det_input_shapes(self.opts) or [tuple(s) for s in open_shapes]
+        return [(self.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
+                for h, w in shapes for n in range(1, self.opts.batch_size + 1)]
+
 
 class DirectionClassifier:
     def __init__(self, predictor: Predictor, opts: ClsOptions):
@@ -64,6 +72,11 @@ class DirectionClassifier:
             for i, d in zip(idx, cls_postprocess(self.predictor.run(batch), self.opts)):
                 result[i] = d
         return result
+
+    def warm_calls(self) -> list[tuple[Callable, list]]:
+        """A call for every batch size the classifier runs (one input size)."""
+        crop = np.full((48, 192, 3), 255, np.uint8)
+        return [(self.classify, [crop] * n) for n in range(1, self.opts.batch_size + 1)]
 
 
 class TextRecognizer:
@@ -103,3 +116,14 @@ class TextRecognizer:
         batch = np.stack([rec_preprocess(c, width, self.opts) for c in crops])
         fracs = [min(1.0, math.ceil(self.opts.image_height * r) / width) for r in ratios]
         return ctc_decode(self.predictor.run(batch), self.charset, fracs)
+
+    def warm_calls(self, open_widths: list[int]) -> list[tuple[Callable, list]]:
+        """A call for every input shape a predictor batch can have: each
+        batch size at each width of the ladder (batches mix requests, so any
+        size meets any width). Without a ladder ("batch_max" padding) the set
+        is open: `open_widths` at every batch size."""
+        opts = self.opts
+        shapes = input_shapes(opts) if opts.batch_padding == "bucket" else []
+        if not shapes:
+            shapes = [(n, w) for w in [opts.image_width, *open_widths] for n in range(1, opts.batch_size + 1)]
+        return [(self.recognize_batch, [np.full((opts.image_height, w, 3), 255, np.uint8)] * n) for n, w in shapes]
