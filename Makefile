@@ -25,7 +25,7 @@ test-quick: $(STAMP)
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
 
 test: test-quick
-	$(BIN)/python -m pytest -q -m "not slow and not unit" tests || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q --durations=15 -m "not slow and not unit" tests || [ $$? -eq 5 ]
 
 bench-engine: $(STAMP)
 	$(BIN)/python load_tests/bench_engine.py

@@ -23,7 +23,7 @@ def cluster():
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:
     cfg = load_config(REPO / "deployments.gpu.yaml")
     app = cfg["applications"][0]
-    for block in [app["args"]["engine"]] + [app["args"][s] for s in ("detector", "classifier", "recognizer")]:
+    for block in [app["args"]["engine"]] + [app["args"][s] for s in ("detector", "classifier", "recognizer") if s in app["args"]]:
         if "predictor" in block:
             block["predictor"]["allow_cpu_fallback"] = fallback
     for d in app["deployments"]:
