@@ -292,7 +292,7 @@ def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: S
         inp.reshape(list(shape))
         inp.copy_from_cpu(np.zeros(tuple(shape), dtype=np.float32))
         predictor.run()
-    del predictor  # the file is written when the predictor goes
+    del inp, predictor  # Paddle writes the file when the predictor is destroyed
     os.replace(tmp, out)
 
 
