@@ -36,7 +36,7 @@ def cluster():
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:
     cfg = load_config(REPO / "deployments.gpu.yaml")
     app = cfg["applications"][0]
-    for block in [app["args"]["engine"]] + [app["args"][s] for s in ("detector", "classifier", "recognizer")]:
+    for block in [app["args"]["engine"]] + [app["args"].get(s, {}) for s in ("detector", "classifier", "recognizer")]:
         if "predictor" in block:
             block["predictor"]["allow_cpu_fallback"] = fallback
             if REAL_GPU:
