@@ -17,15 +17,32 @@ class TensorRTOptions(_Strict):
     """Paddle Inference `enable_tensorrt_engine` and friends (GPU only)."""
 
     workspace_size: int = 1 << 30
+    # The largest batch the engine takes. In a Serve replica it is set from
+    # the stage's closed set of input shapes (serve_app.shape_ranges), so it
+    # always equals the batch dimension's max.
     max_batch_size: int = 8
     min_subgraph_size: int = 3
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
     use_static: bool = True
-    # Serialized engines land here (`set_optim_cache_dir`); share it between
-    # replicas so only the first one pays the build.
+    # Serialized engines and the tuned shape-range file land here
+    # (`set_optim_cache_dir`). Keep it node-local: replicas of a stage on one
+    # node take a file lock in it, so one at a time builds and writes while
+    # the others wait and then read what it wrote.
     cache_dir: Optional[str] = None
-    # Dynamic shape ranges collected with `python -m serve_app.tools.collect_shapes`.
+    # Every input shape this predictor can be given (N, C, H, W). In a Serve
+    # replica the app builder fills it from the stage's closed set (detector
+    # ladder x batch sizes, recogniser width ladder x batch limits); the
+    # predictor then collects every tensor's range over these shapes without
+    # TensorRT, once per cache_dir, and builds the engines from that.
+    input_shapes: Optional[list[tuple[int, int, int, int]]] = None
+    # A tuned shape-range file made elsewhere (Paddle's
+    # `collect_shape_range_info`); used instead of collecting from
+    # input_shapes when set.
     shape_range_info_path: Optional[str] = None
+    # False: an input outside the collected ranges is an error instead of an
+    # engine rebuild on the request path (none can happen when input_shapes
+    # is the stage's closed set; a replica runs every one in its warm-up).
+    allow_build_at_runtime: bool = False
 
 
 class PredictorOptions(_Strict):
@@ -33,11 +50,24 @@ class PredictorOptions(_Strict):
 
     device: Literal["cpu", "gpu"] = "cpu"
     gpu_device_id: int = 0
+    # Paddle's `memory_pool_init_size_mb`. Under Paddle's default allocator
+    # (auto_growth) it bounds nothing: Paddle only turns it into
+    # FLAGS_fraction_of_gpu_memory_to_use, which auto_growth does not read
+    # (docs/deploy.md, "GPU memory").
     gpu_mem_mb: int = Field(500, ge=1, description="memory_pool_init_size_mb")
-    # Share of the GPU's memory this predictor may take
-    # (FLAGS_fraction_of_gpu_memory_to_use). None in a Serve replica = the GPU
-    # fraction Ray assigned it (ray_actor_options.num_gpus).
+    # Share of the GPU's memory this predictor's process may allocate
+    # through Paddle: FLAGS_gpu_memory_limit_mb = floor(fraction x the
+    # device's memory) - gpu_memory_reserve_mb, set before the process's
+    # first GPU predictor (Paddle reads it once per process). None in a
+    # Serve replica = the GPU fraction Ray assigned it
+    # (ray_actor_options.num_gpus); None outside one = no limit.
     gpu_memory_fraction: Optional[float] = Field(None, gt=0, le=1)
+    # Held back from the share for what the process holds on the GPU outside
+    # Paddle's allocator (CUDA context, cuBLAS/cuDNN, TensorRT's own engine
+    # memory): not counted by the limit. Not measured here (no GPU run yet):
+    # load_tests/gpu_run.sh prints each replica's real GPU memory next to
+    # its limit, which is the figure to set this from.
+    gpu_memory_reserve_mb: int = Field(768, ge=0)
     cpu_math_library_num_threads: int = Field(1, ge=1, le=256)
     enable_mkldnn: bool = True
     mkldnn_cache_capacity: int = Field(

@@ -16,11 +16,13 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from .config import PredictorOptions
+from .config import PredictorOptions, TensorRTOptions
 from .errors import ConfigError, ModelError
 from .weights import ModelFiles
 
@@ -83,38 +85,221 @@ def _precision(inference, name: str):
     }[name]
 
 
-def gpu_available() -> bool:
+def gpu_status() -> tuple[bool, int]:
+    """(this paddle is a CUDA build, GPUs visible to this process). Counting
+    devices allocates nothing on them (cudaGetDeviceCount)."""
     import paddle
 
-    return bool(paddle.is_compiled_with_cuda()) and paddle.device.cuda.device_count() > 0
+    if not paddle.is_compiled_with_cuda():
+        return False, 0
+    return True, int(paddle.device.cuda.device_count())
+
+
+def gpu_available() -> bool:
+    cuda, count = gpu_status()
+    return cuda and count > 0
+
+
+def _gpu_missing_message(cuda_build: bool) -> str:
+    where = (f"this replica's process (pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
+             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s})")
+    if not cuda_build:
+        why = ("the paddle installed here is the CPU build (paddlepaddle): install paddlepaddle-gpu from "
+               "Paddle's package index on every GPU node (`make install-gpu`, docs/deploy.md)")
+    else:
+        why = ("paddle is a CUDA build (paddlepaddle-gpu) but sees no GPU: give the deployment "
+               "ray_actor_options.num_gpus > 0 so that Ray places it on a node with a GPU and sets "
+               "CUDA_VISIBLE_DEVICES, and check the node's driver (nvidia-smi)")
+    return (f"device: gpu was asked for, but {where} has none: {why}; "
+            "or set allow_cpu_fallback: true to run this profile on the CPU instead")
 
 
 def resolve_device(options: PredictorOptions) -> PredictorOptions:
-    """Refuse a GPU config on a build or machine without one, unless the
-    config allows falling back to the CPU; settle "auto" precision."""
+    """Refuse a GPU config where this process has no GPU (a CPU build of
+    paddle, or none visible), unless the config allows falling back to the
+    CPU; settle "auto" precision. Runs where the predictor is built (in a
+    Serve replica: on the node Ray placed it on), never in the app builder."""
     if options.openvino_precision == "auto":
         options = options.model_copy(update={"openvino_precision": "bf16" if cpu_has_bf16() else "fp32"})
-    if options.device != "gpu" or gpu_available():
+    if options.device != "gpu":
+        return options
+    cuda_build, count = gpu_status()
+    if cuda_build and count > 0:
         return options
     if not options.allow_cpu_fallback:
-        raise ConfigError(
-            "device: gpu was asked for, but this paddle build has no CUDA or no GPU is "
-            "visible (install the `gpu` extra, paddlepaddle-gpu, on a GPU machine); "
-            "set allow_cpu_fallback: true to run this profile on the CPU instead"
-        )
+        raise ConfigError(_gpu_missing_message(cuda_build))
     log.warning("device: gpu requested but unavailable; falling back to the CPU (allow_cpu_fallback)")
     # The CPU engine that ran fastest and leanest here (Paddle's OpenVINO).
     return options.model_copy(update={"device": "cpu", "tensorrt": None, "enable_openvino_engine": True})
 
 
-def build_paddle_config(files: ModelFiles, options: PredictorOptions):
+# --- GPU memory bound --------------------------------------------------------------------
+#
+# What Paddle enforces (Paddle 3.x source; not yet run on a GPU here):
+# - FLAGS_gpu_memory_limit_mb (paddle/common/flags.cc) is read once per
+#   process, when RecordedGpuMallocHelper::Instance() first runs
+#   (paddle/phi/core/platform/device/gpu/gpu_info.cc, std::call_once); from
+#   then on every cudaMalloc Paddle's allocators make goes through
+#   RecordedGpuMallocHelper::Malloc, which returns out-of-memory once the
+#   process's total would pass the limit, whatever the allocator strategy
+#   (auto_growth, the default, or naive_best_fit: both sit on CUDAAllocator,
+#   paddle/phi/core/memory/allocation/allocator_facade.cc).
+# - Instance() first runs at the latest when the first GPU predictor is
+#   created: CreatePaddlePredictor<AnalysisConfig> calls
+#   AnalysisConfig::fraction_of_gpu_memory_for_pool(), which queries memory
+#   through it (paddle/fluid/inference/api/analysis_predictor.cc,
+#   analysis_config.cc). So the flag must be set before that, and is: below,
+#   before create_predictor, on the predictor's thread.
+# - That same call overwrites FLAGS_fraction_of_gpu_memory_to_use with
+#   memory_pool_init_size_mb / total, once per process; and the auto_growth
+#   allocator does not read that flag at all. That is why the old
+#   per-replica fraction flag bounded nothing.
+
+
+@dataclass(frozen=True)
+class GpuMemoryBound:
+    """What this process's Paddle may allocate on its GPU, as enforced."""
+
+    device_total_mb: int
+    fraction: float
+    reserve_mb: int
+    limit_mb: Optional[int]  # FLAGS_gpu_memory_limit_mb as read back; None = not enforced
+    allocator_strategy: str
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpu_memory_limit_mb(fraction: float, device_total_mb: int, reserve_mb: int) -> int:
+    """floor(fraction x device memory) - reserve, in MiB; refused when
+    nothing would be left for the model."""
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"gpu_memory_fraction must be in (0, 1]; got {fraction}")
+    share = int(fraction * device_total_mb)
+    limit = share - int(reserve_mb)
+    if limit < 256:
+        raise ConfigError(
+            f"a GPU share of {fraction} of {device_total_mb} MiB is {share} MiB; less "
+            f"gpu_memory_reserve_mb ({reserve_mb}) leaves {limit} MiB for Paddle, too little to run a model: "
+            "raise the deployment's num_gpus (or gpu_memory_fraction), or lower gpu_memory_reserve_mb")
+    return limit
+
+
+class GpuMemoryLimiter:
+    """Sets FLAGS_gpu_memory_limit_mb once per process, before its first GPU
+    predictor, and reports what is in force. `set_flags` / `get_flags` are
+    paddle's (stand-ins in tests)."""
+
+    def __init__(self, set_flags: Callable[[dict], None], get_flags: Callable[[str], dict]):
+        self._set = set_flags
+        self._get = get_flags
+        self.gpu_predictors_created = 0
+        self.applied: Optional[int] = None
+
+    def _read(self, name: str) -> Any:
+        return self._get(name).get(name)
+
+    def apply(self, fraction: Optional[float], device_total_mb: int, reserve_mb: int) -> GpuMemoryBound:
+        strategy = str(self._read("FLAGS_allocator_strategy"))
+        if fraction is None:
+            return GpuMemoryBound(device_total_mb, 1.0, 0, None, strategy, "no gpu_memory_fraction: no limit")
+        want = gpu_memory_limit_mb(fraction, device_total_mb, reserve_mb)
+        if self.applied is None and self.gpu_predictors_created == 0:
+            self._set({"FLAGS_gpu_memory_limit_mb": want})
+            self.applied = int(self._read("FLAGS_gpu_memory_limit_mb"))
+            return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied or None, strategy)
+        # Paddle has read the flag already (gpu_info.cc, once per process):
+        # a new value would be reported but not enforced.
+        note = (f"this process's limit was fixed by its first GPU predictor ({self.applied} MiB); "
+                f"{want} MiB asked for here is not applied" if self.applied is not None else
+                "a GPU predictor without a limit was created first in this process: no limit is enforced")
+        log.warning("gpu memory limit: %s", note)
+        return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied, strategy, note)
+
+    def created(self) -> None:
+        self.gpu_predictors_created += 1
+
+
+_limiter: Optional[GpuMemoryLimiter] = None
+
+
+def _process_limiter() -> GpuMemoryLimiter:
+    global _limiter
+    if _limiter is None:
+        import paddle
+
+        _limiter = GpuMemoryLimiter(paddle.set_flags, paddle.get_flags)
+    return _limiter
+
+
+def device_total_mb(device_id: int) -> int:
+    """The GPU's memory (cudaGetDeviceProperties: allocates nothing and does
+    not touch Paddle's memory bookkeeping, so the limit can still be set)."""
+    import paddle
+
+    return int(paddle.device.cuda.get_device_properties(device_id).total_memory // (1 << 20))
+
+
+# --- TensorRT shape ranges ---------------------------------------------------------------
+
+
+@contextmanager
+def file_lock(path: str):
+    """An exclusive flock on `path` (created if missing): one holder per node
+    at a time. Released when the process dies, so a crashed builder never
+    blocks the others."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def tuned_shape_file(files: ModelFiles, trt: TensorRTOptions) -> Optional[str]:
+    """Where this stage's collected shape ranges live: the configured file,
+    or one per (model, shape set, precision) in the engine cache directory."""
+    if trt.shape_range_info_path:
+        return trt.shape_range_info_path
+    if not trt.input_shapes:
+        return None
+    from .shape_ranges import shapes_key
+
+    folder = trt.cache_dir or os.path.join(os.path.dirname(str(files.program)), "_trt")
+    key = shapes_key(trt.input_shapes, str(files.program), trt.precision)
+    return os.path.join(folder, f"shape_range_{files.name}_{key}.pbtxt")
+
+
+def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: Sequence[Sequence[int]],
+                         out: str) -> None:
+    """Run the model once per shape without TensorRT, recording every
+    tensor's range into `out` (written to a temporary name, then renamed, so
+    a reader never sees half a file)."""
+    from paddle import inference
+
+    plain = options.model_copy(update={"tensorrt": None})
+    tmp = f"{out}.{os.getpid()}.tmp"
+    cfg = build_paddle_config(files, plain)
+    cfg.collect_shape_range_info(tmp)
+    predictor = inference.create_predictor(cfg)
+    inp = predictor.get_input_handle(predictor.get_input_names()[0])
+    for shape in shapes:
+        inp.reshape(list(shape))
+        inp.copy_from_cpu(np.zeros(tuple(shape), dtype=np.float32))
+        predictor.run()
+    del inp, predictor  # Paddle writes the file when the predictor is destroyed
+    os.replace(tmp, out)
+
+
+def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shapes: Optional[str] = None):
     from paddle import inference
 
     cfg = inference.Config(str(files.program), str(files.params))
-    if options.device == "gpu" and options.gpu_memory_fraction is not None:
-        import paddle
-
-        paddle.set_flags({"FLAGS_fraction_of_gpu_memory_to_use": options.gpu_memory_fraction})
     if options.device == "gpu":
         cfg.enable_use_gpu(options.gpu_mem_mb, options.gpu_device_id)
         trt = options.tensorrt
@@ -130,8 +315,8 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions):
             if trt.cache_dir:
                 os.makedirs(trt.cache_dir, exist_ok=True)
                 cfg.set_optim_cache_dir(trt.cache_dir)
-            if trt.shape_range_info_path:
-                cfg.enable_tuned_tensorrt_dynamic_shape(trt.shape_range_info_path, True)
+            if tuned_shapes:
+                cfg.enable_tuned_tensorrt_dynamic_shape(tuned_shapes, trt.allow_build_at_runtime)
     else:
         cfg.disable_gpu()
         cfg.set_cpu_math_library_num_threads(options.cpu_math_library_num_threads)
@@ -160,13 +345,18 @@ class PaddlePredictor:
 
     def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None):
         self.name = name or files.name
+        self.requested = options  # as configured and placed, before the device was settled
         self.options = resolve_device(options)
+        self.gpu_memory: Optional[GpuMemoryBound] = None
+        self.tuned_shapes: Optional[str] = None
+        self._build_lock: Optional[ExitStack] = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
         self._closed = False
         t0 = time.perf_counter()
         try:
             self._executor.submit(self._build, files).result()
         except Exception as e:
+            self.release_build_lock()
             self._executor.shutdown(wait=False)
             if isinstance(e, (ConfigError, ModelError)):
                 raise
@@ -178,10 +368,50 @@ class PaddlePredictor:
 
         if self.options.cpu_affinity is not None:
             pin_process(self.options.cpu_affinity)
-        self._predictor = inference.create_predictor(build_paddle_config(files, self.options))
+        opts = self.options
+        if opts.device == "gpu":
+            # Before anything of this process allocates on the GPU.
+            limiter = _process_limiter()
+            self.gpu_memory = limiter.apply(opts.gpu_memory_fraction, device_total_mb(opts.gpu_device_id),
+                                            opts.gpu_memory_reserve_mb)
+            log.info("%s: GPU memory bound %s", self.name, self.gpu_memory)
+            if opts.tensorrt is not None:
+                self._prepare_tensorrt(files, opts.tensorrt)
+        self._predictor = inference.create_predictor(build_paddle_config(files, opts, self.tuned_shapes))
+        if opts.device == "gpu":
+            _process_limiter().created()
         self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])
         self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
         self._thread_id = threading.get_ident()
+
+    def _prepare_tensorrt(self, files: ModelFiles, trt: TensorRTOptions) -> None:
+        """One writer per engine cache: take the stage's lock in cache_dir
+        (held until `release_build_lock`, i.e. through the replica's warm-up,
+        which meets every input shape, so whatever Paddle builds and
+        serializes, at creation or at a shape's first run, is written by this
+        replica alone); collect the tuned shape ranges if no replica has."""
+        if trt.cache_dir:
+            stack = ExitStack()
+            stack.enter_context(file_lock(os.path.join(trt.cache_dir, f".{self.name}.build.lock")))
+            self._build_lock = stack
+        self.tuned_shapes = tuned_shape_file(files, trt)
+        if self.tuned_shapes is None:
+            log.warning("%s: TensorRT without input_shapes or shape_range_info_path: no dynamic-shape ranges",
+                        self.name)
+        elif not os.path.exists(self.tuned_shapes):
+            if not trt.input_shapes:
+                raise ConfigError(f"tensorrt.shape_range_info_path {self.tuned_shapes} does not exist")
+            t0 = time.perf_counter()
+            collect_shape_ranges(files, self.options, trt.input_shapes, self.tuned_shapes)
+            log.info("%s: shape ranges of %d input shapes collected in %.1fs -> %s", self.name,
+                     len(trt.input_shapes), time.perf_counter() - t0, self.tuned_shapes)
+
+    def release_build_lock(self) -> None:
+        """Let the next replica of this stage on this node build (or read
+        what this one built). Called after warm-up; harmless twice."""
+        lock, self._build_lock = self._build_lock, None
+        if lock is not None:
+            lock.close()
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         assert threading.get_ident() == self._thread_id
@@ -210,6 +440,7 @@ class PaddlePredictor:
     def close(self) -> None:
         self._closed = True
         self._executor.shutdown(wait=True)
+        self.release_build_lock()
 
     def __del__(self):  # best effort; close() is the contract
         try:

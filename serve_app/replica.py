@@ -48,8 +48,9 @@ def replica_cores(args: ModelArgs, rank: int) -> Optional[list[int]]:
 def placed_options(options: PredictorOptions, cores: Optional[list[int]],
                    gpu_share: Optional[float]) -> PredictorOptions:
     """The predictor options of a replica placed on `cores` (threads = one per
-    core) and, on a GPU, holding `gpu_share` of it (the memory share, unless
-    the config names one)."""
+    core) and, on a GPU, holding `gpu_share` of it: its memory share, which
+    the predictor turns into Paddle's per-process limit
+    (FLAGS_gpu_memory_limit_mb), unless the config names a share."""
     update: dict[str, Any] = {}
     if options.device == "gpu" and options.gpu_memory_fraction is None and gpu_share:
         update["gpu_memory_fraction"] = min(float(gpu_share), 1.0)
@@ -103,6 +104,11 @@ class ModelReplica:
         for fn, arg in calls:
             fn(arg)
         self.warm_seconds = time.perf_counter() - t0
+        # Every shape has run: whatever TensorRT engines this replica built are
+        # written; the next replica of this stage on the node may build/read.
+        release = getattr(self.predictor, "release_build_lock", None)
+        if release is not None:
+            release()
         self.metrics.first_inference_s.set(self.warm_seconds)
         self.ready_at = time.time()
         import logging
@@ -168,8 +174,39 @@ class ModelReplica:
             "rss_mb": rss_mb(),
             "device": opts.device,
             "openvino_precision": opts.openvino_precision,
-            "gpu_memory_fraction": opts.gpu_memory_fraction,
+            **gpu_stats(self.predictor),
         }
+
+
+def gpu_stats(predictor: Predictor) -> dict[str, Any]:
+    """What the replica asked of the GPU (options as placed, before the
+    device was settled: on a CPU fallback they show what a GPU would get)
+    and what Paddle enforces. `gpu_memory_limit_mb` is the limit read back
+    from Paddle after setting it, None where none is enforced (on the CPU)."""
+    asked: PredictorOptions = getattr(predictor, "requested", predictor.options)
+    bound = getattr(predictor, "gpu_memory", None)
+    trt = asked.tensorrt
+    trt_stats = None
+    if trt is not None:
+        from .shape_ranges import range_of
+
+        trt_stats = {
+            "enabled": predictor.options.tensorrt is not None,
+            "precision": trt.precision,
+            "max_batch_size": trt.max_batch_size,
+            "cache_dir": trt.cache_dir,
+            "input_shapes": len(trt.input_shapes or []),
+            "input_range": range_of(trt.input_shapes).as_dict() if trt.input_shapes else None,
+            "tuned_shapes": getattr(predictor, "tuned_shapes", None),
+        }
+    return {
+        "requested_device": asked.device,
+        "gpu_memory_fraction": asked.gpu_memory_fraction,
+        "gpu_memory_reserve_mb": asked.gpu_memory_reserve_mb if asked.device == "gpu" else None,
+        "gpu_memory_limit_mb": bound.limit_mb if bound is not None else None,
+        "gpu_memory": bound.as_dict() if bound is not None else None,
+        "tensorrt": trt_stats,
+    }
 
 
 def rss_mb() -> float:

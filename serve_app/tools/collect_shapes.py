@@ -1,58 +1,69 @@
-"""Collect TensorRT dynamic shape ranges for a stage:
+"""TensorRT dynamic-shape ranges of a Serve profile's stages:
 
-    python -m serve_app.tools.collect_shapes det /tmp/ocr_trt_cache/det_shapes.txt
+    python -m serve_app.tools.collect_shapes                       # print min/opt/max per stage
+    python -m serve_app.tools.collect_shapes --out DIR [--stage rec]   # also collect tuned files
 
-Runs the stage's model, without TensorRT, over the shapes the service warms
-(detector inputs up to the configured side, recogniser batches and width
-buckets), with Paddle's `collect_shape_range_info`; point the GPU profile's
-`tensorrt.shape_range_info_path` at the file it writes. Run it on the GPU
-machine with the `gpu` extra (on the CPU build it collects on the CPU, which
-gives the same ranges)."""
+Every input a stage can be given comes from a closed set (the detector's
+ladder shapes x batch 1..det.batch_size, the classifier's crop x batch sizes,
+the recogniser's width ladder x batch limits; serve_app/shape_ranges.py), so
+the ranges are known before serving and need no GPU to print. The replicas
+do not need this tool: the app builder hands each TensorRT stage its shape
+set and the first replica on a node collects the full tensor ranges itself
+(serve_app/predictor.py). `--out` runs that same collection here (without
+TensorRT, on the GPU if paddle sees one, else on the CPU: the tensor shapes
+are the same), e.g. to bake files into an image and point
+`tensorrt.shape_range_info_path` at them."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
-import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
 
 
-def shapes_for(stage: str, max_side: int, rec_batch: int, max_width: int) -> list[tuple[int, ...]]:
-    if stage == "det":
-        sides = list(range(32, max_side + 1, 32))
-        return [(1, 3, sides[0], sides[0]), (1, 3, max_side, max_side), (1, 3, 32, max_side), (1, 3, max_side, 32)]
-    if stage == "cls":
-        return [(1, 3, 48, 192), (rec_batch, 3, 48, 192)]
-    return [(1, 3, 48, 320), (rec_batch, 3, 48, 320), (1, 3, 48, max_width), (rec_batch, 3, 48, max_width)]
+def load_args(config: Path):
+    from serve_app.settings import AppArgs
+
+    cfg = yaml.safe_load(config.read_text())
+    return AppArgs.model_validate(cfg["applications"][0].get("args") or {})
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["det", "cls", "rec"])
-    p.add_argument("out", help="shape range file to write")
-    p.add_argument("--model-dir", help="the stage's model directory (default: the bundled PP-OCRv4 one)")
-    p.add_argument("--max-side", type=int, default=1280)
-    p.add_argument("--rec-batch", type=int, default=16)
-    p.add_argument("--max-width", type=int, default=3200)
+    p = argparse.ArgumentParser(prog="python -m serve_app.tools.collect_shapes", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", type=Path, default=REPO / "deployments.gpu.yaml")
+    p.add_argument("--stage", choices=["det", "cls", "rec"], action="append",
+                   help="stage(s) to report (default: all)")
+    p.add_argument("--out", type=Path, help="directory to write tuned shape-range files into")
     args = p.parse_args(argv)
 
-    from paddle import inference
+    from serve_app.shape_ranges import describe, stage_shapes
+
+    a = load_args(args.config)
+    stages = args.stage or ["det", "cls", "rec"]
+    shapes = {s: stage_shapes(s, a.engine.det, a.engine.cls, a.engine.rec) for s in stages}
+    for s in stages:
+        print(describe(s, shapes[s]))
+    if not args.out:
+        return 0
 
     from serve_app.config import PredictorOptions
+    from serve_app.predictor import collect_shape_ranges, gpu_available
     from serve_app.weights import model_files
-    from serve_app.predictor import build_paddle_config, gpu_available
 
-    files = model_files(args.stage, args.model_dir)
     device = "gpu" if gpu_available() else "cpu"
-    cfg = build_paddle_config(files, PredictorOptions(device=device, enable_mkldnn=False))
-    cfg.collect_shape_range_info(args.out)
-    predictor = inference.create_predictor(cfg)
-    inp = predictor.get_input_handle(predictor.get_input_names()[0])
-    for shape in shapes_for(args.stage, args.max_side, args.rec_batch, args.max_width):
-        inp.reshape(list(shape))
-        inp.copy_from_cpu(np.zeros(shape, dtype=np.float32))
-        predictor.run()
-    print(f"wrote {args.out} ({device})")
+    os.makedirs(args.out, exist_ok=True)
+    models = {"det": a.engine.det_model, "cls": a.engine.cls_model, "rec": a.engine.rec_model}
+    for s in stages:
+        out = args.out / f"{s}_shape_range.pbtxt"
+        collect_shape_ranges(model_files(s, models[s]), PredictorOptions(device=device, enable_mkldnn=False),
+                             shapes[s], str(out))
+        print(f"wrote {out} ({device}, {len(shapes[s])} shapes)")
     return 0
 
 

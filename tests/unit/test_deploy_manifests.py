@@ -284,3 +284,31 @@ def test_dockerfile_copies_paths_that_exist():
             *sources, _dest = [a for a in shlex.split(rest) if not a.startswith("--")]
             for s in sources:
                 assert (REPO / s).exists(), f"COPY {s}: no such path in the repository"
+
+
+# --- jobs journal and Python version -----------------------------------------------------
+
+
+def test_jobs_journal_is_on_a_shared_volume_on_every_worker(cluster, embedded):
+    journal = embedded["applications"][0]["args"]["jobs"]["journal"]
+    pvc = _load(REPO / "deploy" / "kuberay" / "jobs-journal-pvc.yaml")
+    assert pvc["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in pvc["spec"]["accessModes"]
+    for g in cluster["workerGroupSpecs"]:
+        spec = g["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"].rstrip("/") + "/" for m in spec["containers"][0]["volumeMounts"]}
+        name = next((n for n, p in mounts.items() if journal.startswith(p)), None)
+        assert name, f"{journal} is not under a mounted volume in worker group {g['groupName']}"
+        volume = next(v for v in spec["volumes"] if v["name"] == name)
+        assert volume.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"]
+
+
+def test_python_versions_agree_with_the_code():
+    """ingress.py uses asyncio.Task.cancelling() (3.11+): the package and the
+    image refuse older Pythons."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"].startswith(">=3.11")
+    assert "cancelling()" in (REPO / "serve_app" / "ingress.py").read_text()
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert "(3, 11) <= v" in runs

@@ -4,6 +4,7 @@ stood in for: no GPU needed, no paddle imported, no predictor built."""
 from __future__ import annotations
 
 import io
+import os
 
 import pytest
 
@@ -13,12 +14,12 @@ from serve_app.errors import ConfigError
 from serve_app.predictor import cpu_has_bf16, resolve_device
 
 
-def _gpu(present: bool):
+def _gpu(cuda_build: bool, count: int):
     calls = []
 
-    def probe() -> bool:
-        calls.append(present)
-        return present
+    def probe() -> tuple[bool, int]:
+        calls.append((cuda_build, count))
+        return cuda_build, count
 
     return probe, calls
 
@@ -32,36 +33,52 @@ def _never():
     raise AssertionError("not to be called here")
 
 
-# --- device ------------------------------------------------------------------------------
+# --- device: checked in the replica, with the device count stood in for ------------------
 
 
 def test_cpu_is_taken_as_asked_without_probing_for_a_gpu(monkeypatch, no_bf16):
-    monkeypatch.setattr(predictor, "gpu_available", _never)
+    monkeypatch.setattr(predictor, "gpu_status", _never)
     opts = PredictorOptions(device="cpu", openvino_precision="fp32")
     assert resolve_device(opts) is opts
 
 
-def test_gpu_is_kept_when_one_is_there(monkeypatch, no_bf16):
-    probe, calls = _gpu(True)
-    monkeypatch.setattr(predictor, "gpu_available", probe)
+@pytest.mark.parametrize("count", [1, 4])
+def test_gpu_is_kept_when_one_is_there(monkeypatch, no_bf16, count):
+    probe, calls = _gpu(True, count)
+    monkeypatch.setattr(predictor, "gpu_status", probe)
     opts = PredictorOptions(device="gpu", tensorrt=TensorRTOptions())
     got = resolve_device(opts)
-    assert calls == [True]
+    assert calls == [(True, count)]
     assert got.device == "gpu"
     assert got.tensorrt == TensorRTOptions()
     assert got.enable_openvino_engine is False
 
 
-def test_gpu_asked_without_one_is_a_config_error_naming_the_fix(monkeypatch, no_bf16):
-    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+def test_cpu_build_of_paddle_is_refused_naming_the_gpu_install(monkeypatch, no_bf16):
+    monkeypatch.setattr(predictor, "gpu_status", lambda: (False, 0))
     with pytest.raises(ConfigError, match="set allow_cpu_fallback: true") as err:
         resolve_device(PredictorOptions(device="gpu"))
-    assert "device: gpu was asked for" in str(err.value)
+    msg = str(err.value)
+    assert "device: gpu was asked for" in msg
+    assert "CPU build (paddlepaddle)" in msg and "install paddlepaddle-gpu" in msg and "make install-gpu" in msg
+    assert f"pid {os.getpid()}" in msg
     assert err.value.status == 500
 
 
-def test_gpu_asked_without_one_falls_back_to_openvino_on_the_cpu_when_allowed(monkeypatch, no_bf16):
-    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+def test_cuda_build_without_a_visible_gpu_is_refused_naming_num_gpus(monkeypatch, no_bf16):
+    monkeypatch.setattr(predictor, "gpu_status", lambda: (True, 0))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(ConfigError) as err:
+        resolve_device(PredictorOptions(device="gpu"))
+    msg = str(err.value)
+    assert "sees no GPU" in msg and "ray_actor_options.num_gpus > 0" in msg
+    assert "CUDA_VISIBLE_DEVICES=," in msg or "CUDA_VISIBLE_DEVICES=)" in msg
+    assert "allow_cpu_fallback: true" in msg and "paddlepaddle-gpu" in msg
+
+
+@pytest.mark.parametrize("status", [(False, 0), (True, 0)])
+def test_gpu_asked_without_one_falls_back_to_openvino_on_the_cpu_when_allowed(monkeypatch, no_bf16, status):
+    monkeypatch.setattr(predictor, "gpu_status", lambda: status)
     opts = PredictorOptions(device="gpu", tensorrt=TensorRTOptions(), allow_cpu_fallback=True, gpu_mem_mb=800)
     got = resolve_device(opts)
     assert got.device == "cpu"
@@ -69,6 +86,23 @@ def test_gpu_asked_without_one_falls_back_to_openvino_on_the_cpu_when_allowed(mo
     assert got.enable_openvino_engine is True
     assert got.gpu_mem_mb == 800  # everything else as configured
     assert opts.device == "gpu"  # the caller's options are not changed
+
+
+def test_the_app_builder_checks_no_device(monkeypatch):
+    """The builder runs on the head (maybe no GPU, num-cpus 0): a GPU
+    profile must build there; only replicas check their own device."""
+    import inspect
+
+    import serve_app.app as app
+
+    monkeypatch.setattr(predictor, "gpu_status", _never)
+    assert "resolve_device(" not in inspect.getsource(app) and "gpu_status(" not in inspect.getsource(app)
+    gpu = PredictorOptions(device="gpu", tensorrt=TensorRTOptions())
+    from serve_app.config import EngineConfig
+    from serve_app.settings import DetectorArgs
+
+    got = app.with_shape_ranges("det", DetectorArgs(predictor=gpu), EngineConfig())
+    assert got.predictor.device == "gpu" and got.predictor.tensorrt.input_shapes
 
 
 # --- OpenVINO precision ------------------------------------------------------------------
@@ -84,7 +118,7 @@ def test_auto_precision_follows_the_cpu(monkeypatch, bf16, precision):
 
 def test_auto_precision_is_settled_on_the_gpu_fallback_too(monkeypatch):
     monkeypatch.setattr(predictor, "cpu_has_bf16", lambda: True)
-    monkeypatch.setattr(predictor, "gpu_available", lambda: False)
+    monkeypatch.setattr(predictor, "gpu_status", lambda: (False, 0))
     got = resolve_device(PredictorOptions(device="gpu", allow_cpu_fallback=True))
     assert (got.device, got.enable_openvino_engine, got.openvino_precision) == ("cpu", True, "bf16")
 

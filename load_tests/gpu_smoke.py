@@ -1,0 +1,241 @@
+"""The GPU smoke run's Python steps (load_tests/gpu_run.sh calls them; each
+prints a Markdown section for the report):
+
+    python load_tests/gpu_smoke.py probe
+    python load_tests/gpu_smoke.py engines --json OUT/engines.json
+    python load_tests/gpu_smoke.py service --url http://127.0.0.1:8000 --engines OUT/engines.json
+
+probe: paddle's build, the GPUs it sees, TensorRT. engines: the in-process
+engine over the peer images (tests/data/peer) on the CPU and on the GPU
+(plain Paddle on the GPU: the in-process engine takes one predictor config
+for all stages), text compared, ms/img for each. service: load against the
+deployed GPU profile, its answers compared with the CPU engine's (this is
+where TensorRT fp16 runs), then every model replica's stats (enforced GPU
+memory limit, TensorRT ranges, batch sizes formed) next to the GPU memory
+nvidia-smi sees for its process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEER = REPO / "tests" / "data" / "peer"
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
+
+
+def peer_images() -> list[Path]:
+    return sorted(p for p in PEER.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def probe() -> int:
+    import paddle
+    from paddle import inference
+
+    cuda = paddle.is_compiled_with_cuda()
+    n = paddle.device.cuda.device_count() if cuda else 0
+    print("## Paddle and the GPU\n")
+    print(f"- paddle {paddle.__version__}, CUDA build: {cuda}, CUDA {paddle.version.cuda()}, "
+          f"cuDNN {paddle.version.cudnn()}, GPUs visible: {n}")
+    for i in range(n):
+        p = paddle.device.cuda.get_device_properties(i)
+        print(f"- GPU {i}: {p.name}, {p.total_memory // (1 << 20)} MiB")
+    try:
+        trt = tuple(inference.get_trt_compile_version())
+        rt = tuple(inference.get_trt_runtime_version())
+    except Exception as e:  # noqa: BLE001 - a build without TensorRT
+        trt, rt = None, f"unavailable ({e})"
+    print(f"- TensorRT: paddle compiled against {trt}, runtime {rt}")
+    print(f"- allocator strategy: {paddle.get_flags('FLAGS_allocator_strategy')['FLAGS_allocator_strategy']}")
+    return 0 if n else 1
+
+
+def _gpu_profile_engine():
+    import yaml
+
+    from serve_app.settings import AppArgs
+
+    cfg = yaml.safe_load((REPO / "deployments.gpu.yaml").read_text())
+    return AppArgs.model_validate(cfg["applications"][0]["args"]).engine
+
+
+def _read_all(engine, images: list[Path]) -> tuple[dict[str, list[str]], float]:
+    engine.read(str(images[0]))  # first-call costs out of the timing
+    texts, t0 = {}, time.perf_counter()
+    for p in images:
+        texts[p.name] = [line.text for line in engine.read(str(p)).lines]
+    return texts, (time.perf_counter() - t0) * 1000 / len(images)
+
+
+def line_agreement(a: dict[str, list[str]], b: dict[str, list[str]]) -> tuple[int, int, list[str]]:
+    """(lines of `a` also read by `b` for the same image, lines of `a`,
+    images whose lines differ)."""
+    same = total = 0
+    differ = []
+    for name, lines in a.items():
+        other = collections.Counter(b.get(name, []))
+        total += len(lines)
+        for t in lines:
+            if other[t] > 0:
+                other[t] -= 1
+                same += 1
+        if sorted(lines) != sorted(b.get(name, [])):
+            differ.append(name)
+    return same, total, differ
+
+
+def engines(out_json: Path) -> int:
+    from serve_app.config import PredictorOptions
+    from serve_app.engine import OcrEngine
+
+    images = peer_images()
+    base = _gpu_profile_engine()
+    # The CPU reference: oneDNN fp32 (the GPU build of paddle may not bundle OpenVINO).
+    cpu_cfg = base.model_copy(update={"predictor": PredictorOptions(device="cpu", enable_mkldnn=True,
+                                                                     cpu_math_library_num_threads=4)})
+    gpu_cfg = base.model_copy(update={"predictor": base.predictor.model_copy(update={"tensorrt": None})})
+    results = {}
+    for name, cfg in (("cpu", cpu_cfg), ("gpu", gpu_cfg)):
+        with OcrEngine(cfg) as engine:
+            texts, ms = _read_all(engine, images)
+        results[name] = {"ms_per_image": round(ms, 1), "texts": texts}
+    same, total, differ = line_agreement(results["cpu"]["texts"], results["gpu"]["texts"])
+    out_json.write_text(json.dumps(results, ensure_ascii=False, indent=1))
+    print(f"## In-process engine, {len(images)} peer images\n")
+    print("| device | ms/img (sequential, after one warm image) |\n|---|---:|")
+    for name in ("cpu", "gpu"):
+        print(f"| {name} | {results[name]['ms_per_image']} |")
+    print(f"\nGPU (plain Paddle, fp32) vs CPU (oneDNN fp32): {same}/{total} CPU lines read identically "
+          f"({100 * same / max(total, 1):.1f}%); images that differ: {', '.join(differ) or 'none'}")
+    return 0
+
+
+def _post(url: str, path: Path, timeout: float = 120):
+    import requests
+
+    with path.open("rb") as f:
+        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=timeout)
+
+
+def service(url: str, engines_json: Path, seconds: float, clients: int) -> int:
+    images = peer_images()
+    print("## The GPU profile as a service (deployments.gpu.yaml, TensorRT fp16)\n")
+    # Answers vs the CPU engine (one request at a time).
+    texts, t0 = {}, time.perf_counter()
+    for p in images:
+        r = _post(url, p)
+        texts[p.name] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else []
+    seq_ms = (time.perf_counter() - t0) * 1000 / len(images)
+    print(f"- one request at a time: {seq_ms:.1f} ms/img over HTTP")
+    if engines_json.exists():
+        cpu = json.loads(engines_json.read_text())["cpu"]["texts"]
+        same, total, differ = line_agreement(cpu, texts)
+        print(f"- service (GPU, TensorRT fp16) vs in-process CPU engine: {same}/{total} lines identical "
+              f"({100 * same / max(total, 1):.1f}%); images that differ: {', '.join(differ) or 'none'}")
+
+    # Load: `clients` threads, each posting the peer images in turn.
+    lat, codes, stop = [], collections.Counter(), time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        i = k
+        while time.monotonic() < stop:
+            t = time.perf_counter()
+            try:
+                code = _post(url, images[i % len(images)]).status_code
+            except Exception as e:  # noqa: BLE001 - recorded, never raised
+                code = type(e).__name__
+            with lock:
+                lat.append((time.perf_counter() - t) * 1000)
+                codes[code] += 1
+            i += clients
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    ok = codes.get(200, 0)
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
+    print(f"- load: {clients} clients for {wall:.0f} s: {ok / wall:.2f} img/s ({1000 * wall / max(ok, 1):.1f} "
+          f"ms/img at that throughput); p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms; statuses {dict(codes)}")
+    replicas()
+    return 0 if ok and set(codes) == {200} else 1
+
+
+def _gpu_memory_by_pid() -> dict[int, int]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            used[int(parts[0])] = int(parts[1])
+    return used
+
+
+def replicas() -> None:
+    """Every model replica's stats (through Serve handles), with the GPU
+    memory nvidia-smi sees for its process."""
+    import ray
+    from ray import serve
+
+    ray.init(address="auto", logging_level="ERROR")
+    used = _gpu_memory_by_pid()
+    print("\n### Model replicas\n")
+    print("| stage | pid | device | Ray GPU share | Paddle limit MiB (enforced) | GPU MiB used (nvidia-smi) "
+          "| TensorRT shapes / batch max | batches seen | items per batch (count) |")
+    print("|---|---:|---|---:|---:|---:|---|---:|---|")
+    for name in ("TextDetector", "DirectionClassifier", "TextRecognizer"):
+        handle = serve.get_deployment_handle(name, app_name="ocr")
+        seen: dict[int, dict] = {}
+        for _ in range(40):  # requests spread over the replicas; collect each pid once
+            s = handle.stats.remote().result()
+            seen[s["pid"]] = s
+        for pid, s in sorted(seen.items()):
+            trt = s.get("tensorrt") or {}
+            sizes = collections.Counter(b["items"] for b in s["recent_batches"])
+            print(f"| {s['stage']} | {pid} | {s['device']} | {s.get('gpu_memory_fraction')} | "
+                  f"{s.get('gpu_memory_limit_mb')} | {used.get(pid, 'n/a')} | "
+                  f"{trt.get('input_shapes', '-')} / {trt.get('max_batch_size', '-')} | {len(s['recent_batches'])} | "
+                  f"{dict(sorted(sizes.items()))} |")
+    print("\nPaddle's limit counts what Paddle allocates; nvidia-smi also counts the CUDA context, "
+          "cuBLAS/cuDNN and TensorRT's own memory: the difference per replica is the figure for "
+          "gpu_memory_reserve_mb (768 MiB by default, not measured before this run).")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("probe")
+    e = sub.add_parser("engines")
+    e.add_argument("--json", type=Path, required=True)
+    s = sub.add_parser("service")
+    s.add_argument("--url", default="http://127.0.0.1:8000")
+    s.add_argument("--engines", type=Path, default=Path("/nonexistent"))
+    s.add_argument("--seconds", type=float, default=60)
+    s.add_argument("--clients", type=int, default=16)
+    a = p.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    if a.cmd == "probe":
+        return probe()
+    if a.cmd == "engines":
+        return engines(a.json)
+    return service(a.url, a.engines, a.seconds, a.clients)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
