@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick bench-engine clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick bench-engine rayservice clean install-gpu serve-gpu gpu-run
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: test-quick
 
 bench-engine: $(STAMP)
 	$(BIN)/python load_tests/bench_engine.py
+
+# deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
+rayservice: $(STAMP)
+	$(BIN)/python -m serve_app.tools.rayservice
 
 # GPU: a separate environment (.venv-gpu), so that `make serve` / `make test`
 # keep the CPU build (both builds provide the `paddle` module; one per env).

@@ -28,13 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 PEER = REPO / "tests" / "data" / "peer"
 
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
+from load_tests.procfs import rss_mb  # noqa: E402
 
 
 def random_sizes(n: int, seed: int) -> list[tuple[int, int]]:
