@@ -20,6 +20,7 @@ from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
 from serve_app.config import ImageLimits
+from serve_app.http_body import BodyBudget
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.settings import IngressArgs
@@ -53,7 +54,7 @@ def _ray_task_error(cause: Exception) -> Exception:
         return RayTaskError("ocr", "traceback", e).as_instanceof_cause()
 
 
-async def pipeline_ocr(data: bytes, options):
+async def pipeline_ocr(data: bytes, options, deadline=None):
     Fake.calls.append((data, options))
     failures = {
         b"bad": BadImage("not an image"),
@@ -93,12 +94,15 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    obj.ocr = functools.partial(ingress.OcrIngress.func_or_class.ocr, obj)
+    for name in ("ocr", "_body", "_take_slot", "_probe_ready"):
+        setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
     obj.limits = ImageLimits()
     obj.args = IngressArgs(max_in_flight=2, retry_after_s=2)
     obj.in_flight = 0
+    obj.bodies = BodyBudget(obj.args.max_body_bytes)
+    obj._ready, obj._ready_probe = None, None
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
     Fake.calls, Fake.jobs = [], {}
