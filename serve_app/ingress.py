@@ -29,6 +29,7 @@ from .errors import (
 from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
+from .image_header import check_image_header
 from .metrics import RequestMetrics
 from .options import parse_options
 from .settings import IngressArgs
@@ -267,6 +268,8 @@ class OcrIngress:
             try:
                 data, opts = await parse_body(request, body, self.limits)
                 del body
+                # Junk is a 400 now, not a failed job later (header only, off the loop).
+                await asyncio.to_thread(check_image_header, data, self.limits)
                 job = await downstream(self.jobs.submit.remote(data, opts, key))
             finally:
                 self.in_flight -= 1

@@ -111,6 +111,19 @@ def app():
         yield TestClient(ingress.api), obj
 
 
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 4), "white").save(buf, "PNG")
+    return buf.getvalue()
+
+
+PNG = _png()
+
+
 def post(client, body: bytes, ctype="image/png", **headers):
     return client.post("/v1/ocr", content=body, headers={"Content-Type": ctype, **headers})
 
@@ -181,16 +194,18 @@ def test_bearer_token_on_v1_routes_only(app):
 
 def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     client, obj = app
-    r = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (b"img", OcrOptions(), "k")
+    assert Fake.calls[-1] == (PNG, OcrOptions(), "k")
     assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
     missing = client.get("/v1/ocr/jobs/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
-    bad_key = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png",
+    bad_key = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png",
                                                                   "Idempotency-Key": "k" * 201})
     assert bad_key.status_code == 400
+    junk = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png"})
+    assert junk.status_code == 400 and junk.json()["error"]["code"] == "bad_image"  # at submit, not as a job
     assert {"route": "/v1/ocr/jobs/{job_id}", "code": "404"} in obj.metrics.requests.seen
 
 
