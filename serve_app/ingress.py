@@ -186,6 +186,7 @@ class OcrIngress:
         self.limits = limits
         self.args = args
         self.in_flight = 0
+        self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
         self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
@@ -227,6 +228,12 @@ class OcrIngress:
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
 
+    def _take_submit_slot(self) -> None:
+        if self.submitting >= self.args.max_submits_in_flight:
+            raise Overloaded(f"{self.submitting} job submits in progress here; retry shortly",
+                             retry_after_s=self.args.retry_after_s)
+        self.submitting += 1
+
     @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
     async def http_ocr(self, request: Request, rid: RequestId):
         timeout = deadline_s(request.headers, self.args)
@@ -264,7 +271,7 @@ class OcrIngress:
         held = [0]
         try:
             body = await self._body(request, time.monotonic() + self.args.body_timeout_s, held)
-            self._take_slot()  # submits share the in-flight gate with synchronous requests
+            self._take_submit_slot()  # a gate of their own: a submit is short, a sync request long
             try:
                 data, opts = await parse_body(request, body, self.limits)
                 del body
@@ -272,7 +279,7 @@ class OcrIngress:
                 await asyncio.to_thread(check_image_header, data, self.limits)
                 job = await downstream(self.jobs.submit.remote(data, opts, key))
             finally:
-                self.in_flight -= 1
+                self.submitting -= 1
         finally:
             self.bodies.give(held[0])
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,

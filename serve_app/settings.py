@@ -97,6 +97,9 @@ class IngressArgs(_Args):
     # with Retry-After instead of waiting in an unbounded queue.
     max_in_flight: int = Field(32, ge=1)
     retry_after_s: int = Field(1, ge=1)
+    # Job submits one ingress replica works on at once (reading is not
+    # counted: see body_timeout_s); more get 503.
+    max_submits_in_flight: int = Field(64, ge=1)
     # Deadline for a request that names none (X-Request-Timeout, seconds).
     default_timeout_s: float = Field(120.0, gt=0)
     max_timeout_s: float = Field(600.0, gt=0)

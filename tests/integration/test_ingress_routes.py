@@ -94,13 +94,13 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    for name in ("ocr", "_body", "_take_slot", "_probe_ready"):
+    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
     obj.limits = ImageLimits()
     obj.args = IngressArgs(max_in_flight=2, retry_after_s=2)
-    obj.in_flight = 0
+    obj.in_flight = obj.submitting = 0
     obj.bodies = BodyBudget(obj.args.max_body_bytes)
     obj._ready, obj._ready_probe = None, None
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
