@@ -239,3 +239,42 @@ def test_openapi_documents_the_three_request_shapes(app):
     image = spec["paths"]["/v1/ocr"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["image"]
     assert image["properties"]["base64"]["type"] == "string"
     assert client.get("/docs").status_code == 200
+
+
+def test_with_a_token_the_api_docs_need_it_too(app):
+    client, obj = app
+    obj.token = b"tok"
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        r = client.get(path)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
+    assert client.get("/openapi.json", headers={"Authorization": "Bearer tok"}).status_code == 200
+    assert client.get("/docs", headers={"Authorization": "Bearer tok"}).status_code == 200
+
+
+def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app):
+    client, obj = app
+    probes = []
+
+    async def ready():
+        probes.append(1)
+        return {"det": True, "rec": True}
+
+    obj.pipeline.ready = Method(ready)
+    obj.token = b"tok"
+    obj.args = IngressArgs(ready_cache_s=60)
+    answers = [client.get("/readyz") for _ in range(50)]
+    assert {r.status_code for r in answers} == {200} and answers[0].json()["ready"] is True
+    assert len(probes) == 1
+    obj.args = IngressArgs(ready_cache_s=0)
+    client.get("/readyz")
+    assert len(probes) == 2
+
+
+def test_job_submits_have_their_own_in_flight_gate(app):
+    client, obj = app
+    obj.in_flight = obj.args.max_in_flight  # synchronous requests are all busy: submits still go through
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 202
+    obj.submitting = obj.args.max_submits_in_flight
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
