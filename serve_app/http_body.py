@@ -190,6 +190,8 @@ def _describe(e: ValidationError) -> str:
 
 
 def _json_object(raw: str, what: str) -> dict[str, Any]:
+    if raw.count("{") + raw.count("[") > MAX_JSON_CONTAINERS:  # options are a few flags: refuse a bomb unparsed
+        raise BadRequest(f"{what} is not valid JSON for this API: more objects or arrays than options hold")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):

@@ -236,3 +236,9 @@ def test_a_service_beyond_loopback_needs_a_token_or_allow_anonymous(host, token,
             check_exposure(host, token, anonymous)
     else:
         check_exposure(host, token, anonymous)
+
+
+def test_a_multipart_options_field_full_of_objects_is_refused_unparsed():
+    body, ctype = multipart([("file", "a.png", b"img"), ("options", None, b"[" + b"{}," * 300 + b"{}]")])
+    with pytest.raises(BadRequest, match="more objects or arrays than options hold"):
+        read(body, ctype)
