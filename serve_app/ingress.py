@@ -176,6 +176,16 @@ async def count_outcomes(request: Request, call_next):
     return response
 
 
+def _serve_host() -> Optional[str]:
+    """The host Serve's HTTP proxies listen on (http_options.host); None if unknown."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        return _get_global_client().http_config.host
+    except Exception:
+        return None
+
+
 @serve.deployment(name="OcrIngress")
 @serve.ingress(api)
 class OcrIngress:
@@ -315,13 +325,3 @@ class OcrIngress:
         stages = self._ready[1]
         ready = bool(stages) and all(stages.values())
         return JSONResponse({"ready": ready, "stages": stages}, status_code=200 if ready else 503)
-
-
-def _serve_host() -> Optional[str]:
-    """The host Serve's HTTP proxies listen on (http_options.host); None if unknown."""
-    try:
-        from ray.serve.context import _get_global_client
-
-        return _get_global_client().http_config.host
-    except Exception:
-        return None

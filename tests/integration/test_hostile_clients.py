@@ -21,7 +21,8 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, replica_pids, start_ray, stop_all
+from load_tests.service import replica_pids
+from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
 
 TOKEN = "hostile-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
