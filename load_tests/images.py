@@ -50,3 +50,34 @@ def pick_images(folder: Path, quick: bool, n: Optional[int], names: Optional[lis
     else:
         chosen = avail
     return load(folder, chosen)
+
+
+def resized_variants(images: list[Img], n: int, seed: int = 11, scale: tuple[float, float] = (0.35, 1.6),
+                     max_side: int = 4000) -> list[Img]:
+    """n images of many sizes: each a random one of `images`, resized by a
+    random factor (and a slight random change of aspect ratio), re-encoded
+    in its own format. Seeded: the same list every run. So a soak meets
+    images of many sizes, as a service does, not a handful of fixed ones."""
+    import io
+    import random
+
+    from PIL import Image
+
+    rng = random.Random(seed)
+    out = []
+    for k in range(n):
+        src = images[rng.randrange(len(images))]
+        img = Image.open(io.BytesIO(src.data))
+        img.load()
+        f = rng.uniform(*scale)
+        fx, fy = f * rng.uniform(0.85, 1.15), f * rng.uniform(0.85, 1.15)
+        w, h = img.size
+        fit = min(1.0, max_side / max(w * fx, h * fy))
+        size = (max(8, round(w * fx * fit)), max(8, round(h * fy * fit)))
+        buf = io.BytesIO()
+        fmt = "PNG" if src.ctype == "image/png" else "JPEG"
+        img = img.resize(size, Image.BILINEAR)
+        (img if fmt == "PNG" else img.convert("RGB")).save(buf, fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+        stem = src.name.rsplit(".", 1)[0]
+        out.append(Img(f"{stem}@{size[0]}x{size[1]}#{k}", buf.getvalue(), src.ctype))
+    return out

@@ -264,6 +264,7 @@ def soak_summary(raw: dict) -> dict:
         "memory_growth": {k: round(v, 4) for k, v in growth.items()},
         "memory_mb": {k: [round(first[k], 1), round(last[k], 1)] for k in growth},
         "shared_mb": {k: [round(first.get(f"{k} shm", 0), 1), round(last.get(f"{k} shm", 0), 1)] for k in growth},
+        "images": raw.get("images"), "hostile_share": raw.get("hostile_share"), "hostile": raw.get("hostile", {}),
     }
 
 
@@ -302,6 +303,11 @@ def write_soak_report(raw: dict, out: Path) -> dict:
                      f"| {first.get(shm, float('nan')):.0f} -> {last.get(shm, float('nan')):.0f} |")
     if summary["error_kinds"]:
         lines += ["", "Errors: " + "; ".join(f"`{e}`" for e in summary["error_kinds"])]
+    if summary.get("hostile"):
+        lines += ["", f"Hostile requests mixed in ({summary['hostile_share']} per good one), answers by kind:", "",
+                  "| kind | answers |", "|---|---|"]
+        lines += [f"| {k} | {', '.join(f'{s} x{n}' for s, n in sorted(v.items()))} |"
+                  for k, v in sorted(summary["hostile"].items())]
     (out / "soak.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

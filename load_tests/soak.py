@@ -6,6 +6,13 @@ replica's memory and reports errors and memory growth.
     .venv/bin/python load_tests/soak.py --seconds 120 --out DIR  # CI's short version (tests/e2e/test_soak.py)
     .venv/bin/python load_tests/soak.py --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
 
+The good clients replay images of many sizes (`--sizes` random resizes of
+the peer images, seeded), and a hostile share (`--hostile`, a fraction of
+the good rate) is mixed in: junk bodies (400), oversized bodies (413),
+bodies trickled too slowly (408) and dense pages with a deadline too short
+to meet (504). Their answers are counted apart; the good clients must see
+no error at all.
+
 Memory growth (each replica's private memory: RSS less the shared pages of
 Ray's object store, which are recorded apart; load_tests/procfs.py) is
 measured from the end of warm-up (every soak image read twice, so every
@@ -28,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: `python load_tests/soak.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from load_tests import procfs, service  # noqa: E402
-from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, load  # noqa: E402
+from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402
 from load_tests.stats import summarize  # noqa: E402
@@ -54,11 +61,80 @@ def replica_memory() -> dict[str, float]:
     return out
 
 
-async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120) -> dict:
+HOSTILE_KINDS = ("junk", "oversized", "slow", "expired")
+
+
+async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: float = 15.0) -> str:
+    """One hostile request of `kind`; its outcome ("400", "408", ..., or the
+    exception's name). Never raises."""
+    import aiohttp
+
+    try:
+        if kind == "slow":  # headers, then a byte a second: the ingress must give up (408)
+            host, port = url.split("//", 1)[1].split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(f"POST /v1/ocr HTTP/1.1\r\nHost: {host}\r\nContent-Type: image/png\r\n"
+                             f"Content-Length: 100000\r\n\r\n".encode())
+                t_end = now() + slow_s * 2
+                while now() < t_end:
+                    writer.write(b"x")
+                    await writer.drain()
+                    try:
+                        line = await asyncio.wait_for(reader.readline(), 1.0)
+                        return line.split(b" ")[1].decode() if line.startswith(b"HTTP/") else "closed"
+                    except asyncio.TimeoutError:
+                        continue
+                return "no answer"
+            finally:
+                writer.close()
+        if kind == "junk":
+            kw = {"data": bytes(range(256)) * 4, "headers": {"Content-Type": "image/png"}}
+        elif kind == "oversized":
+            kw = {"data": b"\0" * (21 * 1024 * 1024), "headers": {"Content-Type": "image/png"}}
+        else:  # expired: a dense page that cannot be read in 0.2 s
+            kw = {"data": dense.data, "headers": {"Content-Type": dense.ctype, "X-Request-Timeout": "0.2"}}
+        async with session.post(f"{url}/v1/ocr", timeout=aiohttp.ClientTimeout(total=60), **kw) as r:
+            await r.read()
+            return str(r.status)
+    except Exception as e:
+        return type(e).__name__
+
+
+async def hostile_load(session, url: str, rate: float, dense: Img, counts: dict, seed: int = 13) -> None:
+    """Poisson arrivals of hostile requests, kinds in turn, until cancelled."""
+    import random
+
+    rng = random.Random(seed)
+    tasks: set = set()
+
+    async def one(kind: str) -> None:
+        outcome = await hostile_request(session, url, kind, dense)
+        counts.setdefault(kind, {})
+        counts[kind][outcome] = counts[kind].get(outcome, 0) + 1
+
+    k = 0
+    try:
+        while True:
+            await asyncio.sleep(rng.expovariate(rate))
+            t = asyncio.create_task(one(HOSTILE_KINDS[k % len(HOSTILE_KINDS)]))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            k += 1
+    finally:
+        for t in list(tasks):
+            t.cancel()
+
+
+async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120, sizes: int = 48,
+               hostile: float = 0.1) -> dict:
     """Measure; returns the raw document (records relative to the soak's start)."""
     import aiohttp
 
-    images = load(DEFAULT_IMAGES, SOAK_IMAGES)
+    peers = pick_images(DEFAULT_IMAGES, False, None, None)
+    images = load(DEFAULT_IMAGES, SOAK_IMAGES) + (resized_variants(peers, sizes) if sizes else [])
+    dense = load(DEFAULT_IMAGES, ["paddleocr_00018069.jpg"])[0]
+    hostile_counts: dict = {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
         async def send(img, t_send=None):
             return await http_sync(session, url, img, timeout_s, t_send)
@@ -87,20 +163,28 @@ async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120
                 await asyncio.sleep(10.0)
 
         sampler = asyncio.create_task(sample_memory())
+        bad = (asyncio.create_task(hostile_load(session, url, hostile * rate, dense, hostile_counts))
+               if hostile > 0 else None)
         try:
             recs, (ws, we), _ = await open_loop(send, images, rate, settle, seconds, "soak", seed=7)
         finally:
             sampler.cancel()
+            if bad is not None:
+                bad.cancel()
         memory.append((now() - ws, await asyncio.to_thread(replica_memory)))
     return {"argv": sys.argv[1:], "seconds": seconds, "saturation_img_s": saturation, "offered_img_s": rate,
             "window_s": we - ws, "records": [r.to_json(ws) for r in recs if r.t_start >= ws],
-            "memory": [[t, row] for t, row in memory]}
+            "memory": [[t, row] for t, row in memory], "images": len(images),
+            "hostile_share": hostile, "hostile": hostile_counts}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=float, default=1200)
     p.add_argument("--fraction", type=float, default=0.7, help="share of measured saturation to offer")
+    p.add_argument("--sizes", type=int, default=48, help="random resizes of the peer images added to the mix")
+    p.add_argument("--hostile", type=float, default=0.1,
+                   help="hostile requests (junk, oversized, slow, expired) per good one; 0: none")
     p.add_argument("--port", type=int, default=8723)
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG, help="Serve config to deploy")
     p.add_argument("--out", type=Path, default=REPO / "load_tests" / "out" / "soak")
@@ -112,7 +196,7 @@ def main(argv=None) -> int:
         service.start_ray()
         try:
             url = service.deploy_config(service.load_config(args.config), args.port)
-            raw = asyncio.run(soak(url, args.seconds, args.fraction))
+            raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile))
         finally:
             service.stop_all()
         args.out.mkdir(parents=True, exist_ok=True)

@@ -28,14 +28,17 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Optional, Union
 
+from .errors import DeadlineExceeded
 from .isolation import run_isolated
 
 
 class _Request:
-    __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future")
+    __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future", "deadline")
 
-    def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future):
+    def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future,
+                 deadline: Optional[float] = None):
         self.id = rid
+        self.deadline = deadline  # time.time(); unread crops are dropped once it has passed
         self.items = items
         self.buckets = buckets
         # Bucket order (stable): a request's crops of one bucket are adjacent.
@@ -83,11 +86,14 @@ class CropScheduler:
     def pending_items(self) -> int:
         return sum(len(r.order) - r.pos for r in self.queue)
 
-    async def submit(self, items: list) -> list:
+    async def submit(self, items: list, deadline: Optional[float] = None) -> list:
+        """One result per item. With a deadline (time.time()), crops not yet
+        handed to the predictor when it passes are dropped and the caller
+        gets DeadlineExceeded; a cancelled caller's unread crops are dropped too."""
         if not items:
             return []
         fut = asyncio.get_running_loop().create_future()
-        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut)
+        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline)
         self.queue.append(req)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work())
@@ -108,6 +114,10 @@ class CropScheduler:
         rotation. So a newcomer runs in the next batch (most images need
         one to three batches), and every request in progress gets a turn
         per round: no request starves, however many small ones arrive."""
+        now = time.time()
+        for r in [r for r in self.queue if r.deadline is not None and now > r.deadline and not r.done()]:
+            self._finish(r, DeadlineExceeded("the request's deadline passed before all its crops were read; "
+                                             "the rest were dropped"))
         waiting = [r for r in self.queue if not r.done()]
         if not waiting:
             return []

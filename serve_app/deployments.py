@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -19,14 +20,35 @@ from ray.serve.handle import DeploymentHandle
 
 from .config import EngineConfig
 from .crop_scheduler import CropScheduler
+from .errors import DeadlineExceeded
 from .options import OcrOptions, parse_options
-from .pipeline import Pipeline, Stages, fanned_out
+from .pipeline import Pipeline, Stages, current_deadline, fanned_out
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .settings import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, RecognizerArgs
 from .stages.recognition import batch_limit, batch_width, load_charset
 from .weights import dictionary_path
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A batched item and its request's deadline (time.time(); None: none)."""
+
+    item: Any
+    deadline: Optional[float] = None
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
+
+
+@dataclass(frozen=True)
+class TimedCrops(Crops):
+    deadline: Optional[float] = None
+
+
+def _expired(where: str) -> DeadlineExceeded:
+    return DeadlineExceeded(f"the request's deadline passed while it waited for the {where}; it was not run")
 
 
 def _batch(stage: str, **kw):
@@ -62,17 +84,27 @@ class TextDetectorDeployment(_Replica):
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._detect_batch)
 
-    async def detect(self, image: np.ndarray) -> np.ndarray:
+    async def detect(self, image: np.ndarray, deadline: Optional[float] = None) -> np.ndarray:
         """Boxes (N,4,2) for one working image, in its coordinates; batched
-        with other requests' images."""
-        return await self.replica.queued(self._detect_batch, image)
+        with other requests' images. An image whose deadline (time.time())
+        has passed by the time its batch runs is not run (504 to its caller,
+        which is usually gone): a burst of expired pages costs nothing."""
+        return await self.replica.queued(self._detect_batch, Timed(image, deadline))
 
     @_batch("det")
-    async def _detect_batch(self, images: list[np.ndarray]) -> list:
+    async def _detect_batch(self, items: list) -> list:
         # Images that fall in one input shape run as one predictor batch
-        # (each recorded by the detector's on_batch).
-        out = await self.replica.isolated(self.detector.detect, [[img] for img in images])
-        return [o if isinstance(o, Exception) else o[0] for o in out]
+        # (each recorded by the detector's on_batch). Serve drops items whose
+        # caller cancelled; items whose deadline passed are dropped here.
+        now = time.time()
+        items = [i if isinstance(i, Timed) else Timed(i) for i in items]
+        live = [k for k, i in enumerate(items) if not i.expired(now)]
+        out: list = [_expired("detector") for _ in items]
+        if live:
+            got = await self.replica.isolated(self.detector.detect, [[items[k].item] for k in live])
+            for k, o in zip(live, got):
+                out[k] = o if isinstance(o, Exception) else o[0]
+        return out
 
 
 @serve.deployment(name="DirectionClassifier")
@@ -128,9 +160,11 @@ class TextRecognizerDeployment(_Replica):
         if self.scheduler is not None:  # max_batch_size 1 = no cross-request predictor batches
             self.scheduler.cross_request = knobs.max_batch_size > 1
 
-    async def recognize(self, crops: list[np.ndarray]) -> list[Recognition]:
-        """One call per image with all its crops."""
-        return await self.replica.queued(self._recognize_batch, self.replica.crops(crops))
+    async def recognize(self, crops: list[np.ndarray], deadline: Optional[float] = None) -> list[Recognition]:
+        """One call per image with all its crops. Crops not yet read when
+        the deadline (time.time()) passes are dropped by the scheduler."""
+        c = self.replica.crops(crops)
+        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline))
 
     def stats(self) -> dict[str, Any]:
         return {**self.replica.stats(),
@@ -143,7 +177,8 @@ class TextRecognizerDeployment(_Replica):
             out = await self.replica.isolated(self.recognizer.recognize, [i.crops for i in items])
             self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
             return out
-        out = await asyncio.gather(*(self.scheduler.submit(i.crops) for i in items), return_exceptions=True)
+        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None)) for i in items),
+                                   return_exceptions=True)
         for o in out:
             if isinstance(o, Exception):
                 self.replica.metrics.errors.inc()
@@ -158,16 +193,22 @@ class OcrPipeline:
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs):
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
+        # Each stage call carries the request's deadline (Pipeline.read sets
+        # it in the request's own task), so the replicas drop work
+        # queued for a request that is gone.
         self.pipeline = Pipeline(Stages(
-            detect=detector.detect.remote,
+            detect=lambda image: detector.detect.remote(image, current_deadline()),
             classify=classifier.classify.remote if classifier is not None else None,
-            recognize=fanned_out(recognizer.recognize.remote, rec_args.fan_out, rec_args.fan_out_min_items),
+            recognize=fanned_out(lambda crops: recognizer.recognize.remote(crops, current_deadline()),
+                                 rec_args.fan_out, rec_args.fan_out_min_items),
         ), engine)
 
-    async def ocr(self, image: Any, options: Optional[OcrOptions] = None) -> dict:
+    async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:
         """The result body (image size, lines, timings) for one image;
-        options come parsed from the ingress (a dict is parsed here)."""
-        return (await self.pipeline.read(image, parse_options(options))).to_dict()
+        options come parsed from the ingress (a dict is parsed here). With
+        a deadline (time.time()), work not started by then is not done
+        (DeadlineExceeded, 504)."""
+        return (await self.pipeline.read(image, parse_options(options), deadline)).to_dict()
 
     async def ready(self) -> dict[str, bool]:
         """Whether each stage answers (a replica answers only once warmed)."""

@@ -35,6 +35,20 @@ class NotFound(OcrError):
     code = "not_found"
 
 
+class RequestTimeout(OcrError):
+    """The request body did not arrive within the body read deadline."""
+
+    status = 408
+    code = "request_timeout"
+
+
+class IdempotencyConflict(OcrError):
+    """An Idempotency-Key reused with a different image or options."""
+
+    status = 422
+    code = "idempotency_conflict"
+
+
 class TooLarge(OcrError):
     status = 413
     code = "too_large"

@@ -5,6 +5,7 @@ Ray: unit-tested on its own."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from .config import ImageLimits
-from .errors import BadRequest, TooLarge, UnsupportedMediaType
+from .errors import BadRequest, Overloaded, RequestTimeout, TooLarge, UnsupportedMediaType
 from .http_schema import OcrJsonRequest
 from .options import OcrOptions, parse_options
 
@@ -46,43 +47,97 @@ def content_length(headers: Mapping[str, str]) -> Optional[int]:
     return int(value)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+class BodyBudget:
+    """Bytes of request bodies an ingress holds at once (being read, or
+    read and still being worked on). A body that would take it over the
+    limit is refused with 503 while it streams, so that many clients
+    sending large bodies at once cannot take the ingress's memory."""
+
+    def __init__(self, limit: int, retry_after_s: int = 1):
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.held = 0
+
+    def take(self, n: int) -> None:
+        if self.held + n > self.limit:
+            raise Overloaded(f"the ingress holds {self.held} bytes of request bodies; retry shortly",
+                             retry_after_s=self.retry_after_s)
+        self.held += n
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+async def read_body(request: Request, limit: int, timeout_s: Optional[float] = None,
+                    budget: Optional[BodyBudget] = None, held: Optional[list[int]] = None) -> bytes:
     """The whole body, refused with 413 as soon as it is known to be over
     `limit`: from Content-Length before reading, else by counting while
-    streaming (a chunked upload has no Content-Length). The body is left in
-    Starlette's cache, from which `request.form()` then parses."""
+    streaming (a chunked upload has no Content-Length), so at most `limit`
+    plus one chunk is ever held. 408 if it has not all arrived within
+    `timeout_s`. Bytes read are taken from `budget` and added to held[0]
+    (the caller gives them back when done with the request). The body is
+    left in Starlette's cache, from which `request.form()` then parses."""
     length = content_length(request.headers)
     if length is not None and length > limit:
         raise TooLarge(f"request body is {length} bytes, over the limit of {limit}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
+
+    async def stream() -> None:
+        nonlocal size
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise TooLarge(f"request body is over the limit of {limit} bytes")
+            if budget is not None and chunk:
+                budget.take(len(chunk))
+                if held is not None:
+                    held[0] += len(chunk)
+            chunks.append(chunk)
+
+    try:
+        await asyncio.wait_for(stream(), timeout_s)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s "
+                             f"({size} bytes received); send it at once") from None
     body = b"".join(chunks)
+    chunks.clear()
     request._body = body  # Starlette's own cache: stream(), body() and form() read it from here
     return body
 
 
-async def image_and_options(request: Request, limits: ImageLimits) -> tuple[bytes, OcrOptions]:
-    """The image's bytes and the parsed options, from any of the three
-    request shapes; 400, 413 or 415 otherwise."""
-    ctype = media_type(request.headers)
+def check_media_type(headers: Mapping[str, str]) -> str:
+    """The request's media type if it is one of the accepted ones; 415 otherwise."""
+    ctype = media_type(headers)
     if not ctype:
         raise UnsupportedMediaType(f"missing Content-Type; send {ACCEPTED}")
     if ctype not in (MULTIPART, JSON, *RAW_TYPES) and not ctype.startswith("image/"):
         raise UnsupportedMediaType(f"unsupported Content-Type {ctype!r}; send {ACCEPTED}")
-    body = await read_body(request, body_limit(limits))
+    return ctype
+
+
+async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tuple[bytes, OcrOptions]:
+    """The image's bytes and the parsed options from a body `read_body`
+    has read; 400 or 413 otherwise. JSON is parsed in a worker thread, so a
+    large body never blocks the event loop."""
+    ctype = media_type(request.headers)
     if ctype == MULTIPART:
         data, options = await multipart_image(request)
     elif ctype == JSON:
-        data, options = json_image(body)
+        data, options = await asyncio.to_thread(json_image, body)
     else:
         data, options = body, None
     if len(data) > limits.max_bytes:
         raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
     return data, parse_options(options)
+
+
+async def image_and_options(request: Request, limits: ImageLimits,
+                            timeout_s: Optional[float] = None) -> tuple[bytes, OcrOptions]:
+    """The image's bytes and the parsed options, from any of the three
+    request shapes; 400, 408, 413 or 415 otherwise."""
+    check_media_type(request.headers)
+    body = await read_body(request, body_limit(limits), timeout_s)
+    return await parse_body(request, body, limits)
 
 
 async def multipart_image(request: Request) -> tuple[bytes, Optional[dict]]:
@@ -101,8 +156,18 @@ async def multipart_image(request: Request) -> tuple[bytes, Optional[dict]]:
     return data, options
 
 
+# The schema's JSON holds at most a few objects and no arrays; a body with
+# more structure is refused before it is parsed (a body of millions of empty
+# objects would otherwise be built into millions of Python objects).
+MAX_JSON_CONTAINERS = 64
+
+
 def json_image(body: bytes) -> tuple[bytes, Optional[dict]]:
     """A JSON body validated by OcrJsonRequest; the image base64-decoded."""
+    containers = body.count(b"{") + body.count(b"[")
+    if containers > MAX_JSON_CONTAINERS:
+        raise BadRequest(f"request body is not valid JSON for this API: it opens {containers} objects or "
+                         f"arrays, more than {JSON_SHAPE} can hold")
     try:
         doc = OcrJsonRequest.model_validate_json(body)
     except ValidationError as e:
@@ -125,6 +190,8 @@ def _describe(e: ValidationError) -> str:
 
 
 def _json_object(raw: str, what: str) -> dict[str, Any]:
+    if raw.count("{") + raw.count("[") > MAX_JSON_CONTAINERS:  # options are a few flags: refuse a bomb unparsed
+        raise BadRequest(f"{what} is not valid JSON for this API: more objects or arrays than options hold")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 from typing import Mapping, Optional
 
-from .errors import BadRequest
+from .errors import BadRequest, ConfigError
 from .settings import IngressArgs
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -37,3 +37,17 @@ def bearer_matches(authorization: Optional[str], token: bytes) -> bool:
     """Whether `Authorization: Bearer TOKEN` names `token` (constant-time compare)."""
     scheme, _, given = (authorization or "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def check_exposure(host: Optional[str], has_token: bool, allow_anonymous: bool) -> None:
+    """A service listening beyond loopback without a token starts only when
+    its config says so (ingress.allow_anonymous: true); else a ConfigError
+    saying how to fix it. host None: unknown (not checked)."""
+    if host is None or has_token or allow_anonymous or host.strip("[]") in LOOPBACK_HOSTS:
+        return
+    raise ConfigError(f"Serve listens on {host!r} (http_options.host), beyond this machine, and the ingress has no "
+                      f"token: set ingress.auth_token_env to an environment variable holding one, or set "
+                      f"ingress.allow_anonymous: true to serve without authentication on purpose")

@@ -26,9 +26,10 @@ from .config import ImageLimits
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
-from .http_body import image_and_options
-from .http_headers import bearer_matches, deadline_s, idempotency_key
+from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
+from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
+from .image_header import check_image_header
 from .metrics import RequestMetrics
 from .options import parse_options
 from .settings import IngressArgs
@@ -142,6 +143,19 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return response
 
 
+DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+
+
+@api.middleware("http")
+async def docs_behind_token(request: Request, call_next):
+    """With a token, the API docs (/docs, /openapi.json) need it too."""
+    if request.url.path in DOC_PATHS:
+        token = _ingress().token
+        if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+            return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+    return await call_next(request)
+
+
 @api.middleware("http")
 async def count_outcomes(request: Request, call_next):
     """Every /v1 request's status, error code and latency, counted in one
@@ -162,6 +176,16 @@ async def count_outcomes(request: Request, call_next):
     return response
 
 
+def _serve_host() -> Optional[str]:
+    """The host Serve's HTTP proxies listen on (http_options.host); None if unknown."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        return _get_global_client().http_config.host
+    except Exception:
+        return None
+
+
 @serve.deployment(name="OcrIngress")
 @serve.ingress(api)
 class OcrIngress:
@@ -172,7 +196,11 @@ class OcrIngress:
         self.limits = limits
         self.args = args
         self.in_flight = 0
+        self.submitting = 0
+        self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
+        self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
+        self._ready_probe: Optional[asyncio.Task] = None
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")
@@ -181,6 +209,7 @@ class OcrIngress:
                                   f"variable is empty or unset in the ingress replica (set it, e.g. through "
                                   f"runtime_env.env_vars, or remove auth_token_env)")
             self.token = token.encode()
+        check_exposure(_serve_host(), self.token is not None, args.allow_anonymous)
 
     # -- handle API (other Ray jobs and deployments) -------------------------
     async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
@@ -194,23 +223,53 @@ class OcrIngress:
         return {"request_id": uuid.uuid4().hex, **result}
 
     # -- HTTP -----------------------------------------------------------------
-    @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
-    async def http_ocr(self, request: Request, rid: RequestId):
+    async def _body(self, request: Request, deadline: float, held: list[int]) -> bytes:
+        """The request's body, read before the request takes an in-flight
+        slot: within ingress.body_timeout_s (or what is left of the
+        request's deadline) else 408, under the size limit else 413, and
+        within the ingress's budget of body bytes else 503."""
+        check_media_type(request.headers)
+        timeout = min(self.args.body_timeout_s, max(0.001, deadline - time.monotonic()))
+        return await read_body(request, body_limit(self.limits), timeout, self.bodies, held)
+
+    def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
+
+    def _take_submit_slot(self) -> None:
+        if self.submitting >= self.args.max_submits_in_flight:
+            raise Overloaded(f"{self.submitting} job submits in progress here; retry shortly",
+                             retry_after_s=self.args.retry_after_s)
+        self.submitting += 1
+
+    @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
+    async def http_ocr(self, request: Request, rid: RequestId):
+        timeout = deadline_s(request.headers, self.args)
+        deadline = time.monotonic() + timeout
+        held = [0]
         try:
-            timeout = deadline_s(request.headers, self.args)
-            data, opts = await image_and_options(request, self.limits)
-            response = self.pipeline.ocr.remote(data, opts)
+            body = await self._body(request, deadline, held)
+            self._take_slot()
             try:
-                result = await downstream(asyncio.wait_for(asyncio.shield(response), timeout))
-            except asyncio.TimeoutError:
-                response.cancel()  # frees the replicas' work for it
-                raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+                data, opts = await parse_body(request, body, self.limits)
+                del body
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
+                # The replicas get the deadline as wall-clock time: work still
+                # queued for this request when it passes is dropped there.
+                response = self.pipeline.ocr.remote(data, opts, time.time() + left)
+                try:
+                    result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
+                except asyncio.TimeoutError:
+                    response.cancel()  # cancels the pipeline's task and its pending stage calls
+                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+            finally:
+                self.in_flight -= 1
         finally:
-            self.in_flight -= 1
+            self.bodies.give(held[0])
         for step, ms in result.get("timings_ms", {}).items():
             self.metrics.stage_latency.observe(ms, tags={"step": step})
         return JSONResponse({"request_id": rid, **result})
@@ -218,9 +277,21 @@ class OcrIngress:
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
     async def http_submit_job(self, request: Request):
-        data, opts = await image_and_options(request, self.limits)
         key = idempotency_key(request.headers)
-        job = await downstream(self.jobs.submit.remote(data, opts, key))
+        held = [0]
+        try:
+            body = await self._body(request, time.monotonic() + self.args.body_timeout_s, held)
+            self._take_submit_slot()  # a gate of their own: a submit is short, a sync request long
+            try:
+                data, opts = await parse_body(request, body, self.limits)
+                del body
+                # Junk is a 400 now, not a failed job later (header only, off the loop).
+                await asyncio.to_thread(check_image_header, data, self.limits)
+                job = await downstream(self.jobs.submit.remote(data, opts, key))
+            finally:
+                self.submitting -= 1
+        finally:
+            self.bodies.give(held[0])
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
@@ -235,11 +306,22 @@ class OcrIngress:
     async def healthz(self):
         return {"status": "ok"}
 
+    async def _probe_ready(self) -> dict:
+        try:
+            return await self.pipeline.ready.remote()
+        except Exception:
+            return {}
+
     @api.get("/readyz", summary="Every model loaded and warmed")
     async def readyz(self):
-        try:
-            stages = await self.pipeline.ready.remote()
-        except Exception:
-            stages = {}
+        """Open (for probes), but cheap: one probe of the stages at a time,
+        its answer reused for ingress.ready_cache_s."""
+        now = time.monotonic()
+        if self._ready is None or now - self._ready[0] > self.args.ready_cache_s:
+            if self._ready_probe is None or self._ready_probe.done():
+                self._ready_probe = asyncio.ensure_future(self._probe_ready())
+            stages = await asyncio.shield(self._ready_probe)
+            self._ready = (time.monotonic(), stages)
+        stages = self._ready[1]
         ready = bool(stages) and all(stages.values())
         return JSONResponse({"ready": ready, "stages": stages}, status_code=200 if ready else 503)

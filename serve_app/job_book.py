@@ -2,19 +2,35 @@
 idempotency keys, expiry and capacity, written through to the journal when
 there is one. The JobStore deployment (serve_app.jobs) is a thin shell over
 it; this module has no Ray import, so the state machine is unit-tested on its
-own with a stand-in for the pipeline."""
+own with a stand-in for the pipeline.
+
+What a careless or hostile client can cost is bounded here:
+- capacity counts unfinished jobs (queued or running) and the image bytes
+  they hold; finished jobs have their own bound (max_finished, oldest go
+  first) besides their time to live, so junk that fails at once never locks
+  the store;
+- an Idempotency-Key stands for one payload (image and options): reused
+  with another, it is a 422, never the other payload's job;
+- each attempt of a job has a timeout; a worker survives any exception,
+  cancellation included, and a dead one is replaced;
+- a journal that cannot be written gives 503 with Retry-After, and health
+  reports it; recovery streams the file and loads a job's image only when it
+  runs."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
+import math
 import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Optional
 
-from .errors import OcrError, Overloaded
+from .errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
 from .job_journal import JobJournal
 from .job_state import Job, JobStatus
 from .options import OcrOptions
@@ -25,6 +41,28 @@ log = logging.getLogger("ray.serve")
 # (image, options) -> the pipeline's result dict; raises on failure.
 RunOcr = Callable[[Any, OcrOptions], Awaitable[dict]]
 
+JOURNAL_RETRY_AFTER_S = 5
+
+
+def image_nbytes(image: Any) -> int:
+    return int(getattr(image, "nbytes", None) or len(image)) if image is not None else 0
+
+
+def fingerprint(image: Any, options: OcrOptions) -> str:
+    """What an Idempotency-Key stands for: the image's bytes and the options."""
+    h = hashlib.sha256()
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        h.update(b"bytes:")
+        h.update(image)
+    else:  # an array (handle API)
+        import numpy as np
+
+        a = np.ascontiguousarray(image)
+        h.update(f"array:{a.dtype.str}:{a.shape}:".encode())
+        h.update(a.data)
+    h.update(json.dumps(options.to_dict(), sort_keys=True).encode())
+    return h.hexdigest()
+
 
 class JobBook:
     # A job whose replica died (or was busy) is tried again after each of
@@ -34,11 +72,18 @@ class JobBook:
     def __init__(self, run: RunOcr, args: JobArgs):
         self.run = run
         self.args = args
-        self.jobs: "OrderedDict[str, Job]" = OrderedDict()
+        self.jobs: dict[str, Job] = {}
+        self.finished: "OrderedDict[str, None]" = OrderedDict()  # finished jobs, oldest first
         self.by_key: dict[str, str] = {}
+        self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
+        self.unfinished = 0
+        self.held_bytes = 0  # image bytes of unfinished jobs held in memory
         self.queue: asyncio.Queue[str] = asyncio.Queue()
         self.workers: list[asyncio.Task] = []
         self.journal: Optional[JobJournal] = JobJournal(args.journal) if args.journal else None
+        self.journal_error: Optional[str] = None  # the last journal failure, until a write succeeds
+        self._job_seconds: Optional[float] = None  # moving average of a job's time (for Retry-After)
+        self._closed = False
         # The journal's reads and writes run on one thread of their own, off the event loop.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
 
@@ -48,56 +93,115 @@ class JobBook:
         again), then start the workers. Call once, in the event loop that
         serves the store."""
         if self.journal is not None:
-            self._recover(await self._io_call(self.journal.load))
-        self.workers = [asyncio.create_task(self._worker(), name=f"job-worker-{i}")
-                        for i in range(self.args.concurrency)]
+            await self._io_call(self._recover)
+        self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
+
+    def _new_worker(self, i: int) -> asyncio.Task:
+        return asyncio.create_task(self._worker(), name=f"job-worker-{i}")
 
     def alive(self) -> bool:
         return bool(self.workers) and not any(w.done() for w in self.workers)
 
+    def replace_dead_workers(self) -> int:
+        """Start a new worker for each one that has stopped; how many."""
+        if self._closed or not self.workers:
+            return 0
+        dead = [i for i, w in enumerate(self.workers) if w.done()]
+        for i in dead:
+            w = self.workers[i]
+            err = None if w.cancelled() else w.exception()
+            log.error("job worker %d stopped (%r); starting a new one", i, err)
+            self.workers[i] = self._new_worker(i)
+        return len(dead)
+
+    async def health(self) -> None:
+        """Raises if the journal cannot be read or its last write failed;
+        replaces dead workers on the way."""
+        self.replace_dead_workers()
+        if self.journal is not None:
+            try:
+                await self._io_call(self.journal.probe)
+            except Exception as e:
+                raise RuntimeError(f"the job journal {self.args.journal} cannot be read: {e!r}") from None
+            if self.journal_error is not None:
+                raise RuntimeError(f"the job journal {self.args.journal} cannot be written: {self.journal_error}")
+
     def close(self) -> None:
         """Stop the workers. A job they were running stays accepted in the
         journal and runs again in the next store."""
+        self._closed = True
         for w in self.workers:
             w.cancel()
         self._io.shutdown(wait=False)
 
-    def _recover(self, jobs: list[Job]) -> None:
-        unfinished = 0
-        for job in jobs:
+    def _recover(self) -> None:
+        """On the journal's thread: every job in the file, one row at a
+        time, without images (a queued job loads its image when it runs)."""
+        n = unfinished = 0
+        for job in self.journal.stream():
+            n += 1
             job.requeue()
             self.jobs[job.job_id] = job
             if job.key:
                 self.by_key[job.key] = job.job_id
-            if not job.status.done:
+            if job.status.done:
+                self.finished[job.job_id] = None
+            else:
+                self.unfinished += 1
                 self.queue.put_nowait(job.job_id)
                 unfinished += 1
-        if jobs:
-            log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, len(jobs), unfinished)
+        if n:
+            log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, n, unfinished)
 
     # -- the store's API --------------------------------------------------------
     async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None) -> dict:
+        self.replace_dead_workers()
         await self._expire()
-        if key and key in self.by_key:
-            return self.jobs[self.by_key[key]].view()
-        if len(self.jobs) >= self.args.capacity:
-            raise Overloaded(f"the job store is full ({self.args.capacity} jobs); retry later", retry_after_s=5)
-        job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key)
-        self.jobs[job.job_id] = job
+        payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         if key:
-            self.by_key[key] = job.job_id
+            while key in self._keys_pending:  # its first submit is being written: wait for its outcome
+                await asyncio.shield(self._keys_pending[key])
+            if key in self.by_key:
+                job = self.jobs[self.by_key[key]]
+                if job.fingerprint is not None and job.fingerprint != payload:
+                    raise IdempotencyConflict(
+                        f"Idempotency-Key {key!r} was used for another image or other options; "
+                        f"use a new key for a new request")
+                return job.view()
+        nbytes = image_nbytes(image)
+        if self.unfinished >= self.args.capacity:
+            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
+                             retry_after_s=self._retry_after())
+        if self.held_bytes + nbytes > self.args.max_queued_bytes:
+            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
+                             retry_after_s=self._retry_after())
+        job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
+                  fingerprint=payload, nbytes=nbytes)
+        pending = asyncio.get_running_loop().create_future() if key else None
+        if key:
+            self._keys_pending[key] = pending
         try:
             # Accepted only once it is on disk (with a journal).
             await self._write("add", job)
-        except Exception:
-            self.jobs.pop(job.job_id, None)
+        except Exception as e:
+            self._journal_failed(e)
+            raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
+                              retry_after_s=JOURNAL_RETRY_AFTER_S) from None
+        finally:
             if key:
-                self.by_key.pop(key, None)
-            raise
+                del self._keys_pending[key]
+                pending.set_result(None)
+        self.journal_error = None
+        self.jobs[job.job_id] = job
+        if key:
+            self.by_key[key] = job.job_id
+        self.unfinished += 1
+        self.held_bytes += nbytes
         self.queue.put_nowait(job.job_id)
         return job.view()
 
     async def get(self, job_id: str) -> Optional[dict]:
+        self.replace_dead_workers()
         await self._expire()
         job = self.jobs.get(job_id)
         return job.view() if job else None
@@ -109,6 +213,17 @@ class JobBook:
         return out
 
     # -- internals --------------------------------------------------------------
+    def _retry_after(self) -> int:
+        """About when a slot frees up: the queue's length over the workers,
+        times a job's average time; 5 s before any job has finished."""
+        if self._job_seconds is None:
+            return 5
+        return max(1, min(60, math.ceil(self.unfinished / self.args.concurrency * self._job_seconds)))
+
+    def _journal_failed(self, e: BaseException) -> None:
+        self.journal_error = repr(e)
+        log.error("job journal %s: %r", self.args.journal, e)
+
     async def _io_call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
@@ -117,34 +232,90 @@ class JobBook:
         if self.journal is not None:
             await self._io_call(getattr(self.journal, method), *args)
 
+    def _forget(self, job_id: str) -> None:
+        job = self.jobs.pop(job_id, None)
+        self.finished.pop(job_id, None)
+        if job is not None and job.key and self.by_key.get(job.key) == job_id:
+            del self.by_key[job.key]
+
     async def _expire(self) -> None:
+        """Finished jobs past their time to live, and the oldest beyond max_finished."""
         now = time.time()
-        gone = [j.job_id for j in self.jobs.values() if j.finished and now - j.finished > self.args.ttl_s]
+        gone = []
+        for job_id in self.finished:  # oldest finished first
+            job = self.jobs[job_id]
+            if now - job.finished > self.args.ttl_s or len(self.finished) - len(gone) > self.args.max_finished:
+                gone.append(job_id)
+            else:
+                break
         for job_id in gone:
-            job = self.jobs.pop(job_id)
-            if job.key:
-                self.by_key.pop(job.key, None)
+            self._forget(job_id)
         if gone:
-            await self._write("delete", gone)
+            try:
+                await self._write("delete", gone)
+            except Exception as e:  # they are gone from memory; the file keeps them until the next expiry
+                self._journal_failed(e)
 
     async def _worker(self) -> None:
+        """Runs jobs until the store closes. Any exception of one job,
+        cancellation from below included, fails or requeues that job only."""
         while True:
-            job = self.jobs.get(await self.queue.get())
-            if job is None:  # expired before it ran (cannot happen for an unfinished job; kept safe)
-                continue
-            job.start()
+            job_id = await self.queue.get()  # cancelled here only when the store closes
             try:
-                await self._run(job)
-            finally:
-                # Still running only when cancelled (the store is stopping):
-                # then the journal keeps the job as accepted, to run again.
-                if job.status is not JobStatus.RUNNING:
-                    await self._finished(job)
+                await self._one(job_id)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed or (task is not None and task.cancelling()):
+                    raise  # the store is stopping: the journal keeps the job as accepted
+                log.error("job %s: cancelled from below; failed", job_id)
+                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+            except Exception as e:
+                log.error("job %s: %r", job_id, e)
+                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+
+    async def _one(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.status.done:  # expired before it ran (cannot happen for an unfinished job)
+            return
+        if job.image is None and self.journal is not None:  # recovered: its image is still on disk
+            job.image = await self._io_call(self.journal.image, job.job_id)
+            if job.image is None:
+                job.fail("internal", "the job's image was lost from the journal")
+                await self._finished(job)
+                return
+        job.start()
+        t0 = time.monotonic()
+        try:
+            await self._run(job)
+        finally:
+            # Still running only when cancelled (the store is stopping):
+            # then the journal keeps the job as accepted, to run again.
+            if job.status is not JobStatus.RUNNING:
+                self._job_seconds = (time.monotonic() - t0 if self._job_seconds is None
+                                     else 0.8 * self._job_seconds + 0.2 * (time.monotonic() - t0))
+                await self._finished(job)
+
+    async def _fail_safely(self, job_id: str, code: str, message: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and not job.status.done:
+            job.fail(code, message)
+            await self._finished(job)
 
     async def _run(self, job: Job) -> None:
         for attempt, pause in enumerate((*self.BACKOFF_S, None), start=1):
             try:
-                result = await self.run(job.image, job.options)
+                result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
+            except asyncio.TimeoutError:
+                job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+                return
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed or (task is not None and task.cancelling()):
+                    raise
+                # The call below was cancelled (its replica went away): like a dead replica, retry.
+                log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
+                if pause is not None:
+                    await asyncio.sleep(pause)
             except Exception as e:
                 cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
                 if isinstance(cause, OcrError):  # the input's fault: final
@@ -159,8 +330,18 @@ class JobBook:
                 return
         job.fail("internal", "internal error; the job was not completed")
 
+    async def _attempt(self, job: Job) -> dict:
+        return await self.run(job.image, job.options)
+
     async def _finished(self, job: Job) -> None:
+        """Book-keeping of a job that has just finished (its image was dropped)."""
+        if job.job_id in self.jobs and job.job_id not in self.finished:
+            self.finished[job.job_id] = None
+            self.unfinished -= 1
+            self.held_bytes -= job.nbytes
+            job.nbytes = 0
         try:
             await self._write("finish", job)
         except Exception as e:  # the result is still served from memory
+            self._journal_failed(e)
             log.error("job %s: could not write its result to the journal: %r", job.job_id, e)

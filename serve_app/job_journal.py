@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from .job_state import Job, JobStatus
 from .options import parse_options
@@ -32,9 +33,19 @@ CREATE TABLE IF NOT EXISTS jobs (
     kind     TEXT,
     result   TEXT,
     error    TEXT,
-    finished REAL
+    finished REAL,
+    fingerprint TEXT
 )
 """
+COLUMNS = "job_id, status, created, key, options, kind, result, error, finished, fingerprint"
+
+
+def journal_path(template: str, app_name: str) -> str:
+    """jobs.journal with `{app}` (the application's name) and `{uid}` (this
+    user's id) filled in, so that two applications, or two users' services
+    on one machine, never share a file."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in (app_name or "default"))
+    return template.replace("{app}", safe).replace("{uid}", str(os.getuid()))
 
 
 class JobJournal:
@@ -43,19 +54,45 @@ class JobJournal:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Only this user may read the jobs (images and results): folder 0700,
+        # file 0600 (SQLite gives its -wal and -shm files the file's mode).
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.parent.stat().st_uid == os.getuid():
+            os.chmod(self.path.parent, 0o700)
+        os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
+        os.chmod(self.path, 0o600)
         self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute(SCHEMA)
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
+        if "fingerprint" not in have:  # a file written before idempotency was scoped to the payload
+            self.db.execute("ALTER TABLE jobs ADD COLUMN fingerprint TEXT")
 
     def add(self, job: Job) -> None:
         """An accepted job, with its image (options as their JSON dict)."""
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind, fingerprint)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (job.job_id, job.status.value, job.created, job.key, json.dumps(job.options.to_dict()),
-             *_encode(job.image)))
+             *_encode(job.image), job.fingerprint))
+
+    def probe(self) -> None:
+        """Raises if the file cannot be read (health check)."""
+        self.db.execute("SELECT count(*) FROM jobs WHERE rowid < 0").fetchone()
+
+    def image(self, job_id: str) -> Any:
+        """An unfinished job's image (recovered jobs load it only when they run)."""
+        row = self.db.execute("SELECT image, kind FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return _decode(row[0], row[1])
+
+    def stream(self) -> Iterator[Job]:
+        """Every job in the file, oldest first, one row at a time and
+        without images (see image()): recovery holds no image in memory."""
+        for row in self.db.execute(f"SELECT {COLUMNS} FROM jobs ORDER BY created"):
+            yield _job(row)
 
     def finish(self, job: Job) -> None:
         """A done job: its status, result or error; the image leaves the file."""
@@ -68,21 +105,25 @@ class JobJournal:
 
     def load(self) -> list[Job]:
         """Every job in the file, oldest first; unfinished ones with their
-        image, finished ones with their result or error."""
-        rows = self.db.execute(
-            "SELECT job_id, status, created, key, options, image, kind, result, error, finished FROM jobs ORDER BY created")
-        return [
-            Job(job_id=job_id, created=created, status=JobStatus(status), key=key,
-                options=parse_options(json.loads(options) if options is not None else None),
-                image=_decode(image, kind) if image is not None else None,
-                result=json.loads(result) if result is not None else None,
-                error=json.loads(error) if error is not None else None,
-                finished=finished)
-            for job_id, status, created, key, options, image, kind, result, error, finished in rows
-        ]
+        image, finished ones with their result or error (for tests and
+        tools: recovery uses stream())."""
+        jobs = list(self.stream())
+        for job in jobs:
+            if not job.status.done:
+                job.image = self.image(job.job_id)
+        return jobs
 
     def close(self) -> None:
         self.db.close()
+
+
+def _job(row: tuple) -> Job:
+    job_id, status, created, key, options, kind, result, error, finished, fingerprint = row
+    return Job(job_id=job_id, created=created, status=JobStatus(status), key=key,
+               options=parse_options(json.loads(options) if options is not None else None),
+               result=json.loads(result) if result is not None else None,
+               error=json.loads(error) if error is not None else None,
+               finished=finished, fingerprint=fingerprint)
 
 
 def _json(doc: Optional[dict]) -> Optional[str]:

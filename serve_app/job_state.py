@@ -32,6 +32,8 @@ class Job:
     image: Any = None  # kept until the job is done
     options: OcrOptions = field(default_factory=OcrOptions)
     key: Optional[str] = None  # Idempotency-Key
+    fingerprint: Optional[str] = None  # hash of the image and options: what the key stands for
+    nbytes: int = 0  # image bytes counted against the store's bound until the job is done
     result: Optional[dict] = None
     error: Optional[dict] = None  # {"code", "message"}
     finished: Optional[float] = None

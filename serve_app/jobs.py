@@ -10,12 +10,14 @@ the workers start with the replica and stop with it."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Optional
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from .job_book import JobBook
+from .job_journal import journal_path
 from .options import OcrOptions, parse_options
 from .settings import JobArgs
 
@@ -28,11 +30,16 @@ class JobStore:
         # async: Serve runs it in the replica's event loop, where the workers
         # must live; jobs recovered from the journal start running at once.
         self.pipeline = pipeline
+        self.args = args
+        if args.journal:
+            args = args.model_copy(update={"journal": journal_path(args.journal, serve.get_replica_context().app_name)})
         self.book = JobBook(self._run, args)
         await self.book.start()
 
     def _run(self, image: Any, options: OcrOptions):
-        return self.pipeline.ocr.remote(image, options)
+        # The attempt's deadline goes along: what is still queued for it in
+        # the replicas when the job times out is dropped there.
+        return self.pipeline.ocr.remote(image, options, time.time() + self.args.job_timeout_s)
 
     async def submit(self, image: Any, options: Optional[OcrOptions | dict],
                      idempotency_key: Optional[str] = None) -> dict:
@@ -48,8 +55,9 @@ class JobStore:
         return self.book.counts()
 
     async def check_health(self) -> None:
-        if not self.book.alive():  # Serve replaces the replica; the journal keeps its jobs
-            raise RuntimeError("the job store's workers have stopped")
+        """Dead workers are replaced; a journal that cannot be read or
+        written makes the replica unhealthy (Serve replaces it)."""
+        await self.book.health()
 
     def __del__(self):
         book = getattr(self, "book", None)  # absent if __init__ failed

@@ -8,6 +8,7 @@ answers what the engine answers by construction. No Ray import."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits
-from .errors import BadImage, TooLarge
+from .errors import BadImage, DeadlineExceeded, TooLarge
 from .options import OcrOptions
 from .results import CharBox, Direction, OcrResult, Recognition, TextLine
 from .stages.crop import char_quad, crop_quad, is_vertical
@@ -35,6 +36,23 @@ Classify = Callable[[list[np.ndarray]], Awaitable[list[Direction]]]  # crops -> 
 Recognize = Callable[[list[np.ndarray]], Awaitable[list[Recognition]]]  # crops -> readings
 
 
+# The deadline (wall-clock time.time()) of the request being read, or None.
+# Set by Pipeline.read for its own task; stage callables that can pass it on
+# (the Serve pipeline's handles) read it here, so that a model replica drops
+# work whose request is gone.
+DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("ocr_deadline", default=None)
+
+
+def current_deadline() -> Optional[float]:
+    """The deadline of the request this task is reading (see DEADLINE)."""
+    return DEADLINE.get()
+
+
+def check_deadline(deadline: Optional[float], where: str) -> None:
+    if deadline is not None and time.time() > deadline:
+        raise DeadlineExceeded(f"the request's deadline passed before {where}; nothing more was done for it")
+
+
 @dataclass(frozen=True)
 class Stages:
     detect: Detect
@@ -50,18 +68,25 @@ class Pipeline:
         self.stages = stages
         self.config = config
 
-    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
+    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(),
+                   deadline: Optional[float] = None) -> OcrResult:
+        """With a deadline (time.time()), a step not started when it has
+        passed is not started: DeadlineExceeded instead."""
         cfg = self.config
+        DEADLINE.set(deadline)  # this task's context only
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
+        check_deadline(deadline, "decoding")
         img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
         h, w = img.shape[:2]
         timings["decode"] = _ms(t0)
 
         t = time.perf_counter()
         if options.det:
+            check_deadline(deadline, "detection")
             work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
             boxes = await self.stages.detect(work)
+            check_deadline(deadline, "cropping")
             boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
         else:
             geometry = Geometry(1.0, 1.0, 0, w, h)
@@ -72,12 +97,14 @@ class Pipeline:
         flipped = [False] * len(crops)
         use_cls = options.cls is not False and self.stages.classify is not None
         if use_cls and crops:
+            check_deadline(deadline, "direction classification")
             dirs = await self.stages.classify(crops)
             flipped = [is_flipped(d, cfg.cls) for d in dirs]
             crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
         timings["cls"] = _ms(t)
 
         t = time.perf_counter()
+        check_deadline(deadline, "recognition")
         recs = await self.stages.recognize(crops) if crops else []
         timings["rec"] = _ms(t)
         lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, options.return_chars)

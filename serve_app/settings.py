@@ -97,23 +97,42 @@ class IngressArgs(_Args):
     # with Retry-After instead of waiting in an unbounded queue.
     max_in_flight: int = Field(32, ge=1)
     retry_after_s: int = Field(1, ge=1)
+    # Job submits one ingress replica works on at once (reading is not
+    # counted: see body_timeout_s); more get 503.
+    max_submits_in_flight: int = Field(64, ge=1)
     # Deadline for a request that names none (X-Request-Timeout, seconds).
     default_timeout_s: float = Field(120.0, gt=0)
     max_timeout_s: float = Field(600.0, gt=0)
-    # Bearer-token authentication for /v1/*: the name of an environment
-    # variable (in the ingress replica) holding the token. None = off (the
-    # default, for 127.0.0.1); set it whenever the port is reachable by others.
+    # Bearer-token authentication for /v1/* and the API docs: the name of an
+    # environment variable (in the ingress replica) holding the token. None =
+    # off, which the ingress accepts only when Serve listens on loopback
+    # (127.0.0.1, localhost, ::1) or allow_anonymous is true.
     auth_token_env: Optional[str] = None
+    allow_anonymous: bool = False
+    # A request body must arrive within this many seconds (or the request's
+    # own deadline, if shorter), else 408; a body being read holds no
+    # in-flight slot. Bodies being read or worked on hold at most
+    # max_body_bytes in all (more: 503).
+    body_timeout_s: float = Field(10.0, gt=0)
+    max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)
+    # /readyz answers from a cached probe of the stages this many seconds old at most.
+    ready_cache_s: float = Field(1.0, ge=0)
 
 
 class JobArgs(_Args):
     ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
-    capacity: int = Field(1000, ge=1, description="jobs held at once (queued, running or finished)")
+    capacity: int = Field(1000, ge=1, description="unfinished jobs (queued or running) held at once")
+    max_queued_bytes: int = Field(1024 * 1024 * 1024, ge=1,
+                                  description="image bytes of unfinished jobs held at once (more: 503)")
+    max_finished: int = Field(10000, ge=1, description="finished jobs' results kept; the oldest go first")
+    job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(
         None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
-        "loses none (unfinished ones run again). It must be reachable by the restarted replica: on a multi-node "
-        "cluster, shared storage, or the JobStore pinned to one node. None: jobs are in memory only.")
+        "loses none (unfinished ones run again). `{app}` in it is replaced by the application's name and "
+        "`{uid}` by the user id, so that two services do not share one file; its folder is made 0700 and the "
+        "file 0600. It must be reachable by the restarted replica: on a multi-node cluster, shared storage, "
+        "or the JobStore pinned to one node. None: jobs are in memory only.")
 
 
 class AppArgs(_Args):

@@ -1,5 +1,6 @@
-"""Soak: zero errors at ~70% of saturation, and every replica's memory flat
-after warm-up (growth under 5%). CI runs the 2-minute version; the 20-minute
+"""Soak: zero errors at ~70% of saturation, with images of many sizes and a
+hostile share (junk, oversized, slow, expired) mixed in, and every
+replica's memory flat after warm-up (growth under 5%). CI runs the 2-minute version; the 20-minute
 one is marked slow (`pytest -m slow tests/e2e/test_soak.py`)."""
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def check(summary: dict) -> None:
     assert summary["memory_growth"], summary
     for replica, growth in summary["memory_growth"].items():
         assert growth < 0.05, (replica, growth, summary["memory_mb"][replica], summary["shared_mb"][replica])
+    # The hostile share got its own answers (and the good clients none of them: errors == 0 above).
+    expected = {"junk": {"400"}, "oversized": {"413"}, "slow": {"408"}, "expired": {"504", "200"}}
+    hostile = summary["hostile"]
+    assert set(hostile) == set(expected), hostile
+    for kind, answers in hostile.items():
+        assert set(answers) <= expected[kind], (kind, answers)
 
 
 def test_soak_short(tmp_path):

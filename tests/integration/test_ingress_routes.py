@@ -20,6 +20,7 @@ from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
 from serve_app.config import ImageLimits
+from serve_app.http_body import BodyBudget
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.settings import IngressArgs
@@ -53,7 +54,7 @@ def _ray_task_error(cause: Exception) -> Exception:
         return RayTaskError("ocr", "traceback", e).as_instanceof_cause()
 
 
-async def pipeline_ocr(data: bytes, options):
+async def pipeline_ocr(data: bytes, options, deadline=None):
     Fake.calls.append((data, options))
     failures = {
         b"bad": BadImage("not an image"),
@@ -93,18 +94,34 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    obj.ocr = functools.partial(ingress.OcrIngress.func_or_class.ocr, obj)
+    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready"):
+        setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
     obj.limits = ImageLimits()
     obj.args = IngressArgs(max_in_flight=2, retry_after_s=2)
-    obj.in_flight = 0
+    obj.in_flight = obj.submitting = 0
+    obj.bodies = BodyBudget(obj.args.max_body_bytes)
+    obj._ready, obj._ready_probe = None, None
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
     Fake.calls, Fake.jobs = [], {}
     ctx = types.SimpleNamespace(servable_object=obj)
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
         yield TestClient(ingress.api), obj
+
+
+def _png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 4), "white").save(buf, "PNG")
+    return buf.getvalue()
+
+
+PNG = _png()
 
 
 def post(client, body: bytes, ctype="image/png", **headers):
@@ -177,16 +194,18 @@ def test_bearer_token_on_v1_routes_only(app):
 
 def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     client, obj = app
-    r = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (b"img", OcrOptions(), "k")
+    assert Fake.calls[-1] == (PNG, OcrOptions(), "k")
     assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
     missing = client.get("/v1/ocr/jobs/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
-    bad_key = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png",
+    bad_key = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png",
                                                                   "Idempotency-Key": "k" * 201})
     assert bad_key.status_code == 400
+    junk = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png"})
+    assert junk.status_code == 400 and junk.json()["error"]["code"] == "bad_image"  # at submit, not as a job
     assert {"route": "/v1/ocr/jobs/{job_id}", "code": "404"} in obj.metrics.requests.seen
 
 
@@ -220,3 +239,42 @@ def test_openapi_documents_the_three_request_shapes(app):
     image = spec["paths"]["/v1/ocr"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["image"]
     assert image["properties"]["base64"]["type"] == "string"
     assert client.get("/docs").status_code == 200
+
+
+def test_with_a_token_the_api_docs_need_it_too(app):
+    client, obj = app
+    obj.token = b"tok"
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        r = client.get(path)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
+    assert client.get("/openapi.json", headers={"Authorization": "Bearer tok"}).status_code == 200
+    assert client.get("/docs", headers={"Authorization": "Bearer tok"}).status_code == 200
+
+
+def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app):
+    client, obj = app
+    probes = []
+
+    async def ready():
+        probes.append(1)
+        return {"det": True, "rec": True}
+
+    obj.pipeline.ready = Method(ready)
+    obj.token = b"tok"
+    obj.args = IngressArgs(ready_cache_s=60)
+    answers = [client.get("/readyz") for _ in range(50)]
+    assert {r.status_code for r in answers} == {200} and answers[0].json()["ready"] is True
+    assert len(probes) == 1
+    obj.args = IngressArgs(ready_cache_s=0)
+    client.get("/readyz")
+    assert len(probes) == 2
+
+
+def test_job_submits_have_their_own_in_flight_gate(app):
+    client, obj = app
+    obj.in_flight = obj.args.max_in_flight  # synchronous requests are all busy: submits still go through
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 202
+    obj.submitting = obj.args.max_submits_in_flight
+    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"

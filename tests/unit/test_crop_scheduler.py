@@ -145,3 +145,23 @@ def test_without_cross_request_batching_a_batch_holds_one_request():
         assert (a, b) == ([2, 4], [6])
         assert pred.batches == [[(1, 1), (1, 2)], [(1, 3)]]
     asyncio.run(go())
+
+
+def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served():
+    import time
+
+    from serve_app.errors import DeadlineExceeded
+
+    async def go():
+        pred = FakePredictor(delay=0.005)
+        sched = make(pred, batch_size=2)
+        doomed = asyncio.create_task(sched.submit([(1, v) for v in range(50)], deadline=time.time() + 0.012))
+        await asyncio.sleep(0.03)
+        with pytest.raises(DeadlineExceeded):
+            await doomed
+        ran = len(pred.batches)
+        assert ran < 10  # 25 batches if it had run in full
+        assert await sched.submit([(1, 7)], deadline=time.time() + 5) == [14]
+        assert len(pred.batches) == ran + 1
+        assert sched.pending_items == 0
+    asyncio.run(go())

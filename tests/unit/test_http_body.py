@@ -184,3 +184,61 @@ def test_other_media_types_are_415_before_the_body_is_read(ctype, needle):
         asyncio.run(image_and_options(req, LIMITS))
     assert needle in e.value.message and e.value.status == 415
     assert src.received == 0
+
+
+# -- hostile clients (issue 13) --------------------------------------------------------------
+def test_a_body_that_does_not_arrive_in_time_is_408():
+    from serve_app.errors import RequestTimeout
+    from serve_app.http_body import read_body
+
+    async def trickle():
+        await asyncio.sleep(5)
+        return {"type": "http.request", "body": b"x", "more_body": False}
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/ocr", "query_string": b"",
+             "headers": [(b"content-type", b"image/png")]}
+    with pytest.raises(RequestTimeout) as e:
+        asyncio.run(read_body(Request(scope, trickle), LIMIT, timeout_s=0.05))
+    assert e.value.status == 408 and e.value.code == "request_timeout"
+
+
+def test_bodies_held_at_once_are_bounded_by_the_budget():
+    from serve_app.errors import Overloaded
+    from serve_app.http_body import BodyBudget, read_body
+
+    budget = BodyBudget(1500)
+    held_a, held_b = [0], [0]
+    asyncio.run(read_body(request([b"a" * 500, b"a" * 500], "image/png", length=False)[0], LIMIT, 1, budget, held_a))
+    assert budget.held == held_a[0] == 1000
+    with pytest.raises(Overloaded):
+        asyncio.run(read_body(request([b"b" * 400, b"b" * 400], "image/png", length=False)[0], LIMIT, 1, budget, held_b))
+    budget.give(held_a[0] + held_b[0])  # what the ingress does when each request is done
+    assert budget.held == 0
+
+
+def test_json_with_more_structure_than_the_schema_is_refused_before_parsing():
+    body = b'{"image": {"base64": ""}, "x": [' + b"{}," * 1_000_000 + b"{}]}"
+    with pytest.raises(BadRequest, match="opens 1000004 objects or arrays"):
+        asyncio.run(image_and_options(request(body, "application/json")[0], ImageLimits()))
+
+
+@pytest.mark.parametrize("host,token,anonymous,refused", [
+    ("127.0.0.1", False, False, False), ("localhost", False, False, False), ("::1", False, False, False),
+    ("0.0.0.0", False, False, True), ("0.0.0.0", True, False, False), ("0.0.0.0", False, True, False),
+    ("10.1.2.3", False, False, True), (None, False, False, False),
+])
+def test_a_service_beyond_loopback_needs_a_token_or_allow_anonymous(host, token, anonymous, refused):
+    from serve_app.errors import ConfigError
+    from serve_app.http_headers import check_exposure
+
+    if refused:
+        with pytest.raises(ConfigError, match="allow_anonymous"):
+            check_exposure(host, token, anonymous)
+    else:
+        check_exposure(host, token, anonymous)
+
+
+def test_a_multipart_options_field_full_of_objects_is_refused_unparsed():
+    body, ctype = multipart([("file", "a.png", b"img"), ("options", None, b"[" + b"{}," * 300 + b"{}]")])
+    with pytest.raises(BadRequest, match="more objects or arrays than options hold"):
+        read(body, ctype)

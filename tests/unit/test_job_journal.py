@@ -10,7 +10,10 @@ import time
 
 import numpy as np
 
+import pytest
+
 from jobfakes import FakePipeline, settle
+from serve_app.errors import IdempotencyConflict
 from serve_app.job_book import JobBook
 from serve_app.job_journal import JobJournal
 from serve_app.job_state import Job, JobStatus
@@ -53,7 +56,9 @@ def test_a_restarted_store_runs_the_unfinished_jobs_and_keeps_the_results(tmp_pa
         # Finished jobs answer at once, from the file; the idempotency key still maps.
         assert (await book.get(done))["results"] == [{"text": "early"}]
         assert (await book.get(failed))["error"]["code"] == "bad_image"
-        assert (await book.submit(b"other", OcrOptions(), "key-1"))["job_id"] == done
+        assert (await book.submit(b"early", chars, "key-1"))["job_id"] == done
+        with pytest.raises(IdempotencyConflict):  # the key stands for its payload, across restarts too
+            await book.submit(b"other", chars, "key-1")
         views = await settle(book, pending)
         assert [views[j]["results"] for j in pending] == [[{"text": f"late-{i}"}] for i in range(5)]
         # Each run again, once, with the options it was submitted with.

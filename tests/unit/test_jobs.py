@@ -10,7 +10,7 @@ import json
 import pytest
 
 from jobfakes import FakePipeline, settle
-from serve_app.errors import Overloaded
+from serve_app.errors import IdempotencyConflict, Overloaded
 from serve_app.job_book import JobBook
 from serve_app.job_state import Job, JobStatus
 from serve_app.options import OcrOptions
@@ -86,7 +86,12 @@ def test_idempotency_key_returns_the_same_job_and_capacity_refuses_with_503():
     async def go():
         book = await started(FakePipeline(open_gate=False), capacity=2)
         a = await book.submit(b"a", OcrOptions(), "k")
-        assert (await book.submit(b"other", OcrOptions(), "k"))["job_id"] == a["job_id"]
+        assert (await book.submit(b"a", OcrOptions(), "k"))["job_id"] == a["job_id"]
+        with pytest.raises(IdempotencyConflict) as conflict:  # the same key, another payload
+            await book.submit(b"other", OcrOptions(), "k")
+        assert conflict.value.status == 422 and conflict.value.code == "idempotency_conflict"
+        with pytest.raises(IdempotencyConflict):
+            await book.submit(b"a", OcrOptions(det=False), "k")
         await book.submit(b"b", OcrOptions())
         with pytest.raises(Overloaded) as full:
             await book.submit(b"c", OcrOptions())

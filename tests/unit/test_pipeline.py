@@ -168,3 +168,27 @@ def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
     calls.clear()
     assert asyncio.run(fanned_out(recognize, 2, 4)(crops[:3])) == [10, 20, 30]
     assert calls == [3]
+
+
+def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_the_stages():
+    import time
+
+    from serve_app.errors import DeadlineExceeded
+    from serve_app.pipeline import current_deadline
+
+    seen = []
+
+    class Slow(Calls):
+        async def detect(self, work):
+            seen.append(current_deadline())  # what the Serve pipeline passes on with the detector call
+            await asyncio.sleep(0.2)  # the deadline passes while detection runs
+            return await super().detect(work)
+
+    calls = Slow([BOX_A])
+    deadline = time.time() + 0.1
+    with pytest.raises(DeadlineExceeded, match="before cropping"):
+        asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), deadline))
+    assert seen == [deadline] and calls.seen["cls"] == [] and calls.seen["rec"] == []
+    with pytest.raises(DeadlineExceeded, match="before decoding"):
+        asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), time.time() - 1))
+    assert len(read(Calls([BOX_A]), png(100, 240)).lines) == 1  # no deadline: as before

@@ -1,0 +1,298 @@
+"""Hostile and careless clients (issue 13), over real HTTP against the real
+service (deployments.yaml, a bearer token, tighter limits so that each case
+bites quickly): oversized chunked uploads, slow bodies, JSON bombs, junk
+job floods, reused idempotency keys, bursts of requests that expire. Each
+test checks what a user would: the status, that a good client is still
+served, and the memory the ingress (and the Serve proxy in front of it) paid."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlparse
+
+import pytest
+import requests
+
+from peer import PEER
+from load_tests.service import replica_pids
+from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+
+TOKEN = "hostile-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+BODY_TIMEOUT_S = 3
+SMALL = (PEER / "mmocr_word_1036169.jpg").read_bytes()  # one word
+DENSE = (PEER / "paddleocr_00018069.jpg").read_bytes()  # a dense page
+
+
+@pytest.fixture(scope="module")
+def service():
+    start_ray()
+    cfg = load_config()
+    app = cfg["applications"][0]
+    app["runtime_env"] = {"env_vars": {"OCR_HOSTILE_TOKEN": TOKEN}}
+    app["args"]["ingress"] = {**app["args"]["ingress"], "auth_token_env": "OCR_HOSTILE_TOKEN", "max_in_flight": 16,
+                              "body_timeout_s": BODY_TIMEOUT_S}
+    app["args"]["jobs"] = {**app["args"]["jobs"], "capacity": 100, "max_finished": 200}
+    try:
+        yield deploy_config(cfg, free_port())
+    finally:
+        stop_all()
+
+
+def ocr(url, body=SMALL, ctype="image/jpeg", headers=AUTH, timeout=120):
+    return requests.post(f"{url}/v1/ocr", data=body, headers={"Content-Type": ctype, **headers}, timeout=timeout)
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class PeakRss:
+    """The highest RSS of some processes, sampled every 10 ms while in use."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+        self.base = {p: rss_mb(p) for p in pids}
+        self.peak = dict(self.base)
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        def sample():
+            while not self._stop.is_set():
+                for p in self.pids:
+                    self.peak[p] = max(self.peak[p], rss_mb(p))
+                time.sleep(0.01)
+
+        self._t = threading.Thread(target=sample, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+    def growth_mb(self) -> float:
+        return max(self.peak[p] - self.base[p] for p in self.pids)
+
+
+def ingress_and_proxy_pids() -> list[int]:
+    import ray
+
+    pids = replica_pids(["OcrIngress"])["OcrIngress"]
+    for a in ray.util.list_named_actors(all_namespaces=True):
+        if "SERVE_PROXY_ACTOR" in a["name"]:
+            actor = ray.get_actor(a["name"], namespace=a["namespace"])
+            pids.append(ray.get(actor.__ray_call__.remote(lambda self: os.getpid()), timeout=30))
+    return pids
+
+
+def raw_request(url: str, head: str, chunks, pause_s: float = 0.0, timeout_s: float = 120) -> tuple[int, bytes, int]:
+    """Send a request with a body sent by us, chunk by chunk (chunked
+    transfer encoding when the head says so); stop sending as soon as the
+    server answers. (status, response bytes, body bytes sent)."""
+    u = urlparse(url)
+    sock = socket.create_connection((u.hostname, u.port), timeout=timeout_s)
+    chunked = "transfer-encoding: chunked" in head.lower()
+    sent = 0
+    try:
+        sock.sendall(head.encode())
+        for chunk in chunks:
+            if select.select([sock], [], [], 0)[0]:
+                break  # the server has answered
+            try:
+                sock.sendall((f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n") if chunked else chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(chunk)
+            if pause_s:
+                time.sleep(pause_s)
+        else:
+            if chunked:
+                sock.sendall(b"0\r\n\r\n")
+        data = b""
+        deadline = time.monotonic() + timeout_s
+        while b"\r\n\r\n" not in data and time.monotonic() < deadline:
+            try:
+                part = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not part:
+                break
+            data += part
+        # the rest of a short JSON body
+        if b"content-length:" in data.lower():
+            length = int(data.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(data.split(b"\r\n\r\n", 1)[1]) < length:
+                part = sock.recv(65536)
+                if not part:
+                    break
+                data += part
+    finally:
+        sock.close()
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else 0
+    return status, data, sent
+
+
+def head(url: str, path: str, ctype: str, extra: str = "") -> str:
+    u = urlparse(url)
+    return (f"POST {path} HTTP/1.1\r\nHost: {u.hostname}:{u.port}\r\nContent-Type: {ctype}\r\n"
+            f"Authorization: Bearer {TOKEN}\r\n{extra}\r\n")
+
+
+def test_a_300_mb_chunked_multipart_upload_is_413_after_the_limit_with_memory_bounded(service):
+    url = service
+    limit = 20 * 1024 * 1024 * 4 // 3 + 64 * 1024  # the body limit for a 20 MiB image (base64, framing)
+    boundary = "hostile"
+    start = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.png\"\r\n"
+             f"Content-Type: image/png\r\n\r\n").encode()
+    mb = b"\0" * (1024 * 1024)
+
+    def body():
+        yield start
+        for _ in range(300):
+            yield mb
+
+    pids = ingress_and_proxy_pids()  # [ingress, proxy]
+    with PeakRss(pids) as rss:
+        status, data, sent = raw_request(url, head(url, "/v1/ocr", f"multipart/form-data; boundary={boundary}",
+                                                   "Transfer-Encoding: chunked\r\n"), body())
+    growth = {("ingress", "proxy")[min(k, 1)]: round(rss.peak[p] - rss.base[p]) for k, p in enumerate(pids)}
+    print(f"\nchunked multipart 300 MB: {status} after {sent / 2**20:.1f} MB sent (limit {limit / 2**20:.1f} MB); "
+          f"peak RSS growth {growth} MB")
+    assert status == 413 and b"too_large" in data
+    assert sent < 300 * 2**20  # refused while streaming, long before the end
+    # The ingress stops at the limit; the Serve proxy holds what the client
+    # sent ahead of the ingress reading it (Ray's transport copies it once
+    # more): bounded by what was sent before the 413, not by the upload.
+    assert rss.growth_mb() < 2 * sent / 2**20 + 32, (growth, sent)
+    assert ocr(url).status_code == 200
+
+
+def test_forty_slow_bodies_get_408_hold_no_slot_and_a_good_client_is_answered(service):
+    url = service
+    results: list = [None] * 40
+
+    def slow(i):
+        path = "/v1/ocr" if i % 2 else "/v1/ocr/jobs"
+        results[i] = raw_request(url, head(url, path, "image/jpeg", "Content-Length: 100000\r\n"),
+                                 (b"x" for _ in range(100000)), pause_s=0.25)
+
+    threads = [threading.Thread(target=slow, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # all 40 are trickling now (4 in-flight slots would be long gone if they held them)
+    good = [ocr(url) for _ in range(3)]
+    job = requests.post(f"{url}/v1/ocr/jobs", data=SMALL, headers={"Content-Type": "image/jpeg", **AUTH}, timeout=60)
+    ready = requests.get(f"{url}/readyz", timeout=10)
+    for t in threads:
+        t.join()
+    print(f"\n40 slow clients: statuses {sorted({r[0] for r in results})}, bytes each <= {max(r[2] for r in results)}")
+    assert [g.status_code for g in good] == [200, 200, 200]
+    assert [l["text"] for l in good[0].json()["results"]]
+    assert job.status_code == 202 and ready.status_code == 200
+    assert [r[0] for r in results] == [408] * 40
+    assert all(b"request_timeout" in r[1] for r in results)
+
+
+def test_a_json_bomb_is_400_cheaply_and_others_are_served_meanwhile(service):
+    url = service
+    bomb = b'{"image": {"base64": ""}, "x": [' + b"{}," * 6_000_000 + b"{}]}"  # 18 MB of empty objects
+    with ThreadPoolExecutor(2) as pool:
+        bombs = [pool.submit(ocr, url, bomb, "application/json") for _ in range(3)]
+        good = ocr(url)
+        answers = [b.result() for b in bombs]
+    assert good.status_code == 200
+    assert [a.status_code for a in answers] == [400] * 3
+    assert "objects or arrays" in answers[0].json()["error"]["message"]
+
+
+def test_1100_junk_job_submits_then_a_real_job_is_accepted_and_done(service):
+    url = service
+    junk_png = SMALL[:40]  # a JPEG header and nothing else: refused at submit
+    truncated = DENSE[: len(DENSE) // 3]  # a valid header, truncated data: accepted, fails as a job
+
+    def submit(body):
+        return requests.post(f"{url}/v1/ocr/jobs", data=body, headers={"Content-Type": "image/jpeg", **AUTH},
+                             timeout=60)
+
+    with ThreadPoolExecutor(16) as pool:
+        junk = list(pool.map(submit, [b"x"] * 1000 + [junk_png] * 100))
+        accepted = list(pool.map(submit, [truncated] * 30))
+    assert {r.status_code for r in junk} == {400}
+    assert {r.json()["error"]["code"] for r in junk} == {"bad_image"}
+    assert {r.status_code for r in accepted} <= {202, 503}
+    real = submit(SMALL)
+    assert real.status_code == 202
+    job_id = real.json()["job_id"]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        view = requests.get(f"{url}/v1/ocr/jobs/{job_id}", headers=AUTH, timeout=30).json()
+        if view["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.5)
+    assert view["status"] == "succeeded" and view["results"]
+
+
+def test_an_idempotency_key_stands_for_its_payload(service):
+    url = service
+
+    def submit(body, key):
+        return requests.post(f"{url}/v1/ocr/jobs", data=body,
+                             headers={"Content-Type": "image/jpeg", "Idempotency-Key": key, **AUTH}, timeout=60)
+
+    a = submit(SMALL, "order-1")
+    again = submit(SMALL, "order-1")
+    other = submit(DENSE, "order-1")
+    assert a.status_code == again.status_code == 202 and a.json()["job_id"] == again.json()["job_id"]
+    assert other.status_code == 422 and other.json()["error"]["code"] == "idempotency_conflict"
+    assert a.json()["job_id"] not in other.text
+
+
+def test_a_burst_of_expired_dense_pages_is_dropped_before_the_detector_runs_it(service):
+    from ray import serve
+
+    url = service
+    det = serve.get_deployment_handle("TextDetector", app_name="ocr")
+
+    def detected() -> int:
+        return sum(b["items"] for st in det_stats(det).values() for b in st["recent_batches"])
+
+    before = detected()
+    n = 16  # the ingress's in-flight slots (the fixture's max_in_flight): all admitted
+    with ThreadPoolExecutor(n) as pool:
+        burst = list(pool.map(lambda _: ocr(url, DENSE, headers={**AUTH, "X-Request-Timeout": "0.5"}), range(n)))
+    small = ocr(url)
+    time.sleep(2)
+    ran = detected() - before - 1  # less the small image's
+    print(f"\nburst of {n} dense pages with a 0.5 s deadline: {[b.status_code for b in burst]}; "
+          f"detector ran {ran} of them")
+    assert {b.status_code for b in burst} <= {504, 200}
+    assert small.status_code == 200 and small.json()["results"]
+    assert ran < n  # the ones still queued when their deadline passed were dropped
+
+
+def det_stats(handle) -> dict:
+    from serve_fixtures import replica_stats
+
+    return replica_stats(handle, 1, tries=20)
+
+
+def test_with_a_token_the_api_docs_need_it_and_readyz_stays_open(service):
+    url = service
+    assert requests.get(f"{url}/docs", timeout=10).status_code == 401
+    assert requests.get(f"{url}/openapi.json", timeout=10).status_code == 401
+    assert requests.get(f"{url}/openapi.json", headers=AUTH, timeout=10).status_code == 200
+    with ThreadPoolExecutor(16) as pool:
+        codes = list(pool.map(lambda _: requests.get(f"{url}/readyz", timeout=30).status_code, range(200)))
+    assert codes == [200] * 200
