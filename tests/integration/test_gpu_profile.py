@@ -41,6 +41,11 @@ def gpu_config(fallback: bool, rec_replicas: int) -> dict:
             block["predictor"]["allow_cpu_fallback"] = fallback
             if REAL_GPU:
                 block["predictor"].pop("tensorrt", None)
+    if not REAL_GPU:
+        # On the CPU fallback the profile's detector batches of 8 would be 168
+        # input shapes to warm (8 x 1280x1280 at the top) on two cores: more
+        # minutes and GBs than this test has. The recogniser's set is checked.
+        app["args"]["engine"]["det"]["batch_size"] = 1
     for d in app["deployments"]:
         d["ray_actor_options"]["num_cpus"] = 0.1
         if d["name"] in ("TextDetector", "DirectionClassifier"):
