@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick bench-engine rayservice clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,7 +24,11 @@ serve: $(STAMP)
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
 
-test: test-quick
+# Debian packages some integration/e2e tests drive (tests/system/packages.txt).
+test-system:
+	bash tests/system/install.sh
+
+test: test-quick test-system
 	$(BIN)/python -m pytest -q --durations=15 -m "not slow and not unit" tests || [ $$? -eq 5 ]
 
 bench-engine: $(STAMP)
