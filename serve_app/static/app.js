@@ -221,6 +221,8 @@ function show(body, roundTrip) {
     cap.append(left, right);
     const frame = document.createElement("div");
     frame.className = "frame";
+    frame.dataset.w = page.width;
+    frame.dataset.h = page.height;
     // The picture: the file itself for an image; for a PDF page the service's
     // drawing of it, else a blank page of its size with the text in the boxes.
     const src = page.number === null && state.fileUrl ? state.fileUrl
@@ -234,8 +236,6 @@ function show(body, roundTrip) {
     } else {
       bg = document.createElement("div");
       bg.className = "blank";
-      bg.style.aspectRatio = `${page.width} / ${page.height}`;
-      bg.style.width = `min(100%, ${page.width}px)`;
       bg.style.background = "#fff";
       if (src) {
         bg.style.backgroundImage = `url("${src}")`;
@@ -269,6 +269,7 @@ function show(body, roundTrip) {
     fig.append(cap, frame);
     pagesEl.appendChild(fig);
   }
+  fitFrames();
   const n = index;
   $("#count").textContent = `${n} line${n === 1 ? "" : "s"}`;
   if (!n) {
@@ -285,6 +286,19 @@ function show(body, roundTrip) {
     fig.hidden = false;
   }
 }
+
+// Each picture as large as its column allows (small images up to twice
+// their size), at most 72% of the window's height; the overlay follows.
+function fitFrames() {
+  for (const frame of document.querySelectorAll(".frame")) {
+    const w = Number(frame.dataset.w), h = Number(frame.dataset.h);
+    const room = frame.parentElement.clientWidth;
+    const scale = Math.min(room / w, (0.72 * window.innerHeight) / h, 2);
+    frame.style.width = `${Math.floor(w * scale)}px`;
+    frame.style.height = `${Math.floor(h * scale)}px`;
+  }
+}
+window.addEventListener("resize", fitFrames);
 
 function boxText(line) {
   const ys = line.box.map((p) => p[1]), xs = line.box.map((p) => p[0]);
@@ -414,7 +428,10 @@ function drawDeployments(stats) {
     top.append(title, chip);
     const big = document.createElement("div");
     big.className = "big replicas";
-    big.textContent = d.running;
+    const count = document.createElement("span");
+    count.className = "count";
+    count.textContent = d.running;
+    big.appendChild(count);
     const small = document.createElement("small");
     small.textContent = `replica${d.running === 1 ? "" : "s"} running` +
       (Object.keys(d.replica_states).length > 1 ? " · " + fmtStates(d.replica_states) : "");
@@ -427,7 +444,7 @@ function drawDeployments(stats) {
       kv.push(["queued calls", s.queue_depth]);
       if (s.pending_crops !== null && s.pending_crops !== undefined) kv.push(["crops waiting", s.pending_crops]);
       kv.push([`batches (last ${r.window_s} s)`, r.batches]);
-      kv.push(["batch size mean / max", r.batches ? `${r.mean_items} / ${r.max_items}` : "–"]);
+      kv.push(["mean / max batch", r.batches ? `${r.mean_items} / ${r.max_items}` : "–"]);
       kv.push(["batch limit", s.max_batch_size]);
       kv.push(["time per batch", r.mean_ms !== null ? `${r.mean_ms} ms` : "–"]);
     }
@@ -476,8 +493,44 @@ function histogram(sizes, limit) {
   return wrap;
 }
 
+// The last minute at a glance, from the history's newest buckets.
+function drawSummary(history) {
+  const per = history.bucket_s;
+  const lastMin = history.buckets.slice(-Math.max(1, Math.round(60 / per)));
+  const n = lastMin.reduce((a, x) => a + x.requests, 0);
+  const weighted = (key) => {
+    const with_ = lastMin.filter((x) => x[key] !== null);
+    const w = with_.reduce((a, x) => a + x.requests, 0);
+    return w ? with_.reduce((a, x) => a + x[key] * x.requests, 0) / w : null;
+  };
+  const p99 = Math.max(...lastMin.map((x) => x.p99_ms ?? -1));
+  const errors = history.buckets.reduce((a, x) => a + x.errors, 0);
+  const rejected = history.buckets.reduce((a, x) => a + x.client_errors, 0);
+  const tiles = [
+    ["Throughput", n ? `${(n / (lastMin.length * per)).toFixed(2)}` : "0", "requests/s, last minute"],
+    ["Latency p50", weighted("p50_ms") !== null ? `${weighted("p50_ms").toFixed(0)}` : "–", "ms, last minute"],
+    ["Latency p99", p99 >= 0 ? `${p99.toFixed(0)}` : "–", "ms, worst 5 s of the last minute"],
+    ["Errors", `${errors}`, `server errors, last ${Math.round((history.buckets.length * per) / 60)} min · ${rejected} refused (4xx)`],
+  ];
+  const el = $("#summary");
+  el.textContent = "";
+  for (const [title, value, note] of tiles) {
+    const tile = document.createElement("div");
+    tile.className = "card tile";
+    const t = document.createElement("span");
+    t.textContent = title;
+    const v = document.createElement("b");
+    v.textContent = value;
+    const small = document.createElement("small");
+    small.textContent = note;
+    tile.append(t, v, small);
+    el.appendChild(tile);
+  }
+}
+
 function drawCharts(history) {
   if (!history) return;
+  drawSummary(history);
   const b = history.buckets;
   const per = history.bucket_s;
   const t = b.map((x) => x.t);
@@ -489,7 +542,9 @@ function drawCharts(history) {
     { values: b.map((x) => x.p50_ms), color: "#3b82f6" },
     { values: b.map((x) => x.p99_ms), color: "#f59e0b" },
   ], " ms");
-  const steps = [...new Set(b.flatMap((x) => Object.keys(x.steps_ms || {})))].filter((k) => k !== "total");
+  const known = Object.keys(STEP_COLORS);
+  const steps = [...new Set(b.flatMap((x) => Object.keys(x.steps_ms || {})))].filter((k) => k !== "total")
+    .sort((a, c) => (known.indexOf(a) + 1 || 99) - (known.indexOf(c) + 1 || 99));
   chart($("#chart-steps"), t, steps.map((k) => ({ values: b.map((x) => (x.steps_ms || {})[k] ?? null),
                                                    color: STEP_COLORS[k] || "#64748b" })), " ms");
   const legend = $("#steps-legend");
@@ -511,7 +566,7 @@ function chart(canvas, times, series, unit) {
   const ctx = canvas.getContext("2d");
   ctx.scale(dpr, dpr);
   ctx.clearRect(0, 0, w, h);
-  const padL = 44, padB = 18, padT = 6, padR = 6;
+  const padL = 40, padB = 18, padT = 6, padR = 6;
   const n = times.length;
   const stackedTop = times.map((_, k) => series.filter((s) => s.bars).reduce((a, s) => a + (s.values[k] || 0), 0));
   const peak = Math.max(1e-9, ...stackedTop, ...series.filter((s) => !s.bars).flatMap((s) => s.values.filter((v) => v !== null)));
@@ -529,7 +584,7 @@ function chart(canvas, times, series, unit) {
     ctx.lineTo(w - padR, y(v) + 0.5);
     ctx.stroke();
     ctx.textAlign = "right";
-    ctx.fillText(fmtNum(v) + (g === 4 ? unit : ""), padL - 6, y(v) + 3);
+    ctx.fillText(fmtNum(v), padL - 6, y(v) + 3);
   }
   ctx.textAlign = "center";
   for (const [k, label] of [[0, `-${Math.round((times[n - 1] - times[0]) / 60)} min`], [n - 1, "now"]]) {
@@ -563,10 +618,12 @@ function chart(canvas, times, series, unit) {
   }
 }
 
+// A round top for a 4-line grid: 4 x (1, 2, 2.5 or 5 x a power of ten).
 function niceCeil(v) {
-  const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
+  const quarter = v / 4;
+  const p = Math.pow(10, Math.floor(Math.log10(quarter)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= quarter) return 4 * m * p;
+  return 40 * p;
 }
 function fmtNum(v) { return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1).replace(/\.0$/, "") : v.toFixed(2).replace(/\.?0+$/, ""); }
 
