@@ -145,7 +145,7 @@ def _write(draw: ImageDraw.ImageDraw, text: str, quad: list[tuple[float, float]]
 
 def _tag(draw: ImageDraw.ImageDraw, number: str, at: tuple[float, float], font_path: Optional[str],
          color: tuple[int, int, int]) -> None:
-    size = max(9, int(min(draw.im.size) / 60))
+    size = max(11, int(min(draw.im.size) / 40))
     font = _font(font_path, size)
     x0, y0, x1, y1 = draw.textbbox(at, number, font=font)
     pad = max(1, size // 6)
