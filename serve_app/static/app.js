@@ -531,8 +531,11 @@ function drawSummary(history) {
 function drawCharts(history) {
   if (!history) return;
   drawSummary(history);
-  const b = history.buckets;
   const per = history.bucket_s;
+  // From the first bucket with requests (at least the last 2 minutes) to now.
+  const first = history.buckets.findIndex((x) => x.requests > 0);
+  const keep = Math.max(Math.round(120 / per), first < 0 ? 0 : history.buckets.length - first);
+  const b = history.buckets.slice(-keep);
   const t = b.map((x) => x.t);
   chart($("#chart-rate"), t, [
     { values: b.map((x) => (x.requests - x.errors - x.client_errors) / per), color: "#3b82f6", bars: true },
