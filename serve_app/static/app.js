@@ -6,7 +6,7 @@
 const $ = (sel) => document.querySelector(sel);
 const SVG = "http://www.w3.org/2000/svg";
 const STEP_COLORS = { decode: "#94a3b8", det: "#3b82f6", cls: "#8b5cf6", rec: "#10b981", visualize: "#f59e0b" };
-const state = { file: null, fileUrl: null, config: { options: [], formats: ["json"] } };
+const state = { file: null, fileUrl: null, seq: 0, config: { options: [], formats: ["json"] } };
 
 // -- token (kept for this browser tab only) -----------------------------------
 const tokenInput = $("#token");
@@ -141,6 +141,7 @@ function pick(file) {
 
 // -- reading: POST v1/ocr ----------------------------------------------------------
 async function read() {
+  const seq = ++state.seq;  // only the latest read's answer is shown
   const file = state.file;
   const opts = readOptions();
   // A PDF's pages have no picture in the browser: ask the service to draw them.
@@ -158,14 +159,17 @@ async function read() {
     resp = await fetch("v1/ocr" + (format !== "json" ? "?format=" + encodeURIComponent(format) : ""),
                        { method: "POST", body: form, headers: authHeaders() });
   } catch (e) {
-    setStatus(status, "The service did not answer: " + e, true);
+    if (seq === state.seq) setStatus(status, "The service did not answer: " + e, true);
     return;
   } finally {
     document.body.classList.remove("busy");
   }
+  if (seq !== state.seq) return;
   const roundTrip = performance.now() - t0;
   if (!resp.ok) {
-    setStatus(status, await errorText(resp), true);
+    const msg = await errorText(resp);
+    if (seq !== state.seq) return;
+    setStatus(status, msg, true);
     clearResult();
     return;
   }
@@ -174,11 +178,14 @@ async function read() {
     clearResult();
     const raw = $("#raw");
     raw.hidden = false;
-    raw.textContent = await resp.text();
+    const text = await resp.text();
+    if (seq !== state.seq) return;
+    raw.textContent = text;
     setStatus(status, `${format} answer in ${roundTrip.toFixed(0)} ms (boxes are drawn for the json format).`);
     return;
   }
   const body = await resp.json();
+  if (seq !== state.seq) return;
   setStatus(status, "");
   show(body, roundTrip);
 }
