@@ -257,11 +257,15 @@ def test_the_web_page_reads_an_image_links_boxes_and_lines_and_shows_the_live_vi
         page.click("#tab-live")
         page.wait_for_selector(".dep[data-deployment='TextRecognizer'] .replicas")
         page.wait_for_selector("#summary .tile")
-        running = {n: d.replica_states.get("RUNNING", 0)
-                   for n, d in serve.status().applications["ocr"].deployments.items()}
-        for dep in ("TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"):
-            shown = page.text_content(f".dep[data-deployment='{dep}'] .replicas .count")
-            assert shown == str(running[dep]), (dep, shown)
+        deps = ("TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress")
+        for _ in range(10):  # the page polls every 2 s; an autoscaled replica may start in between
+            running = {n: str(d.replica_states.get("RUNNING", 0))
+                       for n, d in serve.status().applications["ocr"].deployments.items()}
+            shown = {d: page.text_content(f".dep[data-deployment='{d}'] .replicas .count") for d in deps}
+            if shown == {d: running[d] for d in deps}:
+                break
+            page.wait_for_timeout(1000)
+        assert shown == {d: running[d] for d in deps}
         assert "batches (last 60 s)" in page.text_content(".dep[data-deployment='TextRecognizer']")
         page.screenshot(path=str(REPO / "docs" / "ui-live.png"))
         assert page.errors == []
