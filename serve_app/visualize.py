@@ -99,9 +99,9 @@ def render(image_bgr: np.ndarray, lines: Sequence[TextLine], max_side: int = MAX
         left_draw.polygon(quad, outline=color, width=outline)
         right_draw.polygon(quad, outline=color, width=outline)
         if can_draw(line.text, font_path):
-            _write(right_draw, line.text, quad, font_path, (20, 20, 20))
+            _write(right, line.text, quad, font_path, (20, 20, 20))
         else:
-            _write(right_draw, str(i + 1), quad, font_path, color)
+            _write(right, str(i + 1), quad, font_path, color)
     left = Image.alpha_composite(left.convert("RGBA"), tint).convert("RGB")
     # Composited after the tint so that number tags stay opaque.
     for i, line in enumerate(lines):
@@ -122,13 +122,14 @@ def _sides(quad: list[tuple[float, float]]) -> tuple[float, float]:
     return math.hypot(x1 - x0, y1 - y0), math.hypot(x3 - x0, y3 - y0)
 
 
-def _write(draw: ImageDraw.ImageDraw, text: str, quad: list[tuple[float, float]], font_path: Optional[str],
+def _write(panel: Image.Image, text: str, quad: list[tuple[float, float]], font_path: Optional[str],
            color: tuple[int, int, int]) -> None:
-    """`text` fitted into the quad's bounding box: along it, or one
-    character per row for a vertical line."""
+    """`text` fitted into the quad: along it (turned with it when the line
+    is tilted), or one character per row for a vertical line."""
+    draw = ImageDraw.Draw(panel)
     along, across = _sides(quad)
-    x0, y0 = min(p[0] for p in quad), min(p[1] for p in quad)
     if across > 1.5 * along and len(text) > 1:  # vertical
+        x0, y0 = min(p[0] for p in quad), min(p[1] for p in quad)
         size = max(6, int(min(along * 0.85, across / len(text))))
         font = _font(font_path, size)
         for k, ch in enumerate(text):
@@ -140,7 +141,21 @@ def _write(draw: ImageDraw.ImageDraw, text: str, quad: list[tuple[float, float]]
     if width > along > 0:
         size = max(6, int(size * along / width))
         font = _font(font_path, size)
-    draw.text((x0 + 1, y0 + max(0.0, (across - size) / 2) - size * 0.1), text, fill=color, font=font)
+        width = draw.textlength(text, font=font)
+    # From the middle of the box's left side, along its top edge's direction.
+    (ax, ay), (bx, by), _, (dx, dy) = quad
+    lx, ly = (ax + dx) / 2 + 1, (ay + dy) / 2
+    angle = math.atan2(by - ay, bx - ax)
+    if abs(math.degrees(angle)) < 2:
+        draw.text((lx, ly), text, fill=color, font=font, anchor="lm")
+        return
+    w, h = int(math.ceil(width)) + 2, int(size * 1.4) + 2
+    tile = Image.new("L", (w, h), 0)
+    ImageDraw.Draw(tile).text((1, h / 2), text, fill=255, font=font, anchor="lm")
+    tile = tile.rotate(-math.degrees(angle), resample=Image.BICUBIC, expand=True)
+    cx, cy = lx + math.cos(angle) * w / 2, ly + math.sin(angle) * w / 2
+    x, y = round(cx - tile.width / 2), round(cy - tile.height / 2)
+    panel.paste(color, (x, y, x + tile.width, y + tile.height), tile)
 
 
 def _tag(draw: ImageDraw.ImageDraw, number: str, at: tuple[float, float], font_path: Optional[str],

@@ -72,3 +72,19 @@ def test_the_result_body_carries_the_picture_as_base64():
     assert body["visualization"]["media_type"] == "image/jpeg"
     assert base64.b64decode(body["visualization"]["base64"]) == vis.data
     assert "visualization" not in OcrResult(10, 10).to_dict()
+
+
+def test_a_tilted_line_is_written_along_its_box():
+    import math
+
+    a = math.radians(20)
+    c, s = math.cos(a), math.sin(a)
+    x0, y0, length, height = 40.0, 40.0, 200.0, 30.0
+    quad = [[x0, y0], [x0 + length * c, y0 + length * s],
+            [x0 + length * c - height * s, y0 + length * s + height * c], [x0 - height * s, y0 + height * c]]
+    white = np.full((200, 300, 3), 255, np.uint8)
+    panel = decode(render(white, [TextLine("WWWWWWWWWW", 0.9, quad)], font_path=None))[:, 300:]
+    # Ink near the box's middle, none in the empty corner the tilt leaves above its right end.
+    mx, my = int(x0 + length * c / 2 - height * s / 2), int(y0 + length * s / 2 + height * c / 2)
+    assert changed(panel, (mx - 15, my - 6, mx + 15, my + 6)) > 0.1
+    assert changed(panel, (200, 20, 290, 70)) < 0.01
