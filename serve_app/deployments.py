@@ -210,6 +210,25 @@ class OcrPipeline:
         (DeadlineExceeded, 504)."""
         return (await self.pipeline.read(image, parse_options(options), deadline)).to_dict()
 
+    async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
+        """stage -> the stats() of its replicas that answered `calls[stage]`
+        concurrent calls (the router spreads them; a replica may be reached
+        twice or not at all, so callers ask about twice the replicas
+        running). A stage that does not answer in time gives []."""
+
+        async def one(h):
+            try:
+                return await asyncio.wait_for(h.stats.remote(), timeout=timeout_s)
+            except Exception:
+                return None
+
+        async def stage(name, h):
+            got = await asyncio.gather(*(one(h) for _ in range(max(1, calls.get(name, 1)))))
+            return list({s["pid"]: s for s in got if s}.values())
+
+        answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))
+        return dict(zip(self.handles, answers))
+
     async def ready(self) -> dict[str, bool]:
         """Whether each stage answers (a replica answers only once warmed)."""
 

@@ -82,12 +82,15 @@ class OcrEngine:
         return time.perf_counter() - t0
 
     def read(
-        self, image: ImageInput, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False
+        self, image: ImageInput, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False,
+        visualize: bool = False,
     ) -> OcrResult:
         """OCR one image. det=False reads the whole image as one line (a crop
         already cut out); cls=None uses the configured classifier setting;
-        return_chars adds each character's box to every line."""
-        return self._run(self.aread(image, OcrOptions(det=det, cls=cls, return_chars=return_chars)))
+        return_chars adds each character's box to every line; visualize adds
+        the picture of the result (result.visualization, a JPEG)."""
+        return self._run(self.aread(image, OcrOptions(det=det, cls=cls, return_chars=return_chars,
+                                                      visualize=visualize)))
 
     async def aread(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
         """`read` for async callers, on their own event loop."""

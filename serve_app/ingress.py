@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 from ray.serve.exceptions import BackPressureError
@@ -30,9 +30,11 @@ from .http_body import BodyBudget, body_limit, check_media_type, parse_body, rea
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
 from .image_header import check_image_header
+from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import RequestMetrics
 from .options import parse_options
 from .settings import IngressArgs
+from .ui import page_config, static_file
 
 log = logging.getLogger("ray.serve")
 
@@ -167,7 +169,11 @@ async def count_outcomes(request: Request, call_next):
         response = await domain_error(request, exc)
     path = getattr(request.scope.get("route"), "path", "")
     if path.startswith("/v1/"):
-        metrics = _ingress().metrics
+        ingress = _ingress()
+        metrics = ingress.metrics
+        if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
+            ingress.history.record(time.time(), response.status_code, (time.perf_counter() - t0) * 1000,
+                                   getattr(request.state, "timings_ms", None))
         metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
         code = getattr(request.state, "error_code", None)
         if code is not None:
@@ -201,6 +207,9 @@ class OcrIngress:
         self.metrics = RequestMetrics()
         self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
         self._ready_probe: Optional[asyncio.Task] = None
+        self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
+        self._stats: Optional[tuple[float, dict]] = None  # (when, body) of the last gathering
+        self._stats_probe: Optional[asyncio.Task] = None
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")
@@ -272,6 +281,7 @@ class OcrIngress:
             self.bodies.give(held[0])
         for step, ms in result.get("timings_ms", {}).items():
             self.metrics.stage_latency.observe(ms, tags={"step": step})
+        request.state.timings_ms = result.get("timings_ms")
         return JSONResponse({"request_id": rid, **result})
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
@@ -325,3 +335,73 @@ class OcrIngress:
         stages = self._ready[1]
         ready = bool(stages) and all(stages.values())
         return JSONResponse({"ready": ready, "stages": stages}, status_code=200 if ready else 503)
+
+    # -- the web page and its live view --------------------------------------
+    # The page holds no secret, so it is open like /healthz; what it calls
+    # (/v1/ocr, /v1/stats) carries the token the person types in.
+    # Served at / and /ui alike: both resolve the page's relative URLs
+    # (ui/app.js, v1/ocr) under the app's route prefix.
+    @api.get("/", include_in_schema=False)
+    async def root(self):
+        return self._static("index.html")
+
+    @api.get("/ui", include_in_schema=False)
+    async def ui_page(self):
+        return self._static("index.html")
+
+    @api.get("/ui/options.json", include_in_schema=False)
+    async def ui_options(self):
+        return JSONResponse(page_config())
+
+    @api.get("/ui/{name}", include_in_schema=False)
+    async def ui_file(self, name: str):
+        return self._static(name)
+
+    def _static(self, name: str) -> Response:
+        found = static_file(name)
+        if found is None:
+            raise NotFound(f"no page file {name!r}")
+        content, media = found
+        return Response(content, media_type=media, headers={"Cache-Control": "no-cache"})
+
+    async def _gather_stats(self) -> dict:
+        """Replica states from Serve's controller, and each model stage's
+        replicas' stats() through the pipeline (each asked about twice as
+        often as it has replicas running, at most 8 times)."""
+        app = serve.get_replica_context().app_name
+        try:
+            status = await asyncio.wait_for(asyncio.to_thread(serve.status), timeout=3.0)
+            deployments = deployment_summary(status.applications[app].deployments)
+        except Exception as e:  # the live view shows what it got
+            log.warning("live view: no deployment status: %s", e)
+            deployments = {}
+        names = {"det": "TextDetector", "cls": "DirectionClassifier", "rec": "TextRecognizer"}
+        calls = {s: min(8, 2 * max(1, deployments.get(n, {}).get("running", 1))) for s, n in names.items()}
+        try:
+            stages = await asyncio.wait_for(self.pipeline.stats.remote(calls), timeout=5.0)
+        except Exception as e:
+            log.warning("live view: no stage stats: %s", e)
+            stages = {}
+        now = time.time()
+        return {
+            "time": now,
+            "app": app,
+            "deployments": deployments,
+            "stages": {s: {"deployment": names.get(s, s), **stage_summary(r, now)} for s, r in stages.items()},
+            "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
+                        "job_submits_in_flight": self.submitting},
+            "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
+        }
+
+    @api.get("/v1/stats", dependencies=V1, summary="Live figures: replicas, queues, batches, recent requests")
+    async def http_stats(self):
+        """What the page's live view draws. Cheap under any polling: one
+        gathering at a time, its answer reused for ingress.stats_cache_s.
+        The history is this ingress replica's (one by default)."""
+        now = time.monotonic()
+        if self._stats is None or now - self._stats[0] > self.args.stats_cache_s:
+            if self._stats_probe is None or self._stats_probe.done():
+                self._stats_probe = asyncio.ensure_future(self._gather_stats())
+            body = await asyncio.shield(self._stats_probe)
+            self._stats = (time.monotonic(), body)
+        return JSONResponse(self._stats[1])

@@ -18,6 +18,7 @@ class OcrOptions:
     det: bool = True  # False: read the whole image as one text line
     cls: Optional[bool] = None  # None: the service's configured default
     return_chars: bool = False  # add each character's box to every line
+    visualize: bool = False  # add a JPEG of the boxes and text (serve_app.visualize)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

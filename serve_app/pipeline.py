@@ -16,10 +16,10 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 import numpy as np
 
-from .config import EngineConfig, ImageLimits
+from .config import EngineConfig, ImageLimits, PipelineOptions
 from .errors import BadImage, DeadlineExceeded, TooLarge
 from .options import OcrOptions
-from .results import CharBox, Direction, OcrResult, Recognition, TextLine
+from .results import CharBox, Direction, OcrResult, Recognition, TextLine, Visualization
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
 from .stages.decode import array_to_bgr, decode_image
@@ -108,8 +108,13 @@ class Pipeline:
         recs = await self.stages.recognize(crops) if crops else []
         timings["rec"] = _ms(t)
         lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, options.return_chars)
+        picture = None
+        if options.visualize:
+            t = time.perf_counter()
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
+            timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings)
+        return OcrResult(w, h, lines, timings, picture)
 
 
 # -- fan-out: one image's crops read by several recogniser replicas ----------
@@ -178,6 +183,13 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
     return decode_image(bytes(image), limits, exif_transpose)
+
+
+def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions) -> Visualization:
+    """The `visualize` picture of one read image (serve_app.visualize)."""
+    from .visualize import find_font, render
+
+    return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
 
 
 def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:

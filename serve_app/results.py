@@ -3,6 +3,7 @@ pickle across Ray processes and free of framework imports."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -50,15 +51,33 @@ class Direction:
 
 
 @dataclass(frozen=True)
+class Visualization:
+    """The picture of a result (serve_app.visualize), encoded."""
+
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"media_type": self.media_type, "width": self.width, "height": self.height,
+                "base64": base64.b64encode(self.data).decode("ascii")}
+
+
+@dataclass(frozen=True)
 class OcrResult:
     width: int
     height: int
     lines: tuple[TextLine, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
+    visualization: Optional[Visualization] = None  # with the `visualize` option
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "image": {"width": self.width, "height": self.height},
             "results": [line.to_dict() for line in self.lines],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
+        if self.visualization is not None:
+            d["visualization"] = self.visualization.to_dict()
+        return d

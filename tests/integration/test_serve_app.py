@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import struct
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +14,9 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all
+from serve_fixtures import (
+    REPO, apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all,
+)
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -173,6 +176,99 @@ def test_handle_api_returns_the_http_body(service):
     http = post_file(url, "rapidocr_ch_en_num.jpg").json()
     assert result["results"] == http["results"]
     assert result["image"] == {"width": 323, "height": 430}
+
+
+def test_visualize_returns_a_bounded_jpeg_of_the_same_reading(service):
+    import io
+
+    from PIL import Image
+
+    url, _ = service
+    with open(PEER / "mmocr_wildreceipt_1.jpeg", "rb") as f:
+        plain = post_file(url, "mmocr_wildreceipt_1.jpeg").json()
+        r = requests.post(f"{url}/v1/ocr", files={"file": f}, data={"options": json.dumps({"visualize": True})},
+                          timeout=120)
+    body = r.json()
+    assert r.status_code == 200 and body["results"] == plain["results"]
+    vis = body["visualization"]
+    img = Image.open(io.BytesIO(base64.b64decode(vis["base64"])))
+    assert vis["media_type"] == "image/jpeg" and img.format == "JPEG"
+    assert img.size == (vis["width"], vis["height"]) == (1600, 600)  # a 1600x1200 image, two wide, within 1600
+    assert "visualization" not in plain
+
+
+def test_stats_report_each_stage_its_replicas_batches_and_the_recent_requests(service):
+    from ray import serve
+
+    url, _ = service
+
+    def answered():
+        return sum(b["requests"] for b in requests.get(f"{url}/v1/stats", timeout=30).json()["history"]["buckets"])
+
+    before = answered()
+    assert post_file(url, "rapidocr_ch_en_num.jpg").status_code == 200
+    assert post_file(url, "rapidocr_issue_170.png").status_code == 200
+    time.sleep(1.1)  # past the 1 s the gathered figures are reused
+    stats = requests.get(f"{url}/v1/stats", timeout=30).json()
+    running = {name: d.replica_states.get("RUNNING", 0)
+               for name, d in serve.status().applications["ocr"].deployments.items()}
+    assert {n: d["running"] for n, d in stats["deployments"].items()} == running
+    assert set(stats["stages"]) == {"det", "cls", "rec"}
+    for s in stats["stages"].values():
+        assert 1 <= s["replicas_answered"] <= running[s["deployment"]]
+        assert s["recent"]["batches"] >= 1 and s["recent"]["max_items"] >= 1  # this test's request, at least
+    assert stats["stages"]["rec"]["max_batch_size"] == 24
+    buckets = stats["history"]["buckets"]
+    assert len(buckets) == 120 and sum(b["requests"] for b in buckets) == before + 2
+    assert buckets[-1]["t"] <= stats["time"] < buckets[-1]["t"] + 5
+    assert any(b["p50_ms"] and set(b["steps_ms"]) >= {"det", "rec"} for b in buckets[-2:])
+
+
+def test_the_web_page_reads_an_image_links_boxes_and_lines_and_shows_the_live_view(service):
+    """In a real browser: upload a peer image, see the API's lines in the
+    API's order, hover linked both ways, then the live view's replica counts."""
+    from ray import serve
+
+    from browser import chromium_page
+
+    url, _ = service
+    name = "paddleocr_11.jpg"
+    api = post_file(url, name).json()["results"]
+    assert len(api) >= 10
+    with chromium_page() as page:
+        page.goto(f"{url}/")
+        page.set_input_files("#file", str(PEER / name))
+        page.wait_for_selector("#lines li[data-i]")
+        assert page.locator("#lines li[data-i] .text").all_text_contents() == [r["text"] for r in api]
+        assert page.locator("#lines li[data-i] .score").all_text_contents() == [f"{r['score']:.3f}" for r in api]
+        assert page.locator("svg .box").count() == len(api)
+        # Hover a box: its line lights up; hover a line: its box does.
+        page.hover("svg .box >> nth=4")
+        assert page.locator("#lines li.active").get_attribute("data-i") == "4"
+        assert page.locator("svg .box.active").get_attribute("data-i") == "4"
+        page.hover("#lines li[data-i='1']")
+        assert page.locator("svg .box.active").get_attribute("data-i") == "1"
+        assert page.locator("#lines li.active").count() == 1
+        timings = page.text_content("#timings")
+        assert all(step in timings for step in ("det", "cls", "rec"))
+        page.hover("svg .box >> nth=4")
+        page.screenshot(path=str(REPO / "docs" / "ui.png"))
+
+        page.click("#tab-live")
+        page.wait_for_selector(".dep[data-deployment='TextRecognizer'] .replicas")
+        page.wait_for_selector("#summary .tile")
+        deps = ("TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress")
+        for _ in range(10):  # the page polls every 2 s; an autoscaled replica may start in between
+            running = {n: str(d.replica_states.get("RUNNING", 0))
+                       for n, d in serve.status().applications["ocr"].deployments.items()}
+            shown = {d: page.text_content(f".dep[data-deployment='{d}'] .replicas .count") for d in deps}
+            if shown == {d: running[d] for d in deps}:
+                break
+            page.wait_for_timeout(1000)
+        assert shown == {d: running[d] for d in deps}
+        assert "batches (last 60 s)" in page.text_content(".dep[data-deployment='TextRecognizer']")
+        page.screenshot(path=str(REPO / "docs" / "ui-live.png"))
+        assert page.errors == []
 
 
 def test_live_reconfigure_keeps_the_replica(service):

@@ -192,3 +192,21 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     with pytest.raises(DeadlineExceeded, match="before decoding"):
         asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), time.time() - 1))
     assert len(read(Calls([BOX_A]), png(100, 240)).lines) == 1  # no deadline: as before
+
+
+def test_visualize_adds_the_picture_of_the_lines_read_and_nothing_otherwise():
+    import io
+
+    from PIL import Image
+
+    calls = Calls([BOX_A, BOX_B])
+    plain = read(calls, png(100, 300))
+    assert plain.visualization is None and "visualize" not in plain.timings_ms
+    result = read(calls, png(100, 300), visualize=True)
+    vis = result.visualization
+    assert [l.text for l in result.lines] == [l.text for l in plain.lines]
+    assert Image.open(io.BytesIO(vis.data)).format == "JPEG" and (vis.width, vis.height) == (600, 100)
+    assert result.timings_ms["visualize"] >= 0 and result.to_dict()["visualization"]["media_type"] == "image/jpeg"
+    img = np.asarray(Image.open(io.BytesIO(vis.data)).convert("L")).astype(int)
+    assert (img[15:35, 20:100] < 230).mean() > 0.9  # BOX_A tinted on the white image
+    assert (img[5:95, 220:290] > 245).mean() > 0.99  # right of the boxes: untouched
