@@ -92,24 +92,29 @@ def render(body: dict, fmt: str) -> tuple[str, str]:
         import json
 
         return json.dumps(body, ensure_ascii=False), MEDIA_TYPES["json"]
+    if fmt == "text":
+        return render_text(body), MEDIA_TYPES[fmt]
     pages = pages_of(body)
-    out = {"text": render_text, "hocr": render_hocr, "alto": render_alto}[fmt](pages)
+    out = {"hocr": render_hocr, "alto": render_alto}[fmt](pages)
     return out, MEDIA_TYPES[fmt]
 
 
 # -- the body, read once into pages, lines and words ---------------------------
 
 
-def pages_of(body: dict) -> list[Page]:
-    """An image body (one page) or a document body (its pages, in order)."""
+def raw_pages(body: dict) -> list[tuple[int, int, int, list[dict]]]:
+    """(number, width, height, results) of each page: an image body is one
+    page, a document body has its pages in order."""
     if "pages" in body:
-        raw = [(p.get("page", i + 1), p.get("width", 0), p.get("height", 0), p.get("results") or [])
-               for i, p in enumerate(body["pages"])]
-    else:
-        image = body.get("image") or {}
-        raw = [(1, image.get("width", 0), image.get("height", 0), body.get("results") or [])]
+        return [(p.get("page", i + 1), p.get("width", 0), p.get("height", 0), p.get("results") or [])
+                for i, p in enumerate(body["pages"])]
+    image = body.get("image") or {}
+    return [(1, image.get("width", 0), image.get("height", 0), body.get("results") or [])]
+
+
+def pages_of(body: dict) -> list[Page]:
     pages = []
-    for number, w, h, results in raw:
+    for number, w, h, results in raw_pages(body):
         w, h = int(w), int(h)
         lines = tuple(ln for ln in (line_of(r, w, h) for r in results) if ln is not None)
         pages.append(Page(int(number), w, h, lines))
@@ -178,8 +183,9 @@ def clean(text: str) -> str:
 # -- text ----------------------------------------------------------------------
 
 
-def render_text(pages: list[Page]) -> str:
-    return "\f".join("".join(line.text + "\n" for line in page.lines) for page in pages)
+def render_text(body: dict) -> str:
+    pages = [[clean(r.get("text", "")) for r in results] for _, _, _, results in raw_pages(body)]
+    return "\f".join("".join(t + "\n" for t in texts if t.strip()) for texts in pages)
 
 
 # -- hOCR 1.2 ------------------------------------------------------------------

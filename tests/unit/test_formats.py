@@ -6,17 +6,13 @@ XML with lxml. No Ray, no models."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from lxml import etree
 
 from serve_app.errors import BadRequest
 from serve_app.formats import render
-
-ALTO_DIR = Path(__file__).resolve().parents[1] / "data" / "alto"
-XHTML = "{http://www.w3.org/1999/xhtml}"
-ALTO = "{http://www.loc.gov/standards/alto/ns-v4#}"
+from xml_checks import ALTO, XHTML, alto_schema, hocr_page
+from xml_checks import hocr_words as words_of
 
 
 def quad(x0, y0, x1, y1):
@@ -55,37 +51,6 @@ DOC_BODY = {
     ],
     "timings_ms": {"total": 2.0},
 }
-
-
-def alto_schema() -> etree.XMLSchema:
-    class LocalXlink(etree.Resolver):  # the schema imports XLink from loc.gov: use the copy beside it
-        def resolve(self, url, pubid, context):
-            if url.endswith("/xlink.xsd"):
-                return self.resolve_filename(str(ALTO_DIR / "xlink.xsd"), context)
-            return None
-
-    parser = etree.XMLParser(no_network=True)
-    parser.resolvers.add(LocalXlink())
-    return etree.XMLSchema(etree.parse(str(ALTO_DIR / "alto-4-4.xsd"), parser))
-
-
-def hocr_page(doc: str, tmp_path: Path):
-    from ocrmypdf.hocrtransform import HocrParser
-
-    path = tmp_path / "page.hocr"
-    path.write_text(doc, encoding="utf-8")
-    return HocrParser(path).parse()
-
-
-def words_of(element) -> list:
-    from ocrmypdf.hocrtransform import OcrClass
-
-    out = []
-    for child in element.children:
-        if child.ocr_class == OcrClass.WORD:
-            out.append(child)
-        out.extend(words_of(child))
-    return out
 
 
 def test_text_is_the_lines_in_order_and_pages_split_by_form_feed():
