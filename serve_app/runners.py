@@ -38,7 +38,10 @@ class TextDetector:
         are found, and an image reads the same alone or in a batch."""
         params = params or [DetParams()] * len(images)
         effective: dict[DetParams, DetOptions] = {}
-        opts = [effective.setdefault(p, p.apply(self.opts)) for p in params]
+        for p in params:
+            if p not in effective:
+                effective[p] = p.apply(self.opts)
+        opts = [effective[p] for p in params]
         prepared = [det_preprocess(img, o) for img, o in zip(images, opts)]
         groups: dict[tuple, list[int]] = {}
         for i, (t, _) in enumerate(prepared):
