@@ -23,10 +23,10 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException
 
 from .config import ImageLimits
-from .formats import render
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
+from .formats import render
 from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
