@@ -19,9 +19,10 @@ would show in the process list); `--ocr-server-timeout SECONDS` per page
 Needs only OCRmyPDF and its Python dependencies: Tesseract is blocked (this
 plugin is the OCR engine), pages are rasterised with pypdfium2, and
 OCRmyPDF's output-type `auto` makes a PDF/A without Ghostscript where it can
-(else a plain PDF). `--output-type pdfa` and `--pdfa-backend ghostscript`
-still need Ghostscript, `--optimize 2/3` jbig2enc and pngquant.
-`--pdf-renderer sandwich` is not supported (it needs an engine-made PDF)."""
+(else a plain PDF). OCRmyPDF options that call other programs (Ghostscript
+for its PDF/A backend, pngquant and jbig2enc for `--optimize 2|3`) need them
+as usual (not run here). `--pdf-renderer sandwich` is not supported (it
+needs an engine-made PDF)."""
 
 from __future__ import annotations
 
