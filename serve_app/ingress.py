@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Annotated, Any, Optional
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from ray import serve
@@ -26,13 +26,14 @@ from .config import ImageLimits
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
+from .formats import render
 from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
 from .image_header import check_image_header
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import RequestMetrics
-from .options import parse_options
+from .options import FORMATS, parse_options, with_format
 from .settings import IngressArgs
 from .ui import page_config, static_file
 
@@ -97,6 +98,24 @@ def authorized(request: Request, _: RequestId) -> None:
 
 
 V1 = [Depends(authorized)]
+
+# `?format=json|text|hocr|alto` on the OCR routes (serve_app.formats); it
+# wins over the options' own `format`.
+Format = Annotated[Optional[str], Query(alias="format", description=f"one of {', '.join(FORMATS)} (default json)")]
+
+
+def with_format_of(parsed: tuple, fmt: Optional[str]) -> tuple:
+    data, opts = parsed
+    return data, with_format(opts, fmt).for_pipeline()
+
+
+async def formatted(body: dict, fmt: str) -> Response:
+    """The answer in the asked format: JSON as it is, else rendered (off
+    the event loop: a long document's XML takes a while)."""
+    if fmt == "json":
+        return JSONResponse(body)
+    content, media_type = await asyncio.to_thread(render, body, fmt)
+    return Response(content, media_type=media_type)
 
 
 # -- errors -----------------------------------------------------------------------
@@ -221,15 +240,17 @@ class OcrIngress:
         check_exposure(_serve_host(), self.token is not None, args.allow_anonymous)
 
     # -- handle API (other Ray jobs and deployments) -------------------------
-    async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
+    async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
         """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`:
-        the same dict as the HTTP body. Domain errors raise."""
+        the same dict as the HTTP body; with options `format` text, hocr or
+        alto, that document as a str instead. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
-            result = await self.pipeline.ocr.remote(image, opts)
+            result = await self.pipeline.ocr.remote(image, opts.for_pipeline())
         except Exception as e:
             raise unwrap(e) from None
-        return {"request_id": uuid.uuid4().hex, **result}
+        body = {"request_id": uuid.uuid4().hex, **result}
+        return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
 
     # -- HTTP -----------------------------------------------------------------
     async def _body(self, request: Request, deadline: float, held: list[int]) -> bytes:
@@ -254,7 +275,7 @@ class OcrIngress:
         self.submitting += 1
 
     @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
-    async def http_ocr(self, request: Request, rid: RequestId):
+    async def http_ocr(self, request: Request, rid: RequestId, fmt: Format = None):
         timeout = deadline_s(request.headers, self.args)
         deadline = time.monotonic() + timeout
         held = [0]
@@ -263,13 +284,14 @@ class OcrIngress:
             self._take_slot()
             try:
                 data, opts = await parse_body(request, body, self.limits)
+                opts = with_format(opts, fmt)
                 del body
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
                 # The replicas get the deadline as wall-clock time: work still
                 # queued for this request when it passes is dropped there.
-                response = self.pipeline.ocr.remote(data, opts, time.time() + left)
+                response = self.pipeline.ocr.remote(data, opts.for_pipeline(), time.time() + left)
                 try:
                     result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
                 except asyncio.TimeoutError:
@@ -282,18 +304,20 @@ class OcrIngress:
         for step, ms in result.get("timings_ms", {}).items():
             self.metrics.stage_latency.observe(ms, tags={"step": step})
         request.state.timings_ms = result.get("timings_ms")
-        return JSONResponse({"request_id": rid, **result})
+        return await formatted({"request_id": rid, **result}, opts.format)
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
-    async def http_submit_job(self, request: Request):
+    async def http_submit_job(self, request: Request, fmt: Format = None):
         key = idempotency_key(request.headers)
         held = [0]
         try:
             body = await self._body(request, time.monotonic() + self.args.body_timeout_s, held)
             self._take_submit_slot()  # a gate of their own: a submit is short, a sync request long
             try:
-                data, opts = await parse_body(request, body, self.limits)
+                # A format is kept with the job (its pipeline run then makes
+                # word boxes for hOCR/ALTO); the job's result stays JSON.
+                data, opts = with_format_of(await parse_body(request, body, self.limits), fmt)
                 del body
                 # Junk is a 400 now, not a failed job later (header only, off the loop).
                 await asyncio.to_thread(check_image_header, data, self.limits)
@@ -306,11 +330,17 @@ class OcrIngress:
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
     @api.get("/v1/ocr/jobs/{job_id}", dependencies=V1, summary="A job's status, and its result once done")
-    async def http_get_job(self, job_id: str):
+    async def http_get_job(self, job_id: str, fmt: Format = None):
+        """JSON status (and result once done); with `?format=text|hocr|alto`
+        a succeeded job's result in that format (while it is not done, the
+        JSON status whatever the format)."""
+        fmt = with_format(parse_options(None), fmt).format
         job = await downstream(self.jobs.get.remote(job_id))
         if job is None:
             raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-        return JSONResponse(job)
+        if job.get("status") != "succeeded":
+            return JSONResponse(job)
+        return await formatted(job, fmt)
 
     @api.get("/healthz", summary="Alive")
     async def healthz(self):

@@ -22,16 +22,33 @@ class CharBox:
 
 
 @dataclass(frozen=True)
+class WordBox:
+    """One word (a run of characters between spaces; in Chinese and
+    Japanese text one character: serve_app.stages.words), its quad, and
+    the mean probability of its characters."""
+
+    text: str
+    box: Box
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "box": self.box, "score": round(float(self.score), 6)}
+
+
+@dataclass(frozen=True)
 class TextLine:
     text: str
     score: float
     box: Box
     chars: Optional[tuple[CharBox, ...]] = None
+    words: Optional[tuple[WordBox, ...]] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"text": self.text, "score": round(float(self.score), 6), "box": self.box}
         if self.chars is not None:
             d["chars"] = [c.to_dict() for c in self.chars]
+        if self.words is not None:
+            d["words"] = [w.to_dict() for w in self.words]
         return d
 
 
@@ -42,6 +59,8 @@ class Recognition:
     # Per character, where it lies along the crop: (start, end) as fractions
     # of the crop's width, from the CTC steps that emitted it.
     char_spans: tuple[tuple[float, float], ...] = ()
+    # Per character, the probability of the CTC step that emitted it.
+    char_scores: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -326,3 +326,40 @@ def test_stats_gathers_replicas_stages_and_history_at_most_once_per_cache_period
     now = body["history"]["buckets"][-1]
     assert (now["requests"], now["client_errors"]) == (2, 1) and now["steps_ms"] == {"total": 1.0}
     assert len(body["history"]["buckets"]) == 120
+def test_format_query_or_option_renders_the_answer_and_asks_for_word_boxes(app):
+    client, _ = app
+    r = client.post("/v1/ocr?format=text", content=b"read", headers={"Content-Type": "image/png"})
+    assert r.status_code == 200 and r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert r.text == "read\n"
+    assert Fake.calls[-1][1].format == "text" and not Fake.calls[-1][1].return_words
+    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
+                                     "options": {"format": "text"}})
+    assert r.text == "js\n"
+    client.post("/v1/ocr?format=hocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
+                                             "options": {"format": "text"}})
+    sent = Fake.calls[-1][1]
+    assert sent.format == "hocr" and sent.return_words  # the query wins; hOCR places words
+    bad = client.post("/v1/ocr?format=pdf", content=PNG, headers={"Content-Type": "image/png"})
+    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
+
+
+def test_a_job_result_stays_json_and_renders_on_get_with_format(app):
+    client, _ = app
+    r = client.post("/v1/ocr/jobs?format=alto", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 202 and Fake.calls[-1][1].format == "alto" and Fake.calls[-1][1].return_words
+    assert client.get("/v1/ocr/jobs/j1?format=text").json() == {"job_id": "j1", "status": "queued"}  # not done
+    box = [[1, 1], [20, 1], [20, 9], [1, 9]]
+    Fake.jobs["j1"] = {"job_id": "j1", "status": "succeeded", "request_id": "j1", "image": {"width": 30, "height": 10},
+                       "results": [{"text": "done ok", "score": 0.9, "box": box}], "timings_ms": {}}
+    assert client.get("/v1/ocr/jobs/j1").json()["results"][0]["text"] == "done ok"
+    text = client.get("/v1/ocr/jobs/j1?format=text")
+    assert text.text == "done ok\n" and text.headers["content-type"].startswith("text/plain")
+    alto = client.get("/v1/ocr/jobs/j1?format=alto")
+    assert alto.headers["content-type"].startswith("application/xml") and 'CONTENT="done"' in alto.text
+    assert client.get("/v1/ocr/jobs/j1?format=xml").status_code == 400
+
+
+def test_the_handle_api_gives_the_rendered_document_for_a_format(app):
+    _, obj = app
+    assert asyncio.run(obj.ocr(b"ok", {"format": "text"})) == "ok\n"
+    assert Fake.calls[-1][1].format == "text"

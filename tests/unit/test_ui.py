@@ -11,12 +11,12 @@ from serve_app.ui import FILES, FORMATS, OPTIONS, STATIC, page_config, static_fi
 def test_every_request_option_has_a_control_on_the_page_and_no_other():
     # A new OcrOptions field fails here until ui.OPTIONS offers it.
     names = [o["name"] for o in OPTIONS]
-    assert sorted(names) == sorted(FIELDS) and len(set(names)) == len(names)
+    assert sorted(names + ["format"]) == sorted(FIELDS) and len(set(names)) == len(names)  # format: FORMATS
     for o in OPTIONS:
         assert o["kind"] in ("bool", "choice", "number") and o["label"]
         if o["kind"] == "choice":
             assert all(len(c) == 2 for c in o["choices"])
-    assert "json" in FORMATS and page_config()["options"][0]["name"] == OPTIONS[0]["name"]
+    assert FORMATS == ("json", "text", "hocr", "alto") and page_config()["options"][0]["name"] == OPTIONS[0]["name"]
 
 
 def test_the_page_files_are_package_files_and_nothing_else_is_served():
