@@ -1,4 +1,4 @@
-"""`python -m serve_app IMAGE [IMAGE ...]`: one JSON object per image and line."""
+"""`python -m serve_app FILE [FILE ...]`: one JSON object per image or PDF and line."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import json
 import logging
 import sys
 
+from .documents import is_pdf
 from .errors import OcrError
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCRv4 OCR on Paddle Inference, in process.")
-    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF)")
+    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF) or PDFs")
     p.add_argument("--no-det", action="store_true", help="read each image as a single text line")
     p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
     p.add_argument("--reference", action="store_true",
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO inference precision (auto: bf16 where the CPU has it natively)")
     p.add_argument("--chars", action="store_true", help="add each character's box to every line")
     p.add_argument("--timings", action="store_true", help="add timings_ms to each line")
+    p.add_argument("--pdf-text-layer", action="store_true",
+                   help="PDF pages that have a text layer take their lines from it (marked source: text_layer)")
     return p
 
 
@@ -63,10 +66,19 @@ def main(argv=None) -> int:
     with engine:
         for path in args.images:
             try:
-                result = engine.read(path, det=not args.no_det, return_chars=args.chars)
-                out = {"image": path, "results": [line.to_dict() for line in result.lines]}
-                if args.timings:
-                    out["timings_ms"] = result.to_dict()["timings_ms"]
+                if is_pdf(path):
+                    doc = engine.read_document(path, det=not args.no_det, return_chars=args.chars,
+                                               pdf_text_layer=args.pdf_text_layer).to_dict()
+                    if not args.timings:
+                        for page in doc["pages"]:
+                            del page["timings_ms"]
+                        del doc["timings_ms"]
+                    out = {"image": path, **doc}
+                else:
+                    result = engine.read(path, det=not args.no_det, return_chars=args.chars)
+                    out = {"image": path, "results": [line.to_dict() for line in result.lines]}
+                    if args.timings:
+                        out["timings_ms"] = result.to_dict()["timings_ms"]
             except OcrError as e:
                 failures += 1
                 out = {"image": path, "error": {"code": e.code, "message": e.message}}

@@ -185,6 +185,25 @@ class ImageLimits(_Strict):
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
 
 
+class DocumentLimits(_Strict):
+    """PDF input (serve_app.documents). A PDF's bytes count against
+    limits.max_bytes like an image's. No 10-page cap as in PaddleX's server:
+    500 pages by default, read `page_concurrency` at a time."""
+
+    max_pages: int = Field(500, ge=1, description="pages per PDF at most; more is a 413 before any page is read")
+    # 200 DPI puts an A4 page at 1654x2339 px: body text 10-12 pt is then
+    # 28-33 px high, where the recogniser reads best (its input is 48 px
+    # high); the pipeline scales the long side to max_side_len anyway.
+    render_dpi: int = Field(200, ge=36, le=1200)
+    # A page that would be larger at render_dpi is rendered at a lower
+    # resolution so that it stays within this many pixels (never refused:
+    # a poster-sized page still reads, only less finely).
+    max_page_pixels: int = Field(16_000_000, ge=10_000)
+    # Pages of one document rendered and read at once (each holds its
+    # bitmap, about 3 bytes per pixel, while it is read).
+    page_concurrency: int = Field(4, ge=1, le=64)
+
+
 class PipelineOptions(_Strict):
     """Whole-image steps around the models."""
 
@@ -214,6 +233,7 @@ class EngineConfig(_Strict):
     rec: RecOptions = RecOptions()
     pipeline: PipelineOptions = PipelineOptions()
     limits: ImageLimits = ImageLimits()
+    documents: DocumentLimits = DocumentLimits()
     predictor: PredictorOptions = PredictorOptions()
 
 

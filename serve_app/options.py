@@ -18,6 +18,9 @@ class OcrOptions:
     det: bool = True  # False: read the whole image as one text line
     cls: Optional[bool] = None  # None: the service's configured default
     return_chars: bool = False  # add each character's box to every line
+    # PDF input: a page that has a text layer takes its lines from it
+    # (page "source": "text_layer") instead of OCR; never done unasked.
+    pdf_text_layer: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -117,6 +117,11 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
+    # POST /v1/ocr/batch: items per request at most (more: 413), and items
+    # of one request sent to the pipeline at once (the batch holds one
+    # in-flight slot; the whole body is under the one body size limit).
+    max_batch_items: int = Field(32, ge=1, le=1000)
+    batch_concurrency: int = Field(4, ge=1)
 
 
 class JobArgs(_Args):

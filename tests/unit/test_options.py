@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from serve_app.errors import BadRequest
-from serve_app.options import OcrOptions, parse_options
+from serve_app.options import FIELDS, OcrOptions, parse_options
 
 
 def test_none_and_empty_give_the_defaults():
@@ -26,7 +26,7 @@ def test_options_are_frozen_and_round_trip_through_a_dict_and_pickle():
     opts = OcrOptions(cls=False)
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.det = False  # type: ignore[misc]
-    assert opts.to_dict() == {"det": True, "cls": False, "return_chars": False}
+    assert opts.to_dict() == {"det": True, "cls": False, "return_chars": False, "pdf_text_layer": False}
     assert parse_options(opts.to_dict()) == opts
     assert pickle.loads(pickle.dumps(opts)) == opts  # how it travels to the pipeline and the job store
 
@@ -43,4 +43,4 @@ def test_bad_options_are_400_naming_the_option(options, needle):
         parse_options(options)
     assert needle in e.value.message and e.value.status == 400
     if "bad option" in needle:
-        assert "(allowed: det, cls, return_chars)" in e.value.message
+        assert f"(allowed: {', '.join(FIELDS)})" in e.value.message and "det, cls, return_chars" in e.value.message
