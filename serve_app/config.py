@@ -191,10 +191,12 @@ class DocumentLimits(_Strict):
     500 pages by default, read `page_concurrency` at a time."""
 
     max_pages: int = Field(500, ge=1, description="pages per PDF at most; more is a 413 before any page is read")
-    # 200 DPI puts an A4 page at 1654x2339 px: body text 10-12 pt is then
-    # 28-33 px high, where the recogniser reads best (its input is 48 px
-    # high); the pipeline scales the long side to max_side_len anyway.
-    render_dpi: int = Field(200, ge=36, le=1200)
+    # 144 DPI (2 px per point) is what PaddleX renders PDFs at (pypdfium2,
+    # zoom 2.0): an A4 page is 1191x1684 px, 10-12 pt body text 20-24 px
+    # high, which PP-OCR reads; the pipeline scales the long side to
+    # max_side_len (2000) anyway. A whole number of pixels per point also
+    # keeps page sizes exact (PDFium holds them as float32).
+    render_dpi: int = Field(144, ge=36, le=1200)
     # A page that would be larger at render_dpi is rendered at a lower
     # resolution so that it stays within this many pixels (never refused:
     # a poster-sized page still reads, only less finely).

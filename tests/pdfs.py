@@ -14,9 +14,12 @@ import numpy as np
 from PIL import Image
 
 
-def image_pdf(images: Iterable[np.ndarray], dpi: int = 200) -> bytes:
+def image_pdf(images: Iterable[np.ndarray], dpi: int = 144) -> bytes:
     """One page per BGR image, the image stored losslessly and the page
-    sized so that rendering at `dpi` gives the image's own pixel size."""
+    sized so that rendering at `dpi` gives the image's own pixel size (and
+    its own pixels, where the page size in points is exact in float32, as
+    at 72, 144 or 288 DPI: PDFium resamples an image whose size is off by
+    float noise)."""
     import pypdfium2 as pdfium
 
     pdf = pdfium.PdfDocument.new()

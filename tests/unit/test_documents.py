@@ -32,22 +32,22 @@ def test_pdfs_are_known_by_their_magic_bytes(tmp_path):
 
 
 def test_page_count_and_lossless_round_trip_at_the_render_dpi():
-    pages = [page_image(430, 323, 1), page_image(57, 900, 2), page_image(1000, 20, 3)]
-    data = image_pdf(pages, dpi=200)
+    pages = [page_image(430, 323, 1), page_image(528, 896, 2), page_image(1001, 21, 3)]
+    data = image_pdf(pages, dpi=144)
     assert check_pdf(data, DocumentLimits()) == 3
-    with PdfFile(data, DocumentLimits(render_dpi=200)) as pdf:
+    with PdfFile(data, DocumentLimits(render_dpi=144)) as pdf:
         assert pdf.pages == 3
         for k, img in enumerate(pages):
             out = pdf.render(k)
             assert out.dtype == np.uint8 and out.shape == img.shape
-            assert np.array_equal(out, img)  # a page made at 200 DPI renders back to its own pixels
+            assert np.array_equal(out, img)  # a page made at 144 DPI renders back to its own pixels
 
 
 def test_dpi_and_the_pixel_limit_set_the_render_size():
-    data = image_pdf([page_image(400, 600, 4)], dpi=200)
-    with PdfFile(data, DocumentLimits(render_dpi=100)) as pdf:
+    data = image_pdf([page_image(400, 600, 4)], dpi=144)
+    with PdfFile(data, DocumentLimits(render_dpi=72)) as pdf:
         assert pdf.render(0).shape == (200, 300, 3)
-    with PdfFile(data, DocumentLimits(render_dpi=200, max_page_pixels=60_000)) as pdf:
+    with PdfFile(data, DocumentLimits(render_dpi=144, max_page_pixels=60_000)) as pdf:
         h, w = pdf.render(0).shape[:2]
         assert h * w <= 60_000 and (h, w) == (200, 300)  # scaled down to fit, aspect kept, never refused
 
