@@ -174,7 +174,7 @@ async def count_outcomes(request: Request, call_next):
     except Exception as exc:
         response = await domain_error(request, exc)
     path = getattr(request.scope.get("route"), "path", "")
-    if path.startswith("/v1/"):
+    if path.startswith("/v1/") or path == "/ocr":
         metrics = _ingress().metrics
         metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
         code = getattr(request.state, "error_code", None)
@@ -224,8 +224,8 @@ class OcrIngress:
 
     # -- handle API (other Ray jobs and deployments) -------------------------
     async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
-        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`:
-        the same dict as the HTTP body. Domain errors raise."""
+        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`
+        (or a PDF's bytes): the same dict as the HTTP body. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
             result = await self.pipeline.ocr.remote(image, opts)
@@ -326,7 +326,9 @@ class OcrIngress:
             self.bodies.give(held[0])
         return JSONResponse({"request_id": rid, "items": out})
 
-    @api.post("/ocr", summary="PaddleX-compatible OCR (PaddleX's serving API: file as base64, fileType 0 PDF / 1 image)")
+    @api.post("/ocr", summary="PaddleX-compatible OCR (PaddleX's serving API: file as base64, fileType 0 PDF / 1 image)",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": paddlex.PaddleXOcrRequest.model_json_schema()}}}})
     async def paddlex_ocr(self, request: Request):
         """PaddleX's request and response shapes (serve_app/paddlex.py),
         errors included: HTTP status + {"logId", "errorCode", "errorMsg"}."""

@@ -10,16 +10,18 @@ import hashlib
 import io
 from typing import Iterable, Sequence
 
+import cv2
 import numpy as np
 from PIL import Image
 
 
-def image_pdf(images: Iterable[np.ndarray], dpi: int = 144) -> bytes:
+def image_pdf(images: Iterable[np.ndarray], dpi: int = 144, jpeg_quality: int = 0) -> bytes:
     """One page per BGR image, the image stored losslessly and the page
     sized so that rendering at `dpi` gives the image's own pixel size (and
     its own pixels, where the page size in points is exact in float32, as
     at 72, 144 or 288 DPI: PDFium resamples an image whose size is off by
-    float noise)."""
+    float noise). jpeg_quality > 0 stores each page as a JPEG of that
+    quality instead, as a scanner would (smaller; PDFium decodes it)."""
     import pypdfium2 as pdfium
 
     pdf = pdfium.PdfDocument.new()
@@ -28,8 +30,11 @@ def image_pdf(images: Iterable[np.ndarray], dpi: int = 144) -> bytes:
         wp, hp = w * 72.0 / dpi, h * 72.0 / dpi
         page = pdf.new_page(wp, hp)
         obj = pdfium.PdfImage.new(pdf)
-        bitmap = pdfium.PdfBitmap.from_pil(Image.fromarray(np.ascontiguousarray(bgr[..., ::-1])))
-        obj.set_bitmap(bitmap)
+        if jpeg_quality:
+            ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+            obj.load_jpeg(io.BytesIO(buf.tobytes()), inline=True)
+        else:
+            obj.set_bitmap(pdfium.PdfBitmap.from_pil(Image.fromarray(np.ascontiguousarray(bgr[..., ::-1]))))
         obj.set_matrix(pdfium.PdfMatrix().scale(wp, hp))
         page.insert_obj(obj)
         page.gen_content()
