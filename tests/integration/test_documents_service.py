@@ -164,3 +164,20 @@ def test_handle_and_client_take_pdf_bytes(service, pdf3, image_reads):
     assert [texts(p["results"]) for p in result["pages"]] == [texts(i["results"]) for i in image_reads]
     item = next(OcrClient().map([pdf3]))
     assert item.error is None and item.result["document"] == {"type": "pdf", "pages": 3}
+
+
+def test_engine_and_cli_read_the_pdf_as_the_service_does(engine, pdf3, image_reads, tmp_path, capsys):
+    """The in-process engine (the session's, shared with other modules) and
+    the CLI's output for a PDF."""
+    import json
+
+    from serve_app.__main__ import main
+
+    doc = engine.read_document(pdf3)
+    assert [[line.text for line in p.lines] for p in doc.pages] == [texts(i["results"]) for i in image_reads]
+    path = tmp_path / "three.pdf"
+    path.write_bytes(pdf3)
+    assert main([str(path)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["image"] == str(path) and out["document"] == {"type": "pdf", "pages": 3}
+    assert [texts(p["results"]) for p in out["pages"]] == [texts(i["results"]) for i in image_reads]
