@@ -56,8 +56,8 @@ class Job:
         self._finish(JobStatus.FAILED)
 
     def requeue(self) -> None:
-        """After a restart (or before another attempt): a job that was
-        running runs again from its first page."""
+        """After a restart: a job that was running when the store died runs
+        again (a document from its first page)."""
         if not self.status.done:
             self.status = JobStatus.QUEUED
         self.pages_done = 0 if self.pages_total is not None else None
