@@ -15,13 +15,15 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from .config import ImageLimits
+from .documents import is_pdf
 from .errors import BadRequest, OcrError, Overloaded, RequestTimeout, TooLarge, UnsupportedMediaType
 from .http_schema import OcrBatchJsonRequest, OcrJsonRequest
 from .options import OcrOptions, parse_options
 
 MULTIPART = "multipart/form-data"
 JSON = "application/json"
-RAW_TYPES = ("application/octet-stream", "application/pdf")
+PDF = "application/pdf"  # PDFs are known by their magic bytes in any shape; this type is checked against them
+RAW_TYPES = ("application/octet-stream", PDF)
 ACCEPTED = f"{MULTIPART}, image/*, application/pdf, application/octet-stream or {JSON}"
 JSON_SHAPE = '{"image": {"base64": "..."}, "options": {...}}'
 
@@ -126,6 +128,8 @@ async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tupl
         data, options = await asyncio.to_thread(json_image, body)
     else:
         data, options = body, None
+        if ctype == PDF and not is_pdf(data):
+            raise BadRequest("the body is sent as application/pdf but is not a PDF (no %PDF- header)")
     if len(data) > limits.max_bytes:
         raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
     return data, parse_options(options)

@@ -1,5 +1,6 @@
 """Reading a POST /v1/ocr/batch body (serve_app.http_body.batch_items):
-items in input order, a bad item an error of its own, the item bound. No Ray."""
+items in input order, a bad item an error of its own, the item bound; and a raw
+application/pdf body checked against its type. No Ray."""
 
 from __future__ import annotations
 
@@ -63,3 +64,12 @@ def test_more_items_than_allowed_is_413(shape):
 def test_an_empty_or_wrong_batch_is_refused_whole(body, ctype, error):
     with pytest.raises(error):
         items_of(body, ctype)
+
+
+def test_a_raw_pdf_body_is_checked_against_its_content_type():
+    from test_http_body import read
+
+    data, _ = read(b"%PDF-1.7 ...", "application/pdf")
+    assert data == b"%PDF-1.7 ..."
+    with pytest.raises(BadRequest, match="not a PDF"):
+        read(b"\x89PNG....", "application/pdf")
