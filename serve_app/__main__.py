@@ -1,4 +1,4 @@
-"""`python -m serve_app IMAGE [IMAGE ...]`: one JSON object per image and line."""
+"""`python -m serve_app FILE [FILE ...]`: one JSON object per image or PDF and line."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import json
 import logging
 import sys
 
+from .documents import is_pdf
 from .errors import OcrError
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCRv4 OCR on Paddle Inference, in process.")
-    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF)")
+    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF) or PDFs")
     p.add_argument("--no-det", action="store_true", help="read each image as a single text line")
     p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
     p.add_argument("--reference", action="store_true",
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["json", "text", "hocr", "alto"], default="json",
                    help="json: one object per image and line (default); text, hocr, alto: each image's document")
     p.add_argument("--timings", action="store_true", help="add timings_ms to each line")
+    p.add_argument("--pdf-text-layer", action="store_true",
+                   help="PDF pages that have a text layer take their lines from it (marked source: text_layer)")
     return p
 
 
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
         print(f"error: --options must be a JSON object ({e})", file=sys.stderr)
         return 2
     opts = {"det": not args.no_det, "return_chars": args.chars, **({"return_words": True} if args.words else {}),
-            **extra}
+            **({"pdf_text_layer": True} if args.pdf_text_layer else {}), **extra}
     if args.format in ("hocr", "alto"):  # they place words
         opts["return_words"] = True
     from .options import parse_options
@@ -86,15 +89,26 @@ def main(argv=None) -> int:
     with engine:
         for path in args.images:
             try:
-                result = engine.read(path, **opts)
+                if is_pdf(path):
+                    result = engine.read_document(path, **opts)
+                else:
+                    result = engine.read(path, **opts)
                 if args.format != "json":
                     from .formats import render
 
                     print(render(result.to_dict(), args.format)[0], end="", flush=True)
                     continue
-                out = {"image": path, "results": [line.to_dict() for line in result.lines]}
-                if args.timings:
-                    out["timings_ms"] = result.to_dict()["timings_ms"]
+                body = result.to_dict()
+                if is_pdf(path):
+                    if not args.timings:
+                        for page in body["pages"]:
+                            del page["timings_ms"]
+                        del body["timings_ms"]
+                    out = {"image": path, **body}
+                else:
+                    out = {"image": path, "results": body["results"]}
+                    if args.timings:
+                        out["timings_ms"] = body["timings_ms"]
             except OcrError as e:
                 failures += 1
                 out = {"image": path, "error": {"code": e.code, "message": e.message}}

@@ -37,6 +37,7 @@ def build_app(args: Optional[dict] = None):
     )
     from .ingress import OcrIngress
     from .jobs import JobStore
+    from .paddlex import PaddleXDefaults
 
     a = AppArgs.model_validate(args or {})
     det_args = with_shape_ranges("det", a.detector, a.engine)
@@ -47,4 +48,5 @@ def build_app(args: Optional[dict] = None):
     recognizer = TextRecognizerDeployment.bind(a.engine, rec_args)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer)
     jobs = JobStore.bind(pipeline, a.jobs)
-    return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress)
+    return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
+                           PaddleXDefaults.of(a.engine))

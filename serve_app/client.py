@@ -47,8 +47,9 @@ class OcrClient:
         return self._handle
 
     def submit(self, image: Any, options: Optional[dict] = None):
-        """Send one image (encoded bytes or a numpy array); returns a
-        DeploymentResponse at once. `.result()` or `await` it."""
+        """Send one image (encoded bytes or a numpy array) or a PDF's bytes
+        (answered with its pages); returns a DeploymentResponse at once.
+        `.result()` or `await` it."""
         return self.handle.ocr.remote(image, options)
 
     def read(self, image: Any, options: Optional[dict] = None, timeout_s: Optional[float] = None) -> dict:

@@ -185,6 +185,27 @@ class ImageLimits(_Strict):
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
 
 
+class DocumentLimits(_Strict):
+    """PDF input (serve_app.documents). A PDF's bytes count against
+    limits.max_bytes like an image's. No 10-page cap as in PaddleX's server:
+    500 pages by default, read `page_concurrency` at a time."""
+
+    max_pages: int = Field(500, ge=1, description="pages per PDF at most; more is a 413 before any page is read")
+    # 144 DPI (2 px per point) is what PaddleX renders PDFs at (pypdfium2,
+    # zoom 2.0): an A4 page is 1191x1684 px, 10-12 pt body text 20-24 px
+    # high, which PP-OCR reads; the pipeline scales the long side to
+    # max_side_len (2000) anyway. A whole number of pixels per point also
+    # keeps page sizes exact (PDFium holds them as float32).
+    render_dpi: int = Field(144, ge=36, le=1200)
+    # A page that would be larger at render_dpi is rendered at a lower
+    # resolution so that it stays within this many pixels (never refused:
+    # a poster-sized page still reads, only less finely).
+    max_page_pixels: int = Field(16_000_000, ge=10_000)
+    # Pages of one document rendered and read at once (each holds its
+    # bitmap, about 3 bytes per pixel, while it is read).
+    page_concurrency: int = Field(4, ge=1, le=64)
+
+
 class PipelineOptions(_Strict):
     """Whole-image steps around the models."""
 
@@ -219,6 +240,7 @@ class EngineConfig(_Strict):
     rec: RecOptions = RecOptions()
     pipeline: PipelineOptions = PipelineOptions()
     limits: ImageLimits = ImageLimits()
+    documents: DocumentLimits = DocumentLimits()
     predictor: PredictorOptions = PredictorOptions()
 
 

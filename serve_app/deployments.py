@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 import numpy as np
 from ray import serve
@@ -210,12 +210,45 @@ class OcrPipeline:
         ), engine)
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:
-        """The result body (image size, lines, timings) for one image, as
-        JSON whatever options.format says (the ingress renders it); options
-        come parsed from the ingress (a dict is parsed here). With a
-        deadline (time.time()), work not started by then is not done
-        (DeadlineExceeded, 504)."""
-        return (await self.pipeline.read(image, parse_options(options).for_pipeline(), deadline)).to_dict()
+        """The result body (image size, lines, timings) for one image, or
+        the document body (pages in order) for a PDF, as JSON whatever
+        options.format says (the ingress renders it); options come parsed
+        from the ingress (a dict is parsed here). With a deadline
+        (time.time()), work not started by then is not done
+        (DeadlineExceeded, 504).
+
+        A PDF comes here as its bytes (put once in the object store by the
+        caller) and its pages are rendered here, in a worker thread, a few
+        at a time: a page's bitmap goes from here to the detector only, as
+        a decoded image does."""
+        return (await self.pipeline.read_any(image, parse_options(options).for_pipeline(), deadline)).to_dict()
+
+    async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
+                           deadline: Optional[float] = None) -> AsyncIterator[dict]:
+        """`ocr` as a stream (handle.options(stream=True)), for the job
+        store: {"pages_done", "pages_total"} as a document's pages are read
+        (the latest only, when several finished meanwhile), then
+        {"result": body}. An image gives the result alone."""
+        latest: dict[str, int] = {}
+        changed = asyncio.Event()
+
+        def progress(done: int, total: int) -> None:
+            latest.update(pages_done=done, pages_total=total)
+            changed.set()
+
+        task = asyncio.ensure_future(self.pipeline.read_any(image, parse_options(options).for_pipeline(), deadline,
+                                                            progress))
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(changed.wait())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if changed.is_set() and not task.done():
+                    changed.clear()
+                    yield dict(latest)
+            yield {"result": task.result().to_dict()}
+        finally:
+            task.cancel()
 
     async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
         """stage -> the stats() of its replicas that answered `calls[stage]`

@@ -16,7 +16,7 @@ from .errors import BadImage
 from .options import OcrOptions, parse_options
 from .pipeline import ImageInput, Pipeline, Stages, load_image, round_box
 from .predictor import PaddlePredictor
-from .results import Direction, OcrResult
+from .results import Direction, DocumentResult, OcrResult
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
 from .stages.det_preprocess import boxes_to_original, prepare_image
 from .stages.reading_order import reading_order
@@ -96,6 +96,18 @@ class OcrEngine:
     async def aread(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
         """`read` for async callers, on their own event loop."""
         return await self.pipeline.read(image, options)
+
+    def read_document(self, pdf, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False,
+                      **options: Any) -> DocumentResult:
+        """OCR every page of a PDF (bytes or a path), pages in order; with
+        pdf_text_layer=True, a page that has a text layer takes its lines
+        from it. Any other OcrOptions field by name, as in `read`."""
+        opts = parse_options({"det": det, "cls": cls, "return_chars": return_chars, **options})
+        return self._run(self.pipeline.read_document(pdf, opts))
+
+    async def aread_any(self, data: ImageInput, options: OcrOptions = OcrOptions()):
+        """An image -> OcrResult, a PDF (by its magic bytes) -> DocumentResult."""
+        return await self.pipeline.read_any(data, options)
 
     def detect(self, image: ImageInput) -> list[list[list[float]]]:
         """Text boxes only (det only), in reading order, original coordinates."""

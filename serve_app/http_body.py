@@ -9,20 +9,22 @@ import asyncio
 import base64
 import binascii
 import json
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from pydantic import ValidationError
 from starlette.requests import Request
 
 from .config import ImageLimits
-from .errors import BadRequest, Overloaded, RequestTimeout, TooLarge, UnsupportedMediaType
-from .http_schema import OcrJsonRequest
+from .documents import is_pdf
+from .errors import BadRequest, OcrError, Overloaded, RequestTimeout, TooLarge, UnsupportedMediaType
+from .http_schema import OcrBatchJsonRequest, OcrJsonRequest
 from .options import OcrOptions, parse_options
 
 MULTIPART = "multipart/form-data"
 JSON = "application/json"
-RAW_TYPES = ("application/octet-stream",)
-ACCEPTED = f"{MULTIPART}, image/*, application/octet-stream or {JSON}"
+PDF = "application/pdf"  # PDFs are known by their magic bytes in any shape; this type is checked against them
+RAW_TYPES = ("application/octet-stream", PDF)
+ACCEPTED = f"{MULTIPART}, image/*, application/pdf, application/octet-stream or {JSON}"
 JSON_SHAPE = '{"image": {"base64": "..."}, "options": {...}}'
 
 
@@ -126,6 +128,8 @@ async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tupl
         data, options = await asyncio.to_thread(json_image, body)
     else:
         data, options = body, None
+        if ctype == PDF and not is_pdf(data):
+            raise BadRequest("the body is sent as application/pdf but is not a PDF (no %PDF- header)")
     if len(data) > limits.max_bytes:
         raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
     return data, parse_options(options)
@@ -199,3 +203,69 @@ def _json_object(raw: str, what: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise BadRequest(f"{what} must be a JSON object")
     return doc
+
+
+# -- POST /v1/ocr/batch: many images (or PDFs) in one request -------------------
+BATCH_JSON_SHAPE = '{"images": [{"base64": "..."}, ...], "options": {...}}'
+Item = Union[bytes, OcrError]  # an item's bytes, or why it cannot be read
+
+
+async def batch_items(request: Request, body: bytes, limits: ImageLimits,
+                      max_items: int) -> tuple[list[Item], OcrOptions]:
+    """The items (each its bytes, or the error that item gets) and the
+    parsed options of a batch body: multipart with many `file` fields, or
+    JSON {"images": [...], "options": {...}}. More than max_items is a 413;
+    a body with no item a 400; one bad item does not fail the others."""
+    ctype = media_type(request.headers)
+    if ctype == MULTIPART:
+        items, options = await multipart_items(request, max_items)
+    elif ctype == JSON:
+        items, options = await asyncio.to_thread(json_items, body, max_items)
+    else:
+        raise UnsupportedMediaType(f"a batch is {MULTIPART} (many `file` fields) or {JSON} ({BATCH_JSON_SHAPE})")
+    if not items:
+        raise BadRequest(f"the batch has no items; send {MULTIPART} with `file` fields or {BATCH_JSON_SHAPE}")
+    if len(items) > max_items:
+        raise TooLarge(f"the batch has {len(items)} items, over the limit of {max_items}")
+    out: list[Item] = []
+    for item in items:
+        if isinstance(item, bytes) and len(item) > limits.max_bytes:
+            item = TooLarge(f"item is {len(item)} bytes, over the limit of {limits.max_bytes}")
+        out.append(item)
+    return out, parse_options(options)
+
+
+async def multipart_items(request: Request, max_items: int) -> tuple[list[Item], Optional[dict]]:
+    try:
+        form = await request.form(max_files=max_items + 1, max_fields=max_items + 4)
+    except Exception as e:
+        if "Too many files" in str(e):
+            raise TooLarge(f"the batch has more than {max_items} files, over the limit") from None
+        raise BadRequest("malformed multipart body; send each image in a field named `file`") from None
+    items: list[Item] = []
+    for upload in form.getlist("file"):
+        if isinstance(upload, str):
+            items.append(BadRequest("this `file` field is text, not a file"))
+        else:
+            items.append(await upload.read())
+    raw = form.get("options")
+    options = _json_object(raw, "multipart field `options`") if isinstance(raw, str) and raw else None
+    return items, options
+
+
+def json_items(body: bytes, max_items: int) -> tuple[list[Item], Optional[dict]]:
+    containers = body.count(b"{") + body.count(b"[")
+    if containers > 2 * max_items + MAX_JSON_CONTAINERS:
+        raise BadRequest(f"request body is not valid JSON for this API: it opens {containers} objects or arrays, "
+                         f"more than {BATCH_JSON_SHAPE} with {max_items} items can hold")
+    try:
+        doc = OcrBatchJsonRequest.model_validate_json(body)
+    except ValidationError as e:
+        raise BadRequest(_describe(e).replace(JSON_SHAPE, BATCH_JSON_SHAPE)) from None
+    items: list[Item] = []
+    for k, image in enumerate(doc.images):
+        try:
+            items.append(base64.b64decode(image.base64, validate=True))
+        except (binascii.Error, ValueError):
+            items.append(BadRequest(f"images[{k}].base64 is not valid base64"))
+    return items, doc.options

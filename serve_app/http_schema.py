@@ -24,6 +24,15 @@ class OcrJsonRequest(BaseModel):
     options: Optional[dict[str, Any]] = None
 
 
+class OcrBatchJsonRequest(BaseModel):
+    """`POST /v1/ocr/batch` with `Content-Type: application/json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    images: list[ImagePayload]
+    options: Optional[dict[str, Any]] = None
+
+
 def _inline(node: Any, defs: dict) -> Any:
     if isinstance(node, dict):
         if set(node) == {"$ref"} and node["$ref"].startswith("#/$defs/"):
@@ -46,5 +55,17 @@ def ocr_request_body() -> dict:
                            "options": {"type": "string", "description": "a JSON object of options"}}}},
         "image/*": binary,
         "application/octet-stream": binary,
+        "application/json": {"schema": _inline(schema, schema.get("$defs", {}))},
+    }}}
+
+
+def batch_request_body() -> dict:
+    """OpenAPI `requestBody` of POST /v1/ocr/batch."""
+    schema = OcrBatchJsonRequest.model_json_schema()
+    return {"requestBody": {"required": True, "content": {
+        "multipart/form-data": {"schema": {
+            "type": "object", "required": ["file"],
+            "properties": {"file": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                           "options": {"type": "string", "description": "a JSON object of options"}}}},
         "application/json": {"schema": _inline(schema, schema.get("$defs", {}))},
     }}}

@@ -22,19 +22,22 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException
 
-from .config import ImageLimits
+from . import paddlex
+from .config import DocumentLimits, ImageLimits
+from .documents import PdfFile, check_pdf, is_pdf
 from .errors import (
-    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
+    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized, Unavailable,
 )
 from .formats import render
-from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
+from .http_body import BodyBudget, batch_items, body_limit, check_media_type, parse_body, read_body
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
-from .http_schema import ocr_request_body
+from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import RequestMetrics
-from .options import FORMATS, parse_options, with_format
+from .options import FORMATS, OcrOptions, parse_options, with_format
 from .settings import IngressArgs
+from .stages.decode import decode_image
 from .ui import page_config, static_file
 
 log = logging.getLogger("ray.serve")
@@ -128,6 +131,11 @@ def error_response(e: OcrError, request_id: str) -> JSONResponse:
                         status_code=e.status, headers=headers)
 
 
+def _item_error(index: int, e: OcrError) -> dict:
+    """A batch item's failure: its own error body, the others unaffected."""
+    return {"index": index, "error": {"code": e.code, "message": e.message}}
+
+
 def _request_id_of(request: Request) -> str:
     return getattr(request.state, "request_id", None) or request_id(request, request.headers.get("x-request-id"))
 
@@ -187,7 +195,7 @@ async def count_outcomes(request: Request, call_next):
     except Exception as exc:
         response = await domain_error(request, exc)
     path = getattr(request.scope.get("route"), "path", "")
-    if path.startswith("/v1/"):
+    if path.startswith("/v1/") or path == "/ocr":
         ingress = _ingress()
         metrics = ingress.metrics
         if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
@@ -215,11 +223,14 @@ def _serve_host() -> Optional[str]:
 @serve.ingress(api)
 class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
-                 args: IngressArgs = IngressArgs()):
+                 args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
+                 paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None):
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
         self.args = args
+        self.documents = documents
+        self.paddlex = paddlex_defaults or paddlex.PaddleXDefaults({}, 0.5, True)
         self.in_flight = 0
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
@@ -241,9 +252,9 @@ class OcrIngress:
 
     # -- handle API (other Ray jobs and deployments) -------------------------
     async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
-        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`:
-        the same dict as the HTTP body; with options `format` text, hocr or
-        alto, that document as a str instead. Domain errors raise."""
+        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)` (or
+        a PDF's bytes): the same dict as the HTTP body; with options `format`
+        text, hocr or alto, that document as a str instead. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
             result = await self.pipeline.ocr.remote(image, opts.for_pipeline())
@@ -286,25 +297,117 @@ class OcrIngress:
                 data, opts = await parse_body(request, body, self.limits)
                 opts = with_format(opts, fmt)
                 del body
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
-                # The replicas get the deadline as wall-clock time: work still
-                # queued for this request when it passes is dropped there.
-                response = self.pipeline.ocr.remote(data, opts.for_pipeline(), time.time() + left)
-                try:
-                    result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
-                except asyncio.TimeoutError:
-                    response.cancel()  # cancels the pipeline's task and its pending stage calls
-                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+                result = await self._read(data, opts.for_pipeline(), deadline, timeout)
             finally:
                 self.in_flight -= 1
         finally:
             self.bodies.give(held[0])
-        for step, ms in result.get("timings_ms", {}).items():
-            self.metrics.stage_latency.observe(ms, tags={"step": step})
         request.state.timings_ms = result.get("timings_ms")
         return await formatted({"request_id": rid, **result}, opts.format)
+
+    async def _read(self, data: bytes, opts: OcrOptions, deadline: float, timeout: float) -> dict:
+        """One image or PDF through the pipeline, within the deadline
+        (time.monotonic()): past it a 504, and the pipeline's call is
+        cancelled."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
+        # The replicas get the deadline as wall-clock time: work still
+        # queued for this request when it passes is dropped there.
+        response = self.pipeline.ocr.remote(data, opts, time.time() + left)
+        try:
+            result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
+        except asyncio.TimeoutError:
+            response.cancel()  # cancels the pipeline's task and its pending stage calls
+            raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+        for step, ms in result.get("timings_ms", {}).items():
+            self.metrics.stage_latency.observe(ms, tags={"step": step})
+        return result
+
+    @api.post("/v1/ocr/batch", dependencies=V1, openapi_extra=batch_request_body(),
+              summary="Read several images (or PDFs) in one request; one result or error per item, in order")
+    async def http_ocr_batch(self, request: Request, rid: RequestId):
+        timeout = deadline_s(request.headers, self.args)
+        deadline = time.monotonic() + timeout
+        held = [0]
+        try:
+            body = await self._body(request, deadline, held)
+            self._take_slot()  # one slot per batch; its items go to the pipeline batch_concurrency at a time
+            try:
+                items, opts = await batch_items(request, body, self.limits, self.args.max_batch_items)
+                opts = opts.for_pipeline()
+                del body
+                gate = asyncio.Semaphore(self.args.batch_concurrency)
+
+                async def one(index: int, item) -> dict:
+                    if isinstance(item, OcrError):
+                        return _item_error(index, item)
+                    async with gate:
+                        try:
+                            return {"index": index, **await self._read(item, opts, deadline, timeout)}
+                        except Exception as exc:  # this item's failure only; cancellation propagates
+                            e = unwrap(exc)
+                            if not isinstance(e, OcrError):
+                                log.error("request %s item %d failed", rid, index, exc_info=exc)
+                                e = OcrError("internal error; this item was not completed")
+                            return _item_error(index, e)
+
+                out = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+            finally:
+                self.in_flight -= 1
+        finally:
+            self.bodies.give(held[0])
+        return JSONResponse({"request_id": rid, "items": out})
+
+    @api.post("/ocr", summary="PaddleX-compatible OCR (PaddleX's serving API: file as base64, fileType 0 PDF / 1 image)",
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "application/json": {"schema": paddlex.PaddleXOcrRequest.model_json_schema()}}}})
+    async def paddlex_ocr(self, request: Request):
+        """PaddleX's request and response shapes (serve_app/paddlex.py),
+        errors included: HTTP status + {"logId", "errorCode", "errorMsg"}."""
+        log_id = str(uuid.uuid4())
+        held = [0]
+        try:
+            if self.token is not None and not bearer_matches(request.headers.get("authorization"), self.token):
+                raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
+            timeout = deadline_s(request.headers, self.args)
+            deadline = time.monotonic() + timeout
+            body = await read_body(request, body_limit(self.limits),
+                                   min(self.args.body_timeout_s, timeout), self.bodies, held)
+            self._take_slot()
+            try:
+                req = await asyncio.to_thread(paddlex.parse_request, body)
+                del body
+                data, opts = await asyncio.to_thread(paddlex.to_call, req)
+                if len(data) > self.limits.max_bytes:
+                    raise TooLarge(f"file is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
+                result = await self._read(data, opts, deadline, timeout)
+                images = None
+                if req.visualize is not False:  # PaddleX visualizes unless told not to
+                    images = await asyncio.to_thread(self._visualize, data, result)
+            finally:
+                self.in_flight -= 1
+            return JSONResponse(paddlex.success(log_id, paddlex.result(result, opts, self.paddlex, images)))
+        except Exception as exc:
+            e = unwrap(exc)
+            if not isinstance(e, OcrError):
+                log.error("PaddleX request %s failed", log_id, exc_info=exc)
+                e = OcrError("Internal server error")
+            retry = getattr(e, "retry_after_s", None)
+            return JSONResponse(paddlex.failure(log_id, e.status, e.message), status_code=e.status,
+                                headers={"Retry-After": str(retry)} if retry is not None else {})
+        finally:
+            self.bodies.give(held[0])
+
+    def _visualize(self, data: bytes, result: dict) -> list[dict[str, str]]:
+        """Each page's ocrImage and inputImage (a worker thread; one page
+        bitmap at a time)."""
+        pages = paddlex.pages_of(result)
+        if not is_pdf(data):
+            image = decode_image(data, self.limits, self.paddlex.exif_transpose)
+            return [paddlex.visualization(image, pages[0]["results"])]
+        with PdfFile(data, self.documents, self.limits.max_pixels) as pdf:
+            return [paddlex.visualization(pdf.render(k), page["results"]) for k, page in enumerate(pages)]
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
@@ -319,8 +422,9 @@ class OcrIngress:
                 # word boxes for hOCR/ALTO); the job's result stays JSON.
                 data, opts = with_format_of(await parse_body(request, body, self.limits), fmt)
                 del body
-                # Junk is a 400 now, not a failed job later (header only, off the loop).
-                await asyncio.to_thread(check_image_header, data, self.limits)
+                # Junk is a 400 now, not a failed job later (header only, off
+                # the loop); a PDF is opened, its pages counted, none rendered.
+                await asyncio.to_thread(self._check_upload, data)
                 job = await downstream(self.jobs.submit.remote(data, opts, key))
             finally:
                 self.submitting -= 1
@@ -328,6 +432,14 @@ class OcrIngress:
             self.bodies.give(held[0])
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
+
+    def _check_upload(self, data: bytes) -> None:
+        if is_pdf(data):
+            if len(data) > self.limits.max_bytes:
+                raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
+            check_pdf(data, self.documents)
+        else:
+            check_image_header(data, self.limits)
 
     @api.get("/v1/ocr/jobs/{job_id}", dependencies=V1, summary="A job's status, and its result once done")
     async def http_get_job(self, job_id: str, fmt: Format = None):

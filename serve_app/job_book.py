@@ -38,8 +38,9 @@ from .settings import JobArgs
 
 log = logging.getLogger("ray.serve")
 
-# (image, options) -> the pipeline's result dict; raises on failure.
-RunOcr = Callable[[Any, OcrOptions], Awaitable[dict]]
+# (image or PDF, options, progress) -> the pipeline's result dict; raises on
+# failure. progress(pages_done, pages_total) as a document's pages are read.
+RunOcr = Callable[[Any, OcrOptions, Callable[[int, int], None]], Awaitable[dict]]
 
 JOURNAL_RETRY_AFTER_S = 5
 
@@ -331,7 +332,7 @@ class JobBook:
         job.fail("internal", "internal error; the job was not completed")
 
     async def _attempt(self, job: Job) -> dict:
-        return await self.run(job.image, job.options)
+        return await self.run(job.image, job.options, job.progress)
 
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""

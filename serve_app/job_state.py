@@ -37,6 +37,12 @@ class Job:
     result: Optional[dict] = None
     error: Optional[dict] = None  # {"code", "message"}
     finished: Optional[float] = None
+    # A document's progress while it runs (pages read, pages in all).
+    pages_done: Optional[int] = None
+    pages_total: Optional[int] = None
+
+    def progress(self, done: int, total: int) -> None:
+        self.pages_done, self.pages_total = done, total
 
     def start(self) -> None:
         self.status = JobStatus.RUNNING
@@ -50,9 +56,11 @@ class Job:
         self._finish(JobStatus.FAILED)
 
     def requeue(self) -> None:
-        """After a restart: a job that was running when the store died runs again."""
+        """After a restart: a job that was running when the store died runs
+        again (a document from its first page)."""
         if not self.status.done:
             self.status = JobStatus.QUEUED
+        self.pages_done = 0 if self.pages_total is not None else None
 
     def _finish(self, status: JobStatus) -> None:
         self.status = status
@@ -62,6 +70,11 @@ class Job:
     def view(self) -> dict:
         """The HTTP body of `GET /v1/ocr/jobs/{job_id}`."""
         out: dict[str, Any] = {"job_id": self.job_id, "status": self.status.value}
+        pages = (self.result or {}).get("document", {}).get("pages")  # a finished document (also once recovered)
+        if pages is not None:
+            out.update(pages_done=pages, pages_total=pages)
+        elif self.pages_total is not None:
+            out.update(pages_done=self.pages_done, pages_total=self.pages_total)
         if self.result is not None:
             out.update(self.result)
         if self.error is not None:

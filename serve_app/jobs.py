@@ -11,11 +11,12 @@ the workers start with the replica and stop with it."""
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from .documents import is_pdf
 from .job_book import JobBook
 from .job_journal import journal_path
 from .options import OcrOptions, parse_options
@@ -36,10 +37,22 @@ class JobStore:
         self.book = JobBook(self._run, args)
         await self.book.start()
 
-    def _run(self, image: Any, options: OcrOptions):
+    async def _run(self, image: Any, options: OcrOptions, progress: Callable[[int, int], None]) -> dict:
         # The attempt's deadline goes along: what is still queued for it in
-        # the replicas when the job times out is dropped there.
-        return self.pipeline.ocr.remote(image, options, time.time() + self.args.job_timeout_s)
+        # the replicas when the job times out is dropped there. A PDF is
+        # read as a stream of progress reports ending in its result.
+        deadline = time.time() + self.args.job_timeout_s
+        if not is_pdf(image):
+            return await self.pipeline.ocr.remote(image, options, deadline)
+        stream = self.pipeline.options(stream=True).ocr_progress.remote(image, options, deadline)
+        try:
+            async for event in stream:
+                if "result" in event:
+                    return event["result"]
+                progress(event["pages_done"], event["pages_total"])
+        finally:
+            stream.cancel()  # a no-op once the stream has ended; else the job timed out or the store stops
+        raise RuntimeError("the pipeline's stream ended without a result")
 
     async def submit(self, image: Any, options: Optional[OcrOptions | dict],
                      idempotency_key: Optional[str] = None) -> dict:

@@ -59,6 +59,9 @@ class OcrOptions:
     unclip_ratio: _bounded("unclip_ratio", float) = None
     drop_score: _bounded("drop_score", float) = None
     visualize: bool = False  # add a JPEG of the boxes and text (serve_app.visualize)
+    # PDF input: a page that has a text layer takes its lines from it
+    # (page "source": "text_layer") instead of OCR; never done unasked.
+    pdf_text_layer: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

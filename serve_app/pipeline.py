@@ -17,9 +17,12 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
+from .documents import PdfFile, is_pdf
 from .errors import BadImage, DeadlineExceeded, TooLarge
 from .options import DetParams, OcrOptions
-from .results import CharBox, Direction, OcrResult, Recognition, TextLine, Visualization, WordBox
+from .results import (
+    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,
+)
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
 from .stages.decode import array_to_bgr, decode_image
@@ -36,6 +39,7 @@ ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 Detect = Callable[[np.ndarray, DetParams], Awaitable[np.ndarray]]
 Classify = Callable[[list[np.ndarray]], Awaitable[list[Direction]]]  # crops -> directions
 Recognize = Callable[[list[np.ndarray]], Awaitable[list[Recognition]]]  # crops -> readings
+Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
 
 
 # The deadline (wall-clock time.time()) of the request being read, or None.
@@ -119,6 +123,81 @@ class Pipeline:
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture)
 
+    async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
+                       progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
+        """A PDF (by its magic bytes) -> read_document; anything else -> read."""
+        if is_pdf(data):
+            return await self.read_document(data, options, deadline, progress)
+        return await self.read(data, options, deadline)
+
+    async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
+                            deadline: Optional[float] = None, progress: Optional[Progress] = None) -> DocumentResult:
+        """Every page of a PDF, in order. Pages are rendered here (in a
+        worker thread, from the PDF's bytes) and read concurrently, at most
+        documents.page_concurrency at a time, so a page's bitmap exists only
+        while it is read. `progress(done, total)` after each page."""
+        cfg = self.config
+        DEADLINE.set(deadline)
+        t0 = time.perf_counter()
+        if isinstance(data, (str, Path)):
+            data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
+        if len(data) > cfg.limits.max_bytes:
+            raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {cfg.limits.max_bytes}")
+        pdf = await asyncio.to_thread(PdfFile, data, cfg.documents, cfg.limits.max_pixels)
+        try:
+            total = pdf.pages
+            if progress is not None:
+                progress(0, total)
+            gate = asyncio.Semaphore(cfg.documents.page_concurrency)
+            done = 0
+
+            async def one(index: int) -> PageResult:
+                nonlocal done
+                async with gate:
+                    page = await self._read_page(pdf, index, options, deadline)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+                return page
+
+            pages = await all_or_none([one(i) for i in range(total)])
+        finally:
+            await asyncio.to_thread(pdf.close)
+        return DocumentResult(tuple(pages), {"total": _ms(t0)})
+
+    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions,
+                         deadline: Optional[float]) -> PageResult:
+        t0 = time.perf_counter()
+        if options.pdf_text_layer:
+            got = await asyncio.to_thread(pdf.text_lines, index, options.return_chars)
+            if got is not None:
+                geo, lines = got
+                ms = _ms(t0)
+                return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
+                                  "text_layer")
+        check_deadline(deadline, f"rendering page {index + 1}")
+        image = await asyncio.to_thread(pdf.render, index)
+        render_ms = _ms(t0)
+        result = await self.read(image, options, deadline)
+        del image
+        timings = {"render": render_ms, **result.timings_ms}
+        timings["total"] = _ms(t0)
+        return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
+                          result.visualization)
+
+
+async def all_or_none(coros: list[Awaitable]) -> list:
+    """The coroutines' results in order; if one fails, the others are
+    cancelled (and awaited) before its exception propagates."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
 
 # -- fan-out: one image's crops read by several recogniser replicas ----------
 
@@ -176,16 +255,19 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
             raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
         return array_to_bgr(image)
     if isinstance(image, (str, Path)):
-        path = Path(image)
-        if not path.is_file():
-            raise BadImage(f"{path}: no such file")
-        size = path.stat().st_size
-        if size > limits.max_bytes:
-            raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
-        image = path.read_bytes()
+        image = read_file(Path(image), limits)
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
     return decode_image(bytes(image), limits, exif_transpose)
+
+
+def read_file(path: Path, limits: ImageLimits) -> bytes:
+    if not path.is_file():
+        raise BadImage(f"{path}: no such file")
+    size = path.stat().st_size
+    if size > limits.max_bytes:
+        raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
+    return path.read_bytes()
 
 
 def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions) -> Visualization:

@@ -100,3 +100,42 @@ class OcrResult:
         if self.visualization is not None:
             d["visualization"] = self.visualization.to_dict()
         return d
+
+
+@dataclass(frozen=True)
+class PageResult:
+    """One page of a document: its size as rendered (the pixels its boxes
+    are in) and its lines, read by OCR or taken from the PDF's text layer
+    (only when the request asked for that: `source` says which)."""
+
+    page: int  # 1-based
+    width: int
+    height: int
+    lines: tuple[TextLine, ...] = ()
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    source: str = "ocr"  # or "text_layer"
+    visualization: Optional[Visualization] = None  # with options.visualize, for OCR'd pages
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "page": self.page, "width": self.width, "height": self.height, "source": self.source,
+            "results": [line.to_dict() for line in self.lines],
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }
+        if self.visualization is not None:
+            d["visualization"] = self.visualization.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class DocumentResult:
+    pages: tuple[PageResult, ...]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    kind: str = "pdf"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "document": {"type": self.kind, "pages": len(self.pages)},
+            "pages": [p.to_dict() for p in self.pages],
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }

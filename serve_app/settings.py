@@ -123,6 +123,11 @@ class IngressArgs(_Args):
     stats_cache_s: float = Field(1.0, ge=0)
     stats_bucket_s: float = Field(5.0, gt=0)
     stats_span_s: float = Field(600.0, gt=0)
+    # POST /v1/ocr/batch: items per request at most (more: 413), and items
+    # of one request sent to the pipeline at once (the batch holds one
+    # in-flight slot; the whole body is under the one body size limit).
+    max_batch_items: int = Field(32, ge=1, le=1000)
+    batch_concurrency: int = Field(4, ge=1)
 
 
 class JobArgs(_Args):

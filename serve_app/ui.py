@@ -36,6 +36,8 @@ OPTIONS: tuple[dict[str, Any], ...] = (
      "help": "a box for every word of each line"},
     {"name": "visualize", "label": "Server picture", "kind": "bool", "default": False,
      "help": "the service draws the boxes and text into a JPEG (visualize)"},
+    {"name": "pdf_text_layer", "label": "PDF text layer", "kind": "bool", "default": False,
+     "help": "PDF pages that have a text layer take their lines from it"},
     # Detection per request (bounds: serve_app.options.RANGES; blank: the config's value).
     {"name": "limit_side_len", "label": "Detector side limit", "kind": "number", "min": 32, "max": 4096,
      "step": 1, "default": None, "help": "px; rounded down to a warmed input size (640, 960, 1280)"},

@@ -19,7 +19,8 @@ from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
-from serve_app.config import ImageLimits
+from serve_app.config import DocumentLimits, EngineConfig, ImageLimits
+from serve_app.paddlex import PaddleXDefaults
 from serve_app.http_body import BodyBudget
 from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
@@ -95,12 +96,15 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready", "_static", "_gather_stats"):
+    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready", "_static", "_gather_stats",
+                 "_read", "_check_upload", "_visualize"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
     obj.limits = ImageLimits()
-    obj.args = IngressArgs(max_in_flight=2, retry_after_s=2)
+    obj.documents = DocumentLimits()
+    obj.paddlex = PaddleXDefaults.of(EngineConfig())
+    obj.args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
     obj.in_flight = obj.submitting = 0
     obj.bodies = BodyBudget(obj.args.max_body_bytes)
     obj._ready, obj._ready_probe = None, None
@@ -326,6 +330,8 @@ def test_stats_gathers_replicas_stages_and_history_at_most_once_per_cache_period
     now = body["history"]["buckets"][-1]
     assert (now["requests"], now["client_errors"]) == (2, 1) and now["steps_ms"] == {"total": 1.0}
     assert len(body["history"]["buckets"]) == 120
+
+
 def test_format_query_or_option_renders_the_answer_and_asks_for_word_boxes(app):
     client, _ = app
     r = client.post("/v1/ocr?format=text", content=b"read", headers={"Content-Type": "image/png"})
@@ -363,3 +369,74 @@ def test_the_handle_api_gives_the_rendered_document_for_a_format(app):
     _, obj = app
     assert asyncio.run(obj.ocr(b"ok", {"format": "text"})) == "ok\n"
     assert Fake.calls[-1][1].format == "text"
+
+
+# -- documents, batches, the PaddleX route (issue 15) ------------------------------------
+def test_batch_answers_one_item_per_input_in_order_and_a_bad_item_fails_alone(app):
+    client, obj = app
+    images = [{"base64": base64.b64encode(b).decode()} for b in (b"one", b"bad", b"three")]
+    images.insert(1, {"base64": "@@not base64"})
+    r = client.post("/v1/ocr/batch", json={"images": images, "options": {"cls": False}})
+    assert r.status_code == 200
+    items = r.json()["items"]
+    assert [i["index"] for i in items] == [0, 1, 2, 3]
+    assert items[0]["results"] == [{"text": "one"}] and items[3]["results"] == [{"text": "three"}]
+    assert items[1]["error"]["code"] == "bad_request" and items[2]["error"]["code"] == "bad_image"
+    assert sorted(c[0] for c in Fake.calls) == [b"bad", b"one", b"three"]
+    assert all(c[1] == OcrOptions(cls=False) for c in Fake.calls) and obj.in_flight == 0
+    r = client.post("/v1/ocr/batch", files=[("file", ("a.png", b"A")), ("file", ("b.png", b"B"))])
+    assert [i["results"][0]["text"] for i in r.json()["items"]] == ["A", "B"]
+
+
+def test_batch_over_the_item_limit_is_413(app):
+    client, _ = app
+    r = client.post("/v1/ocr/batch", json={"images": [{"base64": "eA=="}] * 5})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large" and not Fake.calls
+
+
+def paddlex_post(client, **fields):
+    return client.post("/ocr", json=fields)
+
+
+def test_paddlex_route_answers_in_paddlex_shape(app):
+    client, obj = app
+
+    async def with_boxes(data, options, deadline=None):
+        return {"image": {"width": 1, "height": 1}, "timings_ms": {},
+                "results": [{"text": data.decode(), "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}]}
+
+    obj.pipeline = types.SimpleNamespace(ocr=Method(with_boxes))
+    r = paddlex_post(client, file=base64.b64encode(b"hello").decode(), fileType=1, visualize=False)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["errorCode"] == 0 and body["errorMsg"] == "Success" and body["logId"]
+    assert body["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == ["hello"]
+    assert body["result"]["dataInfo"] == {"width": 1, "height": 1, "type": "image"}
+
+
+@pytest.mark.parametrize("fields, status, needle", [
+    ({"file": "https://example.com/x.png", "fileType": 1}, 400, "fetches nothing"),
+    ({"file": base64.b64encode(b"bad").decode(), "fileType": 1, "visualize": False}, 400, "not an image"),
+    ({"file": base64.b64encode(b"x").decode(), "fileType": 1, "useDocUnwarping": True}, 400, "useDocUnwarping"),
+    ({"fileType": 1}, 422, "file"),
+])
+def test_paddlex_errors_are_status_and_its_error_body(app, fields, status, needle):
+    client, _ = app
+    r = paddlex_post(client, **fields)
+    assert r.status_code == status
+    body = r.json()
+    assert set(body) == {"logId", "errorCode", "errorMsg"} and body["errorCode"] == status
+    assert needle in body["errorMsg"]
+
+
+def test_job_submit_checks_a_pdf_before_accepting_it(app):
+    from pdfs import blank_pdf, encrypted_pdf
+
+    client, obj = app
+    obj.documents = DocumentLimits(max_pages=3)
+    for body, status in ((encrypted_pdf(), 400), (b"%PDF-1.4 junk", 400), (blank_pdf(4), 413)):
+        r = client.post("/v1/ocr/jobs", content=body, headers={"Content-Type": "application/pdf"})
+        assert r.status_code == status, r.text
+    assert not Fake.calls
+    r = client.post("/v1/ocr/jobs", content=blank_pdf(3), headers={"Content-Type": "application/pdf"})
+    assert r.status_code == 202 and Fake.calls[0][0][:5] == b"%PDF-"

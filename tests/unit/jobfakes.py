@@ -21,8 +21,12 @@ class FakePipeline:
             self.gate.set()
         self.flaky = flaky
 
-    async def run(self, image, options):
+    async def run(self, image, options, progress=None):
         self.calls.append((image, options))
+        if image == b"pages" and progress is not None:  # a 3-page document: progress as it goes
+            for done in range(4):
+                progress(done, 3)
+                await asyncio.sleep(0)
         await self.gate.wait()
         if image == b"bad":
             raise BadImage("not an image")

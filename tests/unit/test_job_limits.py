@@ -75,7 +75,7 @@ def test_capacity_counts_unfinished_jobs_and_their_bytes():
 def test_workers_survive_cancellation_from_below_and_bugs_and_dead_ones_are_replaced():
     calls = []
 
-    async def hostile(image, options):
+    async def hostile(image, options, progress=None):
         calls.append(image)
         if image == b"cancel" and calls.count(b"cancel") == 1:
             raise asyncio.CancelledError()  # the call below was cancelled (its replica went away)

@@ -131,3 +131,34 @@ def test_workers_start_with_the_book_and_stop_with_it():
         return book.alive()
 
     assert run(go()) is False
+
+
+def test_a_document_job_shows_its_pages_while_running_and_when_done():
+    async def go():
+        pipeline = FakePipeline(open_gate=False)
+        book = await started(pipeline)
+        job = await book.submit(b"pages", OcrOptions())
+        for _ in range(200):
+            running = await book.get(job["job_id"])
+            if running.get("pages_done") == 3:
+                break
+            await asyncio.sleep(0.005)
+        pipeline.gate.set()
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return running, done
+
+    running, done = run(go())
+    assert running["status"] == "running" and (running["pages_done"], running["pages_total"]) == (3, 3)
+    assert done["status"] == "succeeded"
+
+
+def test_a_finished_document_reports_its_pages_from_its_result_also_after_a_restart():
+    job = Job(job_id="j", created=0.0, image=b"%PDF-")
+    job.start()
+    job.progress(1, 2)
+    assert job.view() == {"job_id": "j", "status": "running", "pages_done": 1, "pages_total": 2}
+    recovered = Job(job_id="j", created=0.0)  # as the journal gives it back: no progress fields
+    recovered.succeed({"request_id": "j", "document": {"type": "pdf", "pages": 2}, "pages": []})
+    view = recovered.view()
+    assert (view["pages_done"], view["pages_total"], view["document"]["pages"]) == (2, 2, 2)

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from serve_app.errors import BadRequest
-from serve_app.options import DetParams, OcrOptions, parse_options, with_format
+from serve_app.options import FIELDS, DetParams, OcrOptions, parse_options, with_format
 
 
 def test_none_and_empty_give_the_defaults():
@@ -29,7 +29,7 @@ def test_options_are_frozen_and_round_trip_through_a_dict_and_pickle():
     assert opts.to_dict() == {"det": True, "cls": False, "return_chars": False, "return_words": False,
                               "format": "json", "limit_side_len": None, "thresh": None, "box_thresh": None,
                               "unclip_ratio": None, "drop_score": None,
-                              "visualize": False}
+                              "visualize": False, "pdf_text_layer": False}
     assert parse_options(opts.to_dict()) == opts
     assert pickle.loads(pickle.dumps(opts)) == opts  # how it travels to the pipeline and the job store
 
@@ -46,7 +46,7 @@ def test_bad_options_are_400_naming_the_option(options, needle):
         parse_options(options)
     assert needle in e.value.message and e.value.status == 400
     if "bad option" in needle:
-        assert "(allowed: det, cls, return_chars, return_words, format, limit_side_len, " in e.value.message
+        assert f"(allowed: {', '.join(FIELDS)})" in e.value.message and "det, cls, return_chars" in e.value.message
 
 
 @pytest.mark.parametrize("field,value,range_", [

@@ -1,0 +1,165 @@
+"""Benchmark: a 20-page PDF end to end through the service, against the
+in-process engine reading the same rendered pages one by one, and the
+service with 1 and 2 recogniser replicas. One run, one machine.
+
+The PDF is made here from the first 20 peer images that are whole pages
+(not the word or line crops), each page a JPEG (quality 90, as a scanner
+would store it; lossless pages would make the PDF larger than the 20 MiB
+body limit) sized to its pixels at the render DPI (tests/pdfs.py). The
+engine reads the pages as the service renders them, so every system reads
+the same pixels.
+
+Protocol
+--------
+1. Engine (no Ray running): OcrEngine with its defaults (every core),
+   warmed on every input shape; the pages rendered once with
+   serve_app.documents (the service's renderer, the config's DPI); one
+   untimed pass, then `--repeats` timed passes, each reading the 20 pages
+   one after another (`engine.read(page)`). Also timed: `engine.read_document`
+   on the PDF (the same pipeline code the service runs, pages concurrently
+   within one process), same repeats.
+2. Service, for each recogniser replica count in `--replicas` (1 then 2):
+   deployments.yaml with TextRecognizer's autoscaling pinned to that count
+   (the other deployments as configured), deployed as `serve deploy` does
+   (load_tests/service.py); one untimed document, then `--repeats` timed
+   POST /v1/ocr of the PDF (application/pdf), one at a time. Latency = the
+   whole document, request to response.
+3. Reported per system: pages/s = pages x repeats / summed document
+   seconds; p50 and max document latency; lines read over the 20 pages
+   (from the last pass; the same on every system when they agree); the
+   service's mean render time per page (its own timings_ms "render").
+
+Run (from the repository root, under the shared lock on a shared machine):
+
+    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python load_tests/bench_pdf.py --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import cv2
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # pdfs.py: the PDF builder the tests use
+
+from pdfs import image_pdf  # noqa: E402
+
+from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+
+PEER = REPO / "tests" / "data" / "peer"
+CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
+
+
+def page_images(n: int) -> list[tuple[str, "object"]]:
+    names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    pages = [n_ for n_ in names if not any(c in n_ for c in CROPS)][:n]
+    if len(pages) < n:
+        raise SystemExit(f"only {len(pages)} whole-page peer images in {PEER}")
+    return [(name, cv2.imread(str(PEER / name), cv2.IMREAD_COLOR)) for name in pages]
+
+
+def summary(name: str, seconds: list[float], pages: int, lines: int, render_ms: str = "") -> dict:
+    return {"system": name, "pages/s": pages * len(seconds) / sum(seconds),
+            "p50 s": statistics.median(seconds), "max s": max(seconds), "lines": lines, "render": render_ms}
+
+
+def bench_engine(pdf: bytes, repeats: int, dpi: int) -> list[dict]:
+    from serve_app.documents import PdfFile
+    from serve_app.engine import OcrEngine
+
+    with OcrEngine() as engine:
+        engine.warm()
+        limits = engine.config.documents
+        assert limits.render_dpi == dpi, (limits.render_dpi, dpi)
+        with PdfFile(pdf, limits, engine.config.limits.max_pixels) as doc:
+            pages = [doc.render(k) for k in range(doc.pages)]
+        one_by_one, whole = [], []
+        lines = doc_lines = 0
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            results = [engine.read(p) for p in pages]
+            s1 = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            doc_result = engine.read_document(pdf)
+            s2 = time.perf_counter() - t0
+            if r:  # the first pass is a warm-up
+                one_by_one.append(s1)
+                whole.append(s2)
+            lines = sum(len(x.lines) for x in results)
+            doc_lines = sum(len(p.lines) for p in doc_result.pages)
+            print(f"engine pass {r}: {s1:.2f} s one by one, {s2:.2f} s read_document", file=sys.stderr)
+    return [summary("engine, pages one by one (baseline)", one_by_one, len(pages), lines),
+            summary("engine, read_document (pages concurrently)", whole, len(pages), doc_lines)]
+
+
+def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
+    config = load_config()
+    config = copy.deepcopy(config)
+    for d in config["applications"][0]["deployments"]:
+        if d["name"] == "TextRecognizer":
+            d.pop("num_replicas", None)
+            d["autoscaling_config"] = {**d.get("autoscaling_config", {}), "min_replicas": replicas,
+                                       "max_replicas": replicas}
+    start_ray()
+    try:
+        t0 = time.perf_counter()
+        url = deploy_config(config, free_port())
+        print(f"service ({replicas} recogniser replicas) ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        seconds, lines, renders = [], 0, []
+        for r in range(repeats + 1):
+            t0 = time.perf_counter()
+            resp = requests.post(f"{url}/v1/ocr", data=pdf, headers={"Content-Type": "application/pdf"}, timeout=600)
+            s = time.perf_counter() - t0
+            resp.raise_for_status()
+            body = resp.json()
+            lines = sum(len(p["results"]) for p in body["pages"])
+            renders += [p["timings_ms"]["render"] for p in body["pages"]]
+            if r:
+                seconds.append(s)
+            print(f"service x{replicas} pass {r}: {s:.2f} s, {lines} lines", file=sys.stderr)
+        n = body["document"]["pages"]
+    finally:
+        stop_all(graceful=False)
+    return summary(f"service, {replicas} recogniser replica{'s' if replicas > 1 else ''}", seconds, n, lines,
+                   f"{statistics.mean(renders):.1f} ms")
+
+
+def table(rows: list[dict], base: float) -> str:
+    out = ["| system | pages/s | vs baseline | p50 document s | max s | lines read | render/page |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['system']} | {r['pages/s']:.2f} | {r['pages/s'] / base:.2f}x | {r['p50 s']:.2f} | "
+                   f"{r['max s']:.2f} | {r['lines']} | {r['render'] or '-'} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pages", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--replicas", default="1,2", help="recogniser replica counts to run the service with")
+    args = p.parse_args(argv)
+    dpi = load_config()["applications"][0]["args"]["engine"]["documents"]["render_dpi"]
+    images = page_images(args.pages)
+    pdf = image_pdf([img for _, img in images], dpi=dpi, jpeg_quality=90)
+    print(f"PDF: {args.pages} pages at {dpi} DPI, {len(pdf) / 1e6:.1f} MB, from "
+          f"{', '.join(n for n, _ in images)}", file=sys.stderr)
+    rows = bench_engine(pdf, args.repeats, dpi)
+    for n in (int(x) for x in args.replicas.split(",")):
+        rows.append(bench_service(pdf, args.repeats, n))
+    print(f"{args.pages}-page PDF ({len(pdf) / 1e6:.1f} MB, {dpi} DPI), {args.repeats} timed passes per system\n")
+    print(table(rows, rows[0]["pages/s"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""PDFs, batches and the PaddleX route on the real service (real Ray, real
+models, real HTTP), deployed once for the module from deployments.yaml.
+PDFs are made here from peer images, each stored losslessly at the render
+DPI, so a page renders back to the image's exact pixels: a page must then
+read exactly what /v1/ocr reads on that image."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import cv2
+import numpy as np
+import pytest
+import requests
+
+from pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
+from peer import PEER
+from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+
+PAGES = ["rapidocr_ch_en_num.jpg", "paddleocr_00006737.jpg", "rapidocr_issue_170.png"]
+
+
+@pytest.fixture(scope="module")
+def service():
+    start_ray()
+    try:
+        config = load_config()
+        yield deploy_config(config, free_port()), config
+    finally:
+        stop_all(graceful=False)  # ray.shutdown() stops the local cluster without Serve's ~10 s drain
+
+
+@pytest.fixture(scope="module")
+def page_images() -> list[np.ndarray]:
+    return [cv2.imread(str(PEER / n), cv2.IMREAD_COLOR) for n in PAGES]
+
+
+@pytest.fixture(scope="module")
+def pdf3(service, page_images) -> bytes:
+    dpi = service[1]["applications"][0]["args"]["engine"]["documents"]["render_dpi"]
+    return image_pdf(page_images, dpi=dpi)
+
+
+def png(img: np.ndarray) -> bytes:
+    return cv2.imencode(".png", img)[1].tobytes()
+
+
+@pytest.fixture(scope="module")
+def image_reads(service, page_images) -> list[dict]:
+    """What /v1/ocr answers for each page's image (sent as PNG: the same pixels)."""
+    url, _ = service
+    out = []
+    for img in page_images:
+        r = requests.post(f"{url}/v1/ocr", data=png(img), headers={"Content-Type": "image/png"}, timeout=120)
+        assert r.status_code == 200, r.text
+        out.append(r.json())
+    return out
+
+
+def texts(results: list[dict]) -> list[str]:
+    return [line["text"] for line in results]
+
+
+def test_pdf_pages_come_back_in_order_reading_what_each_image_reads(service, pdf3, image_reads):
+    url, _ = service
+    r = requests.post(f"{url}/v1/ocr", data=pdf3, headers={"Content-Type": "application/pdf"}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["document"] == {"type": "pdf", "pages": 3} and "request_id" in body
+    assert [p["page"] for p in body["pages"]] == [1, 2, 3]
+    for page, image in zip(body["pages"], image_reads):
+        assert (page["width"], page["height"]) == (image["image"]["width"], image["image"]["height"])
+        assert page["source"] == "ocr"
+        assert texts(page["results"]) == texts(image["results"]) and page["results"]
+    assert "total" in body["timings_ms"]
+
+
+def test_bad_pdfs_are_refused(service):
+    url, _ = service
+    r = requests.post(f"{url}/v1/ocr", data=encrypted_pdf(), headers={"Content-Type": "application/pdf"}, timeout=60)
+    assert r.status_code == 400 and "encrypted" in r.json()["error"]["message"]
+    r = requests.post(f"{url}/v1/ocr", data=blank_pdf(501), headers={"Content-Type": "application/pdf"}, timeout=60)
+    assert r.status_code == 413 and "501 pages, over the limit of 500" in r.json()["error"]["message"]
+    r = requests.post(f"{url}/v1/ocr", data=b"%PDF-1.4 broken", headers={"Content-Type": "application/pdf"},
+                      timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request"
+
+
+def test_text_layer_only_where_asked(service):
+    url, _ = service
+    data = base64.b64encode(text_pdf([["Hello PDF 2024"]], size_pt=(400, 120), font_pt=24)).decode()
+    asked = requests.post(f"{url}/v1/ocr", json={"image": {"base64": data}, "options": {"pdf_text_layer": True}},
+                          timeout=60).json()
+    assert asked["pages"][0]["source"] == "text_layer" and texts(asked["pages"][0]["results"]) == ["Hello PDF 2024"]
+    ocr = requests.post(f"{url}/v1/ocr", json={"image": {"base64": data}}, timeout=60).json()
+    assert ocr["pages"][0]["source"] == "ocr" and texts(ocr["pages"][0]["results"]) == ["Hello PDF 2024"]
+
+
+def test_batch_with_one_junk_item(service, page_images, image_reads, pdf3):
+    url, _ = service
+    files = [("file", ("a.png", png(page_images[0]), "image/png")), ("file", ("junk.png", b"not an image", "image/png")),
+             ("file", ("c.png", png(page_images[2]), "image/png")), ("file", ("doc.pdf", pdf3, "application/pdf"))]
+    r = requests.post(f"{url}/v1/ocr/batch", files=files, timeout=120)
+    assert r.status_code == 200, r.text
+    items = r.json()["items"]
+    assert [i["index"] for i in items] == [0, 1, 2, 3]
+    assert items[1]["error"]["code"] == "bad_image" and "results" not in items[1]
+    assert texts(items[0]["results"]) == texts(image_reads[0]["results"])
+    assert texts(items[2]["results"]) == texts(image_reads[2]["results"])
+    assert [texts(p["results"]) for p in items[3]["pages"]] == [texts(i["results"]) for i in image_reads]
+
+
+def test_paddlex_documented_example_request(service, page_images, image_reads):
+    """The client code in PaddleX's OCR serving docs, unchanged but for the URL."""
+    url, _ = service
+    API_URL = f"{url}/ocr"
+    file_bytes = png(page_images[2])
+    file_data = base64.b64encode(file_bytes).decode("ascii")
+    payload = {"file": file_data, "fileType": 1}
+    response = requests.post(API_URL, json=payload, timeout=120)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["errorCode"] == 0 and body["errorMsg"] == "Success"
+    result = body["result"]
+    (res,) = result["ocrResults"]
+    assert res["prunedResult"]["rec_texts"] == texts(image_reads[2]["results"])
+    assert len(res["prunedResult"]["rec_polys"]) == len(image_reads[2]["results"])
+    ocr_img = cv2.imdecode(np.frombuffer(base64.b64decode(res["ocrImage"]), np.uint8), cv2.IMREAD_COLOR)
+    assert ocr_img.shape == page_images[2].shape  # under PaddleX's 2000 px cap: full size
+    assert result["dataInfo"] == {"width": page_images[2].shape[1], "height": page_images[2].shape[0],
+                                  "type": "image"}
+    r = requests.post(API_URL, json={"file": "https://example.com/a.pdf", "fileType": 0}, timeout=30)
+    assert r.status_code == 400 and r.json()["errorCode"] == 400 and "fetches nothing" in r.json()["errorMsg"]
+
+
+def test_pdf_job_reports_pages_and_ends_with_all_of_them(service, pdf3, image_reads):
+    url, _ = service
+    r = requests.post(f"{url}/v1/ocr/jobs", data=pdf3, headers={"Content-Type": "application/pdf"}, timeout=60)
+    assert r.status_code == 202, r.text
+    job_url = f"{url}{r.headers['location']}"
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        view = requests.get(job_url, timeout=30).json()
+        seen.append(view)
+        if view["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.02)
+    assert view["status"] == "succeeded", view
+    assert (view["pages_done"], view["pages_total"]) == (3, 3)
+    assert [texts(p["results"]) for p in view["pages"]] == [texts(i["results"]) for i in image_reads]
+    running = [v for v in seen if v["status"] == "running"]
+    assert running and all(v.get("pages_total") in (None, 3) for v in running)
+    assert any(v.get("pages_total") == 3 for v in running)  # progress shown while it ran
+
+
+def test_handle_and_client_take_pdf_bytes(service, pdf3, image_reads):
+    from ray import serve
+
+    from serve_app.client import OcrClient
+
+    result = serve.get_app_handle("ocr").ocr.remote(pdf3).result(timeout_s=120)
+    assert [texts(p["results"]) for p in result["pages"]] == [texts(i["results"]) for i in image_reads]
+    item = next(OcrClient().map([pdf3]))
+    assert item.error is None and item.result["document"] == {"type": "pdf", "pages": 3}
+
+
+def test_engine_and_cli_read_the_pdf_as_the_service_does(engine, pdf3, image_reads, tmp_path, capsys):
+    """The in-process engine (the session's, shared with other modules) and
+    the CLI's output for a PDF."""
+    import json
+
+    from serve_app.__main__ import main
+
+    doc = engine.read_document(pdf3)
+    assert [[line.text for line in p.lines] for p in doc.pages] == [texts(i["results"]) for i in image_reads]
+    path = tmp_path / "three.pdf"
+    path.write_bytes(pdf3)
+    assert main([str(path)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["image"] == str(path) and out["document"] == {"type": "pdf", "pages": 3}
+    assert [texts(p["results"]) for p in out["pages"]] == [texts(i["results"]) for i in image_reads]
