@@ -30,9 +30,10 @@ from .http_body import BodyBudget, body_limit, check_media_type, parse_body, rea
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
 from .image_header import check_image_header
-from .metrics import RequestMetrics
+from .metrics import CacheMetrics, RequestMetrics
 from .options import parse_options
-from .settings import IngressArgs
+from .result_cache import Dedupe, ResultCache
+from .settings import CacheArgs, IngressArgs
 
 log = logging.getLogger("ray.serve")
 
@@ -172,7 +173,9 @@ async def count_outcomes(request: Request, call_next):
         code = getattr(request.state, "error_code", None)
         if code is not None:
             metrics.errors.inc(tags={"code": code})
-        metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": path})
+        ms = (time.perf_counter() - t0) * 1000
+        metrics.latency.observe(ms, tags={"route": path})
+        response.headers["Server-Timing"] = f"ingress;dur={ms:.3f}"  # this replica's own time on the request
     return response
 
 
@@ -190,7 +193,7 @@ def _serve_host() -> Optional[str]:
 @serve.ingress(api)
 class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
-                 args: IngressArgs = IngressArgs()):
+                 args: IngressArgs = IngressArgs(), cache: CacheArgs = CacheArgs(), model_id: str = ""):
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
@@ -199,6 +202,9 @@ class OcrIngress:
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
+        # Identical requests computed once per ingress replica (serve_app.result_cache).
+        self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
+                             cache.share_in_flight, CacheMetrics(), downstream)
         self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
         self._ready_probe: Optional[asyncio.Task] = None
         self.token: Optional[bytes] = None
@@ -217,10 +223,11 @@ class OcrIngress:
         the same dict as the HTTP body. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
-            result = await self.pipeline.ocr.remote(image, opts)
+            result, cache = await self.dedupe.read(image, opts, None,
+                                                   lambda deadline: self.pipeline.ocr.remote(image, opts, deadline))
         except Exception as e:
             raise unwrap(e) from None
-        return {"request_id": uuid.uuid4().hex, **result}
+        return {"request_id": uuid.uuid4().hex, **result, "cache": cache}
 
     # -- HTTP -----------------------------------------------------------------
     async def _body(self, request: Request, deadline: float, held: list[int]) -> bytes:
@@ -258,21 +265,21 @@ class OcrIngress:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
-                # The replicas get the deadline as wall-clock time: work still
-                # queued for this request when it passes is dropped there.
-                response = self.pipeline.ocr.remote(data, opts, time.time() + left)
-                try:
-                    result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
-                except asyncio.TimeoutError:
-                    response.cancel()  # cancels the pipeline's task and its pending stage calls
-                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+                # Past the deadline: 504, and the pipeline's call is cancelled
+                # (with its pending stage calls) unless another identical
+                # request still waits on it; the replicas also get the
+                # deadline (wall-clock) of a computation no one shares.
+                result, cache = await self.dedupe.read(
+                    data, opts, left, lambda d: self.pipeline.ocr.remote(data, opts, d),
+                    f"not done within the {timeout:g} s deadline")
             finally:
                 self.in_flight -= 1
         finally:
             self.bodies.give(held[0])
-        for step, ms in result.get("timings_ms", {}).items():
-            self.metrics.stage_latency.observe(ms, tags={"step": step})
-        return JSONResponse({"request_id": rid, **result})
+        if cache in ("miss", "off"):  # a hit's or a shared answer's timings were counted once already
+            for step, ms in result.get("timings_ms", {}).items():
+                self.metrics.stage_latency.observe(ms, tags={"step": step})
+        return JSONResponse({"request_id": rid, **result}, headers={"X-Cache": cache})
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
