@@ -32,7 +32,7 @@ from .http_schema import ocr_request_body
 from .image_header import check_image_header
 from .metrics import CacheMetrics, RequestMetrics
 from .options import parse_options
-from .result_cache import Dedupe, ResultCache
+from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs
 
 log = logging.getLogger("ray.serve")
@@ -271,12 +271,12 @@ class OcrIngress:
                 # deadline (wall-clock) of a computation no one shares.
                 result, cache = await self.dedupe.read(
                     data, opts, left, lambda d: self.pipeline.ocr.remote(data, opts, d),
-                    f"not done within the {timeout:g} s deadline")
+                    f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")))
             finally:
                 self.in_flight -= 1
         finally:
             self.bodies.give(held[0])
-        if cache in ("miss", "off"):  # a hit's or a shared answer's timings were counted once already
+        if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
             for step, ms in result.get("timings_ms", {}).items():
                 self.metrics.stage_latency.observe(ms, tags={"step": step})
         return JSONResponse({"request_id": rid, **result}, headers={"X-Cache": cache})

@@ -49,7 +49,7 @@ class CacheMetrics:
 
     def __init__(self):
         self.lookups = Counter("ocr_cache_requests",
-                               description="Requests by how the result cache answered: hit, shared, miss, off.",
+                               description="Requests by how the result cache answered: hit, shared, miss, bypass.",
                                tag_keys=("result",))
         self.bytes = Gauge("ocr_cache_bytes", description="Bytes of results held in this ingress replica's cache.")
         self.entries = Gauge("ocr_cache_entries", description="Results held in this ingress replica's cache.")

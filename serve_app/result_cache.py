@@ -7,7 +7,9 @@ import.
 How a request was answered (`Dedupe.read`'s second value, the `X-Cache`
 header): "hit" (from the cache), "shared" (it waited on the same
 computation another request started), "miss" (it started the computation),
-"off" (not cacheable: an image given as a path)."""
+"bypass" (computed on its own: an image given as a path, which may change
+under its name, or a request sent with `Cache-Control: no-cache` or
+`no-store`; its result still goes into the cache)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,12 @@ _HASH_INLINE_BYTES = 256 * 1024
 
 
 # -- keys ----------------------------------------------------------------------
+
+
+def wants_fresh(cache_control: Optional[str]) -> bool:
+    """A request's Cache-Control asks for its own computation."""
+    directives = {d.strip().split("=")[0].lower() for d in (cache_control or "").split(",")}
+    return bool(directives & {"no-cache", "no-store"})
 
 
 def model_identity(engine: Any) -> str:
@@ -188,15 +196,20 @@ class Dedupe:
         self.metrics = metrics
         self.awaiter = awaiter or (lambda call: call)
         self.flights: dict[str, _Flight] = {}
-        self.counts = {"hit": 0, "shared": 0, "miss": 0, "off": 0}
+        self.counts = {"hit": 0, "shared": 0, "miss": 0, "bypass": 0}
 
     async def read(self, image: Any, options: Any, timeout_s: Optional[float],
-                   start: Callable[[Optional[float]], Any], late: str = "deadline passed") -> tuple[Any, str]:
+                   start: Callable[[Optional[float]], Any], late: str = "deadline passed",
+                   fresh: bool = False) -> tuple[Any, str]:
+        """(result, how); `fresh`: computed alone, not looked up (its result is stored)."""
         key = None
         if self.cache is not None or self.share:
             key = await content_key_async(image, options, self.model_id)
-        if key is None:
-            return await self._alone(start, timeout_s, late), self._count("off")
+        if key is None or fresh:
+            result = await self._alone(start, timeout_s, late)
+            if key is not None:
+                self._store(key, result)
+            return result, self._count("bypass")
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:

@@ -108,7 +108,7 @@ def test_identical_concurrent_requests_share_one_computation_then_hit_the_cache(
     assert len({r["run"] for r, _ in got}) == 1
     assert again[1] == "hit" and again[0] == got[0][0]
     assert other[1] == "miss"
-    assert d.counts == {"hit": 1, "shared": 31, "miss": 2, "off": 0} and not d.flights
+    assert d.counts == {"hit": 1, "shared": 31, "miss": 2, "bypass": 0} and not d.flights
 
 
 def test_a_failure_reaches_every_waiter_and_is_not_cached():
@@ -177,7 +177,7 @@ def test_without_sharing_each_request_gets_its_own_deadline():
 
     runs, deadlines, (ok, late) = run(go())
     assert len(runs) == 2 and all(dl is not None for dl in deadlines)
-    assert ok[1] == "off"  # neither cache nor table: nothing is keyed
+    assert ok[1] == "bypass"  # neither cache nor table: nothing is keyed
     assert isinstance(late, DeadlineExceeded) and runs[1].cancelled
 
 
@@ -188,7 +188,7 @@ def test_paths_bypass_the_table():
         return [await d.read("/some/file.png", OcrOptions(), 5, lambda dl: FakeCall(runs)) for _ in range(2)], runs
 
     got, runs = run(go())
-    assert [how for _, how in got] == ["off", "off"] and len(runs) == 2
+    assert [how for _, how in got] == ["bypass", "bypass"] and len(runs) == 2
 
 
 @pytest.mark.parametrize("size", [10, 400_000])
@@ -197,3 +197,26 @@ def test_big_and_small_images_key_alike_sync_or_threaded(size):
 
     data = bytes(range(256)) * (size // 256 + 1)
     assert run(content_key_async(data, OcrOptions(), "m")) == content_key(data, OcrOptions(), "m")
+
+
+def test_no_cache_requests_are_computed_alone_and_refresh_the_cache():
+    async def go():
+        runs: list = []
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True)
+        start = lambda dl: FakeCall(runs)  # noqa: E731
+        first = await d.read(b"img", OcrOptions(), 5, start)
+        fresh = await d.read(b"img", OcrOptions(), 5, start, fresh=True)
+        hit = await d.read(b"img", OcrOptions(), 5, start)
+        return first, fresh, hit, runs
+
+    first, fresh, hit, runs = run(go())
+    assert [first[1], fresh[1], hit[1]] == ["miss", "bypass", "hit"] and len(runs) == 2
+    assert hit[0]["run"] == fresh[0]["run"]
+
+
+@pytest.mark.parametrize("header, want", [(None, False), ("max-age=0", False), ("no-cache", True),
+                                          ("No-Store", True), ("private, no-cache=x", True)])
+def test_wants_fresh(header, want):
+    from serve_app.result_cache import wants_fresh
+
+    assert wants_fresh(header) is want
