@@ -27,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default="auto",
                    help="OpenVINO inference precision (auto: bf16 where the CPU has it natively)")
     p.add_argument("--chars", action="store_true", help="add each character's box to every line")
+    p.add_argument("--words", action="store_true", help="add each word's box to every line")
+    p.add_argument("--options", metavar="JSON", default="{}",
+                   help='any per-request options as JSON, e.g. \'{"box_thresh": 0.7, "limit_side_len": 960}\'')
+    p.add_argument("--format", choices=["json", "text", "hocr", "alto"], default="json",
+                   help="json: one object per image and line (default); text, hocr, alto: each image's document")
     p.add_argument("--timings", action="store_true", help="add timings_ms to each line")
     return p
 
@@ -55,6 +60,24 @@ def main(argv=None) -> int:
     from .engine import OcrEngine
 
     try:
+        extra = json.loads(args.options)
+        if not isinstance(extra, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        print(f"error: --options must be a JSON object ({e})", file=sys.stderr)
+        return 2
+    opts = {"det": not args.no_det, "return_chars": args.chars, **({"return_words": True} if args.words else {}),
+            **extra}
+    if args.format in ("hocr", "alto"):  # they place words
+        opts["return_words"] = True
+    from .options import parse_options
+
+    try:
+        parse_options(opts)
+    except OcrError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
+    try:
         engine = OcrEngine(engine_config(args))
     except OcrError as e:
         print(f"error: {e.message}", file=sys.stderr)
@@ -63,7 +86,12 @@ def main(argv=None) -> int:
     with engine:
         for path in args.images:
             try:
-                result = engine.read(path, det=not args.no_det, return_chars=args.chars)
+                result = engine.read(path, **opts)
+                if args.format != "json":
+                    from .formats import render
+
+                    print(render(result.to_dict(), args.format)[0], end="", flush=True)
+                    continue
                 out = {"image": path, "results": [line.to_dict() for line in result.lines]}
                 if args.timings:
                     out["timings_ms"] = result.to_dict()["timings_ms"]

@@ -199,6 +199,11 @@ class PipelineOptions(_Strict):
     letterbox_ratio: float = 8.0
     drop_score: float = Field(0.5, ge=0, le=1)
     exif_transpose: bool = True
+    # The `visualize` picture: its longest side (both halves) at most this many
+    # pixels; the font its text is written in (None: the first found of
+    # serve_app.visualize.FONT_CANDIDATES, else Pillow's built-in).
+    visualize_max_side: int = Field(1600, ge=64, le=8192)
+    visualize_font: Optional[str] = None
 
 
 class EngineConfig(_Strict):

@@ -23,7 +23,7 @@ from .canary import classifier_probe, detector_probe, recognizer_probe
 from .config import EngineConfig
 from .crop_scheduler import CropScheduler
 from .errors import DeadlineExceeded
-from .options import OcrOptions, parse_options
+from .options import DetParams, OcrOptions, parse_options
 from .pipeline import Pipeline, Stages, current_deadline, fanned_out
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
@@ -92,12 +92,15 @@ class TextDetectorDeployment(_Replica):
         """Serve's custom-metrics hook: images queued here (serve_app.autoscaling)."""
         return backlog_stats("det", self.replica.pending, self.replica.metrics)
 
-    async def detect(self, image: np.ndarray, deadline: Optional[float] = None) -> np.ndarray:
+    async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
+                     params: Optional[DetParams] = None) -> np.ndarray:
         """Boxes (N,4,2) for one working image, in its coordinates; batched
-        with other requests' images. An image whose deadline (time.time())
-        has passed by the time its batch runs is not run (504 to its caller,
-        which is usually gone): a burst of expired pages costs nothing."""
-        return await self.replica.queued(self._detect_batch, Timed(image, deadline))
+        with other requests' images (whatever their detection params: only
+        the input shape separates batches, serve_app.runners.TextDetector).
+        An image whose deadline (time.time()) has passed by the time its
+        batch runs is not run (504 to its caller, which is usually gone): a
+        burst of expired pages costs nothing."""
+        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline))
 
     @_batch("det")
     async def _detect_batch(self, items: list) -> list:
@@ -105,11 +108,14 @@ class TextDetectorDeployment(_Replica):
         # (each recorded by the detector's on_batch). Serve drops items whose
         # caller cancelled; items whose deadline passed are dropped here.
         now = time.time()
-        items = [i if isinstance(i, Timed) else Timed(i) for i in items]
+        items = [i if isinstance(i, Timed) else Timed((i, DetParams())) for i in items]
         live = [k for k, i in enumerate(items) if not i.expired(now)]
         out: list = [_expired("detector") for _ in items]
         if live:
-            got = await self.replica.isolated(self.detector.detect, [[items[k].item] for k in live])
+            def detect(pairs: list) -> list:
+                return self.detector.detect([p[0] for p in pairs], [p[1] for p in pairs])
+
+            got = await self.replica.isolated(detect, [[items[k].item] for k in live])
             for k, o in zip(live, got):
                 out[k] = o if isinstance(o, Exception) else o[0]
         return out
@@ -212,18 +218,38 @@ class OcrPipeline:
         # it in the request's own task), so the replicas drop work
         # queued for a request that is gone.
         self.pipeline = Pipeline(Stages(
-            detect=lambda image: detector.detect.remote(image, current_deadline()),
+            detect=lambda image, params: detector.detect.remote(image, current_deadline(), params),
             classify=classifier.classify.remote if classifier is not None else None,
             recognize=fanned_out(lambda crops: recognizer.recognize.remote(crops, current_deadline()),
                                  rec_args.fan_out, rec_args.fan_out_min_items),
         ), engine)
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:
-        """The result body (image size, lines, timings) for one image;
-        options come parsed from the ingress (a dict is parsed here). With
-        a deadline (time.time()), work not started by then is not done
+        """The result body (image size, lines, timings) for one image, as
+        JSON whatever options.format says (the ingress renders it); options
+        come parsed from the ingress (a dict is parsed here). With a
+        deadline (time.time()), work not started by then is not done
         (DeadlineExceeded, 504)."""
-        return (await self.pipeline.read(image, parse_options(options), deadline)).to_dict()
+        return (await self.pipeline.read(image, parse_options(options).for_pipeline(), deadline)).to_dict()
+
+    async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
+        """stage -> the stats() of its replicas that answered `calls[stage]`
+        concurrent calls (the router spreads them; a replica may be reached
+        twice or not at all, so callers ask about twice the replicas
+        running). A stage that does not answer in time gives []."""
+
+        async def one(h):
+            try:
+                return await asyncio.wait_for(h.stats.remote(), timeout=timeout_s)
+            except Exception:
+                return None
+
+        async def stage(name, h):
+            got = await asyncio.gather(*(one(h) for _ in range(max(1, calls.get(name, 1)))))
+            return list({s["pid"]: s for s in got if s}.values())
+
+        answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))
+        return dict(zip(self.handles, answers))
 
     async def ready(self) -> dict[str, bool]:
         """Whether each stage answers (a replica answers only once warmed)."""

@@ -13,7 +13,7 @@ from typing import Any, Coroutine, Optional
 
 from .config import EngineConfig, PipelineOptions
 from .errors import BadImage
-from .options import OcrOptions
+from .options import OcrOptions, parse_options
 from .pipeline import ImageInput, Pipeline, Stages, load_image, round_box
 from .predictor import PaddlePredictor
 from .results import Direction, OcrResult
@@ -54,8 +54,8 @@ class OcrEngine:
             raise
         self.load_seconds = time.perf_counter() - t0
 
-        async def detect(work):
-            return (await det.call_async(self.detector.detect, [work]))[0]
+        async def detect(work, params):
+            return (await det.call_async(self.detector.detect, [work], [params]))[0]
 
         classify = None
         if self.classifier is not None:
@@ -82,12 +82,16 @@ class OcrEngine:
         return time.perf_counter() - t0
 
     def read(
-        self, image: ImageInput, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False
+        self, image: ImageInput, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False,
+        **options: Any,
     ) -> OcrResult:
         """OCR one image. det=False reads the whole image as one line (a crop
         already cut out); cls=None uses the configured classifier setting;
-        return_chars adds each character's box to every line."""
-        return self._run(self.aread(image, OcrOptions(det=det, cls=cls, return_chars=return_chars)))
+        return_chars adds each character's box to every line. Any other
+        OcrOptions field by name (return_words, box_thresh, ...), checked
+        as the service checks it (BadRequest naming the field)."""
+        opts = parse_options({"det": det, "cls": cls, "return_chars": return_chars, **options})
+        return self._run(self.aread(image, opts))
 
     async def aread(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
         """`read` for async callers, on their own event loop."""

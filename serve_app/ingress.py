@@ -13,9 +13,9 @@ import time
 import uuid
 from typing import Annotated, Any, Optional
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 from ray.serve.exceptions import BackPressureError
@@ -26,14 +26,17 @@ from .config import ImageLimits
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
+from .formats import render
 from .http_body import BodyBudget, body_limit, check_media_type, parse_body, read_body
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
 from .http_schema import ocr_request_body
 from .image_header import check_image_header
+from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import CacheMetrics, RequestMetrics
-from .options import parse_options
+from .options import FORMATS, parse_options, with_format
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs
+from .ui import page_config, static_file
 
 log = logging.getLogger("ray.serve")
 
@@ -96,6 +99,24 @@ def authorized(request: Request, _: RequestId) -> None:
 
 
 V1 = [Depends(authorized)]
+
+# `?format=json|text|hocr|alto` on the OCR routes (serve_app.formats); it
+# wins over the options' own `format`.
+Format = Annotated[Optional[str], Query(alias="format", description=f"one of {', '.join(FORMATS)} (default json)")]
+
+
+def with_format_of(parsed: tuple, fmt: Optional[str]) -> tuple:
+    data, opts = parsed
+    return data, with_format(opts, fmt).for_pipeline()
+
+
+async def formatted(body: dict, fmt: str) -> Response:
+    """The answer in the asked format: JSON as it is, else rendered (off
+    the event loop: a long document's XML takes a while)."""
+    if fmt == "json":
+        return JSONResponse(body)
+    content, media_type = await asyncio.to_thread(render, body, fmt)
+    return Response(content, media_type=media_type)
 
 
 # -- errors -----------------------------------------------------------------------
@@ -168,7 +189,11 @@ async def count_outcomes(request: Request, call_next):
         response = await domain_error(request, exc)
     path = getattr(request.scope.get("route"), "path", "")
     if path.startswith("/v1/"):
-        metrics = _ingress().metrics
+        ingress = _ingress()
+        metrics = ingress.metrics
+        if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
+            ingress.history.record(time.time(), response.status_code, (time.perf_counter() - t0) * 1000,
+                                   getattr(request.state, "timings_ms", None))
         metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
         code = getattr(request.state, "error_code", None)
         if code is not None:
@@ -207,6 +232,9 @@ class OcrIngress:
                              cache.share_in_flight, CacheMetrics(), downstream)
         self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
         self._ready_probe: Optional[asyncio.Task] = None
+        self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
+        self._stats: Optional[tuple[float, dict]] = None  # (when, body) of the last gathering
+        self._stats_probe: Optional[asyncio.Task] = None
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")
@@ -218,16 +246,19 @@ class OcrIngress:
         check_exposure(_serve_host(), self.token is not None, args.allow_anonymous)
 
     # -- handle API (other Ray jobs and deployments) -------------------------
-    async def ocr(self, image: Any, options: Optional[dict] = None) -> dict:
+    async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
         """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)`:
-        the same dict as the HTTP body. Domain errors raise."""
+        the same dict as the HTTP body; with options `format` text, hocr or
+        alto, that document as a str instead. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
-            result, cache = await self.dedupe.read(image, opts, None,
-                                                   lambda deadline: self.pipeline.ocr.remote(image, opts, deadline))
+            popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
+            result, cache = await self.dedupe.read(image, popts, None,
+                                                   lambda deadline: self.pipeline.ocr.remote(image, popts, deadline))
         except Exception as e:
             raise unwrap(e) from None
-        return {"request_id": uuid.uuid4().hex, **result, "cache": cache}
+        body = {"request_id": uuid.uuid4().hex, **result, "cache": cache}
+        return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
 
     # -- HTTP -----------------------------------------------------------------
     async def _body(self, request: Request, deadline: float, held: list[int]) -> bytes:
@@ -252,7 +283,7 @@ class OcrIngress:
         self.submitting += 1
 
     @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
-    async def http_ocr(self, request: Request, rid: RequestId):
+    async def http_ocr(self, request: Request, rid: RequestId, fmt: Format = None):
         timeout = deadline_s(request.headers, self.args)
         deadline = time.monotonic() + timeout
         held = [0]
@@ -261,6 +292,7 @@ class OcrIngress:
             self._take_slot()
             try:
                 data, opts = await parse_body(request, body, self.limits)
+                opts = with_format(opts, fmt)
                 del body
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -269,8 +301,9 @@ class OcrIngress:
                 # (with its pending stage calls) unless another identical
                 # request still waits on it; the replicas also get the
                 # deadline (wall-clock) of a computation no one shares.
+                popts = opts.for_pipeline()
                 result, cache = await self.dedupe.read(
-                    data, opts, left, lambda d: self.pipeline.ocr.remote(data, opts, d),
+                    data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
                     f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")))
             finally:
                 self.in_flight -= 1
@@ -279,18 +312,23 @@ class OcrIngress:
         if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
             for step, ms in result.get("timings_ms", {}).items():
                 self.metrics.stage_latency.observe(ms, tags={"step": step})
-        return JSONResponse({"request_id": rid, **result}, headers={"X-Cache": cache})
+        request.state.timings_ms = result.get("timings_ms")
+        response = await formatted({"request_id": rid, **result}, opts.format)
+        response.headers["X-Cache"] = cache
+        return response
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
-    async def http_submit_job(self, request: Request):
+    async def http_submit_job(self, request: Request, fmt: Format = None):
         key = idempotency_key(request.headers)
         held = [0]
         try:
             body = await self._body(request, time.monotonic() + self.args.body_timeout_s, held)
             self._take_submit_slot()  # a gate of their own: a submit is short, a sync request long
             try:
-                data, opts = await parse_body(request, body, self.limits)
+                # A format is kept with the job (its pipeline run then makes
+                # word boxes for hOCR/ALTO); the job's result stays JSON.
+                data, opts = with_format_of(await parse_body(request, body, self.limits), fmt)
                 del body
                 # Junk is a 400 now, not a failed job later (header only, off the loop).
                 await asyncio.to_thread(check_image_header, data, self.limits)
@@ -303,11 +341,17 @@ class OcrIngress:
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
     @api.get("/v1/ocr/jobs/{job_id}", dependencies=V1, summary="A job's status, and its result once done")
-    async def http_get_job(self, job_id: str):
+    async def http_get_job(self, job_id: str, fmt: Format = None):
+        """JSON status (and result once done); with `?format=text|hocr|alto`
+        a succeeded job's result in that format (while it is not done, the
+        JSON status whatever the format)."""
+        fmt = with_format(parse_options(None), fmt).format
         job = await downstream(self.jobs.get.remote(job_id))
         if job is None:
             raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-        return JSONResponse(job)
+        if job.get("status") != "succeeded":
+            return JSONResponse(job)
+        return await formatted(job, fmt)
 
     @api.get("/healthz", summary="Alive")
     async def healthz(self):
@@ -332,3 +376,73 @@ class OcrIngress:
         stages = self._ready[1]
         ready = bool(stages) and all(stages.values())
         return JSONResponse({"ready": ready, "stages": stages}, status_code=200 if ready else 503)
+
+    # -- the web page and its live view --------------------------------------
+    # The page holds no secret, so it is open like /healthz; what it calls
+    # (/v1/ocr, /v1/stats) carries the token the person types in.
+    # Served at / and /ui alike: both resolve the page's relative URLs
+    # (ui/app.js, v1/ocr) under the app's route prefix.
+    @api.get("/", include_in_schema=False)
+    async def root(self):
+        return self._static("index.html")
+
+    @api.get("/ui", include_in_schema=False)
+    async def ui_page(self):
+        return self._static("index.html")
+
+    @api.get("/ui/options.json", include_in_schema=False)
+    async def ui_options(self):
+        return JSONResponse(page_config())
+
+    @api.get("/ui/{name}", include_in_schema=False)
+    async def ui_file(self, name: str):
+        return self._static(name)
+
+    def _static(self, name: str) -> Response:
+        found = static_file(name)
+        if found is None:
+            raise NotFound(f"no page file {name!r}")
+        content, media = found
+        return Response(content, media_type=media, headers={"Cache-Control": "no-cache"})
+
+    async def _gather_stats(self) -> dict:
+        """Replica states from Serve's controller, and each model stage's
+        replicas' stats() through the pipeline (each asked about twice as
+        often as it has replicas running, at most 8 times)."""
+        app = serve.get_replica_context().app_name
+        try:
+            status = await asyncio.wait_for(asyncio.to_thread(serve.status), timeout=3.0)
+            deployments = deployment_summary(status.applications[app].deployments)
+        except Exception as e:  # the live view shows what it got
+            log.warning("live view: no deployment status: %s", e)
+            deployments = {}
+        names = {"det": "TextDetector", "cls": "DirectionClassifier", "rec": "TextRecognizer"}
+        calls = {s: min(8, 2 * max(1, deployments.get(n, {}).get("running", 1))) for s, n in names.items()}
+        try:
+            stages = await asyncio.wait_for(self.pipeline.stats.remote(calls), timeout=5.0)
+        except Exception as e:
+            log.warning("live view: no stage stats: %s", e)
+            stages = {}
+        now = time.time()
+        return {
+            "time": now,
+            "app": app,
+            "deployments": deployments,
+            "stages": {s: {"deployment": names.get(s, s), **stage_summary(r, now)} for s, r in stages.items()},
+            "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
+                        "job_submits_in_flight": self.submitting},
+            "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
+        }
+
+    @api.get("/v1/stats", dependencies=V1, summary="Live figures: replicas, queues, batches, recent requests")
+    async def http_stats(self):
+        """What the page's live view draws. Cheap under any polling: one
+        gathering at a time, its answer reused for ingress.stats_cache_s.
+        The history is this ingress replica's (one by default)."""
+        now = time.monotonic()
+        if self._stats is None or now - self._stats[0] > self.args.stats_cache_s:
+            if self._stats_probe is None or self._stats_probe.done():
+                self._stats_probe = asyncio.ensure_future(self._gather_stats())
+            body = await asyncio.shield(self._stats_probe)
+            self._stats = (time.monotonic(), body)
+        return JSONResponse(self._stats[1])

@@ -16,22 +16,24 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 import numpy as np
 
-from .config import EngineConfig, ImageLimits
+from .config import EngineConfig, ImageLimits, PipelineOptions
 from .errors import BadImage, DeadlineExceeded, TooLarge
-from .options import OcrOptions
-from .results import CharBox, Direction, OcrResult, Recognition, TextLine
+from .options import DetParams, OcrOptions
+from .results import CharBox, Direction, OcrResult, Recognition, TextLine, Visualization, WordBox
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
 from .stages.decode import array_to_bgr, decode_image
 from .stages.det_preprocess import Geometry, boxes_to_original, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
+from .stages.words import split_words
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 
 # What the pipeline needs from each model: awaitables (a coroutine, or a
 # Serve DeploymentResponse) of the stage's answer.
-Detect = Callable[[np.ndarray], Awaitable[np.ndarray]]  # working image -> boxes (N,4,2)
+# working image, the request's detection options -> boxes (N,4,2)
+Detect = Callable[[np.ndarray, DetParams], Awaitable[np.ndarray]]
 Classify = Callable[[list[np.ndarray]], Awaitable[list[Direction]]]  # crops -> directions
 Recognize = Callable[[list[np.ndarray]], Awaitable[list[Recognition]]]  # crops -> readings
 
@@ -85,7 +87,7 @@ class Pipeline:
         if options.det:
             check_deadline(deadline, "detection")
             work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
-            boxes = await self.stages.detect(work)
+            boxes = await self.stages.detect(work, options.det_params())
             check_deadline(deadline, "cropping")
             boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
         else:
@@ -107,9 +109,15 @@ class Pipeline:
         check_deadline(deadline, "recognition")
         recs = await self.stages.recognize(crops) if crops else []
         timings["rec"] = _ms(t)
-        lines = assemble(boxes, recs, geometry, cfg.pipeline.drop_score, flipped, options.return_chars)
+        drop_score = cfg.pipeline.drop_score if options.drop_score is None else options.drop_score
+        lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
+        picture = None
+        if options.visualize:
+            t = time.perf_counter()
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
+            timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings)
+        return OcrResult(w, h, lines, timings, picture)
 
 
 # -- fan-out: one image's crops read by several recogniser replicas ----------
@@ -180,6 +188,13 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     return decode_image(bytes(image), limits, exif_transpose)
 
 
+def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions) -> Visualization:
+    """The `visualize` picture of one read image (serve_app.visualize)."""
+    from .visualize import find_font, render
+
+    return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
+
+
 def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:
     """Boxes in reading order (at most max_crops of them) and their crops."""
     if len(boxes) == 0:
@@ -196,24 +211,29 @@ def assemble(
     drop_score: float,
     flipped: Optional[list[bool]] = None,
     return_chars: bool = False,
+    return_words: bool = False,
 ) -> tuple[TextLine, ...]:
     """Lines whose score reaches drop_score, boxes mapped to the original;
-    with return_chars, each line also lists its characters' boxes."""
+    with return_chars, each line also lists its characters' boxes, with
+    return_words its words' (serve_app.stages.words)."""
     mapped = boxes_to_original(boxes, geometry)
     flipped = flipped or [False] * len(recs)
     lines = []
     for b, r, flip in zip(mapped, recs, flipped):
         if r.score < drop_score or not r.text:
             continue
-        chars = None
+        chars = words = None
+        vertical = is_vertical(b)
+
+        def quad(s0: float, s1: float) -> list[list[float]]:
+            return round_box(order_clockwise(char_quad(b, s0, s1, vertical, flip)))
+
         if return_chars:
-            vertical = is_vertical(b)
-            chars = tuple(
-                CharBox(ch, round_box(order_clockwise(char_quad(b, s0, s1, vertical, flip))))
-                for ch, (s0, s1) in zip(r.text, r.char_spans)
-                if not ch.isspace()
-            )
-        lines.append(TextLine(r.text, r.score, round_box(b), chars))
+            chars = tuple(CharBox(ch, quad(s0, s1)) for ch, (s0, s1) in zip(r.text, r.char_spans) if not ch.isspace())
+        if return_words:
+            words = tuple(WordBox(w.text, quad(w.start, w.end), w.score)
+                          for w in split_words(r.text, r.char_spans, r.char_scores))
+        lines.append(TextLine(r.text, r.score, round_box(b), chars, words))
     return tuple(lines)
 
 

@@ -195,6 +195,7 @@ class ModelReplica:
         return {
             "stage": self.stage,
             "pid": os.getpid(),
+            "queue_depth": self._pending,
             "max_batch_size": self.knobs.max_batch_size,
             "batch_wait_timeout_s": self.knobs.batch_wait_timeout_s,
             "cpu_affinity": sorted(os.sched_getaffinity(0)),

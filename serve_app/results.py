@@ -3,6 +3,7 @@ pickle across Ray processes and free of framework imports."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -21,16 +22,33 @@ class CharBox:
 
 
 @dataclass(frozen=True)
+class WordBox:
+    """One word (a run of characters between spaces; in Chinese and
+    Japanese text one character: serve_app.stages.words), its quad, and
+    the mean probability of its characters."""
+
+    text: str
+    box: Box
+    score: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "box": self.box, "score": round(float(self.score), 6)}
+
+
+@dataclass(frozen=True)
 class TextLine:
     text: str
     score: float
     box: Box
     chars: Optional[tuple[CharBox, ...]] = None
+    words: Optional[tuple[WordBox, ...]] = None
 
     def to_dict(self) -> dict[str, Any]:
         d = {"text": self.text, "score": round(float(self.score), 6), "box": self.box}
         if self.chars is not None:
             d["chars"] = [c.to_dict() for c in self.chars]
+        if self.words is not None:
+            d["words"] = [w.to_dict() for w in self.words]
         return d
 
 
@@ -41,6 +59,8 @@ class Recognition:
     # Per character, where it lies along the crop: (start, end) as fractions
     # of the crop's width, from the CTC steps that emitted it.
     char_spans: tuple[tuple[float, float], ...] = ()
+    # Per character, the probability of the CTC step that emitted it.
+    char_scores: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,15 +70,33 @@ class Direction:
 
 
 @dataclass(frozen=True)
+class Visualization:
+    """The picture of a result (serve_app.visualize), encoded."""
+
+    media_type: str
+    data: bytes
+    width: int
+    height: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"media_type": self.media_type, "width": self.width, "height": self.height,
+                "base64": base64.b64encode(self.data).decode("ascii")}
+
+
+@dataclass(frozen=True)
 class OcrResult:
     width: int
     height: int
     lines: tuple[TextLine, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
+    visualization: Optional[Visualization] = None  # with the `visualize` option
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "image": {"width": self.width, "height": self.height},
             "results": [line.to_dict() for line in self.lines],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
+        if self.visualization is not None:
+            d["visualization"] = self.visualization.to_dict()
+        return d

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .config import ClsOptions, DetOptions, RecOptions
+from .options import DetParams
 from .predictor import Predictor
 from .stages.db_postprocess import db_boxes
 from .stages.det_preprocess import det_input_shapes, det_preprocess
@@ -26,13 +27,22 @@ class TextDetector:
         self.opts = opts
         self.on_batch = on_batch  # told (images, seconds) of every predictor batch
 
-    def detect(self, images: list[np.ndarray]) -> list[np.ndarray]:
-        """Boxes (N,4,2 float32, image coordinates) for each image. Images
-        whose detector inputs share a shape run together, in predictor
-        batches of at most opts.batch_size. The padding in an input (the
+    def detect(self, images: list[np.ndarray], params: Optional[list[DetParams]] = None) -> list[np.ndarray]:
+        """Boxes (N,4,2 float32, image coordinates) for each image. `params`:
+        each image's request options (None: the config's). Images whose
+        detector inputs share a shape run together, in predictor batches of
+        at most opts.batch_size, whatever their options: a request's
+        limit_side_len only picks the input shape, and the thresholds are
+        post-processing, applied per image. The padding in an input (the
         "ladder" mode's) is cropped off the probability map before boxes
         are found, and an image reads the same alone or in a batch."""
-        prepared = [det_preprocess(img, self.opts) for img in images]
+        params = params or [DetParams()] * len(images)
+        effective: dict[DetParams, DetOptions] = {}
+        for p in params:
+            if p not in effective:
+                effective[p] = p.apply(self.opts)
+        opts = [effective[p] for p in params]
+        prepared = [det_preprocess(img, o) for img, o in zip(images, opts)]
         groups: dict[tuple, list[int]] = {}
         for i, (t, _) in enumerate(prepared):
             groups.setdefault(t.shape, []).append(i)
@@ -44,7 +54,7 @@ class TextDetector:
                 probs = self.predictor.run(np.stack([prepared[i][0] for i in idx]))
                 for i, p in zip(idx, probs):
                     (vh, vw), (h, w) = prepared[i][1], images[i].shape[:2]
-                    out[i], _ = db_boxes(p[0][:vh, :vw], w, h, self.opts)
+                    out[i], _ = db_boxes(p[0][:vh, :vw], w, h, opts[i])
                 if self.on_batch is not None:
                     self.on_batch(len(idx), time.perf_counter() - t0)
         return out

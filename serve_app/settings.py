@@ -122,6 +122,12 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
+    # GET /v1/stats (the page's live view): answered from figures gathered at
+    # most this many seconds ago; its request history is kept per bucket of
+    # stats_bucket_s seconds over the last stats_span_s.
+    stats_cache_s: float = Field(1.0, ge=0)
+    stats_bucket_s: float = Field(5.0, gt=0)
+    stats_span_s: float = Field(600.0, gt=0)
 
 
 class CacheArgs(_Args):

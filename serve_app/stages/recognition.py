@@ -86,7 +86,8 @@ def ctc_decode(probs: np.ndarray, charset: list[str], content_fracs: Optional[li
         spans: tuple = ()
         if content_fracs is not None and chars:
             spans = _char_spans([c for _, c in chars], steps, content_fracs[n])
-        out.append(Recognition(text, score, spans))
+        char_scores = tuple(round(float(prob[n][c]), 6) for _, c in chars)
+        out.append(Recognition(text, score, spans, char_scores))
     return out
 
 

@@ -21,6 +21,7 @@ from ray.serve.exceptions import BackPressureError
 import serve_app.ingress as ingress
 from serve_app.config import ImageLimits
 from serve_app.http_body import BodyBudget
+from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.result_cache import Dedupe, ResultCache
@@ -95,7 +96,7 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready"):
+    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready", "_static", "_gather_stats"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
@@ -104,11 +105,13 @@ def app():
     obj.in_flight = obj.submitting = 0
     obj.bodies = BodyBudget(obj.args.max_body_bytes)
     obj._ready, obj._ready_probe = None, None
+    obj._stats, obj._stats_probe = None, None
+    obj.history = RollingHistory(obj.args.stats_bucket_s, obj.args.stats_span_s)
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
     obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
     Fake.calls, Fake.jobs = [], {}
-    ctx = types.SimpleNamespace(servable_object=obj)
+    ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
         yield TestClient(ingress.api), obj
 
@@ -297,3 +300,85 @@ def test_job_submits_have_their_own_in_flight_gate(app):
     obj.submitting = obj.args.max_submits_in_flight
     r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
     assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
+
+
+def test_the_page_is_open_and_what_it_calls_needs_the_token(app):
+    client, obj = app
+    obj.token = b"tok"
+    for path in ("/", "/ui"):
+        r = client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert 'src="ui/app.js"' in r.text
+    assert client.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/ui/app.css").headers["content-type"].startswith("text/css")
+    assert [o["name"] for o in client.get("/ui/options.json").json()["options"]][:1] == ["cls"]
+    assert client.get("/ui/ingress.py").status_code == 404
+    assert client.get("/ui/..%2Fingress.py").status_code == 404
+    r = client.get("/v1/stats")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
+
+
+def test_stats_gathers_replicas_stages_and_history_at_most_once_per_cache_period(app):
+    client, obj = app
+    calls = []
+
+    async def stats(n):
+        calls.append(n)
+        return {"det": [{"pid": 1, "queue_depth": 2, "max_batch_size": 4,
+                         "recent_batches": [{"seq": 1, "t": 9e12, "requests": 2, "items": 2, "ms": 5.0}]}],
+                "rec": [{"pid": 2, "queue_depth": 0, "pending_crops": 7, "max_batch_size": 24, "recent_batches": []},
+                        {"pid": 3, "queue_depth": 1, "pending_crops": 0, "max_batch_size": 24,
+                         "recent_batches": []}]}
+
+    obj.pipeline.stats = Method(stats)
+    running = types.SimpleNamespace(status="HEALTHY", replica_states={"RUNNING": 2}, message="")
+    status = types.SimpleNamespace(applications={"ocr": types.SimpleNamespace(deployments={"TextRecognizer": running})})
+    obj.args = IngressArgs(stats_cache_s=60)
+    assert post(client, b"ok").status_code == 200 and post(client, b"bad").status_code == 400
+    with mock.patch.object(serve, "status", lambda: status):
+        answers = [client.get("/v1/stats").json() for _ in range(20)]
+    assert len(calls) == 1 and calls[0]["rec"] == 4  # twice the running replicas
+    body = answers[-1]
+    assert body["deployments"]["TextRecognizer"]["running"] == 2
+    assert body["stages"]["rec"]["queue_depth"] == 1 and body["stages"]["rec"]["pending_crops"] == 7
+    assert body["stages"]["det"]["deployment"] == "TextDetector" and body["stages"]["det"]["queue_depth"] == 2
+    now = body["history"]["buckets"][-1]
+    assert (now["requests"], now["client_errors"]) == (2, 1) and now["steps_ms"] == {"total": 1.0}
+    assert len(body["history"]["buckets"]) == 120
+def test_format_query_or_option_renders_the_answer_and_asks_for_word_boxes(app):
+    client, _ = app
+    r = client.post("/v1/ocr?format=text", content=b"read", headers={"Content-Type": "image/png"})
+    assert r.status_code == 200 and r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert r.text == "read\n"
+    assert Fake.calls[-1][1].format == "text" and not Fake.calls[-1][1].return_words
+    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
+                                     "options": {"format": "text"}})
+    assert r.text == "js\n"
+    client.post("/v1/ocr?format=hocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
+                                             "options": {"format": "text"}})
+    sent = Fake.calls[-1][1]
+    assert sent.format == "hocr" and sent.return_words  # the query wins; hOCR places words
+    bad = client.post("/v1/ocr?format=pdf", content=PNG, headers={"Content-Type": "image/png"})
+    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
+
+
+def test_a_job_result_stays_json_and_renders_on_get_with_format(app):
+    client, _ = app
+    r = client.post("/v1/ocr/jobs?format=alto", content=PNG, headers={"Content-Type": "image/png"})
+    assert r.status_code == 202 and Fake.calls[-1][1].format == "alto" and Fake.calls[-1][1].return_words
+    assert client.get("/v1/ocr/jobs/j1?format=text").json() == {"job_id": "j1", "status": "queued"}  # not done
+    box = [[1, 1], [20, 1], [20, 9], [1, 9]]
+    Fake.jobs["j1"] = {"job_id": "j1", "status": "succeeded", "request_id": "j1", "image": {"width": 30, "height": 10},
+                       "results": [{"text": "done ok", "score": 0.9, "box": box}], "timings_ms": {}}
+    assert client.get("/v1/ocr/jobs/j1").json()["results"][0]["text"] == "done ok"
+    text = client.get("/v1/ocr/jobs/j1?format=text")
+    assert text.text == "done ok\n" and text.headers["content-type"].startswith("text/plain")
+    alto = client.get("/v1/ocr/jobs/j1?format=alto")
+    assert alto.headers["content-type"].startswith("application/xml") and 'CONTENT="done"' in alto.text
+    assert client.get("/v1/ocr/jobs/j1?format=xml").status_code == 400
+
+
+def test_the_handle_api_gives_the_rendered_document_for_a_format(app):
+    _, obj = app
+    assert asyncio.run(obj.ocr(b"ok", {"format": "text"})) == "ok\n"
+    assert Fake.calls[-1][1].format == "text"

@@ -80,6 +80,29 @@ def test_bearer_token_required_when_configured(service):
     assert ok.status_code == 200 and ok.json()["results"][0]["text"] == "TEST"
 
 
+def test_the_web_page_is_open_and_sends_the_token_typed_into_it(service):
+    """With a token configured, the page itself loads without one; its API
+    calls carry the token the person types (401 shown until then)."""
+    from browser import chromium_page
+
+    url = service
+    assert requests.get(f"{url}/ui", timeout=30).status_code == 200
+    assert requests.get(f"{url}/v1/stats", timeout=30).status_code == 401
+    with chromium_page() as page:
+        page.goto(f"{url}/ui")
+        page.set_input_files("#file", str(PEER / "rapidocr_issue_170.png"))
+        page.wait_for_selector("#status.error")
+        assert "unauthorized" in page.text_content("#status")
+        page.fill("#token", TOKEN)
+        page.click("#again")
+        page.wait_for_selector("#lines li[data-i]")
+        assert page.locator("#lines li[data-i] .text").all_text_contents() == ["TEST"]
+        page.click("#tab-live")
+        page.wait_for_selector(".dep[data-deployment='TextRecognizer'] .replicas .count")
+        assert page.text_content("#live-status") == ""
+        assert page.errors == []
+
+
 def _png_chunk(kind, payload):
     return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
 

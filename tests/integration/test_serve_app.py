@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import struct
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +14,9 @@ import pytest
 import requests
 
 from peer import PEER
-from serve_fixtures import apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all
+from serve_fixtures import (
+    REPO, apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all,
+)
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -36,12 +39,28 @@ def service():
         stop_all()
 
 
+# (image, per-request options) read by the engine too: the service must
+# answer each what the in-process engine answers with the same options.
+OPTION_CASES = [
+    ("rapidocr_ch_en_num.jpg", {"box_thresh": 0.8}),
+    ("rapidocr_ch_en_num.jpg", {"thresh": 0.4, "unclip_ratio": 2.0, "limit_side_len": 640, "drop_score": 0.9}),
+    ("paddleocr_img_12.jpg", {"return_words": True}),
+]
+
+
+def case_key(name: str, opts: dict) -> str:
+    return name + json.dumps(opts, sort_keys=True)
+
+
 @pytest.fixture(scope="module")
 def engine_reads():
     from serve_app.engine import OcrEngine
 
     with OcrEngine() as eng:
-        return {n: [l.to_dict() for l in eng.read(PEER / n).lines] for n in IMAGES}
+        reads = {n: [l.to_dict() for l in eng.read(PEER / n).lines] for n in IMAGES}
+        for name, opts in OPTION_CASES:
+            reads[case_key(name, opts)] = [l.to_dict() for l in eng.read(PEER / name, **opts).lines]
+        return reads
 
 
 def post_file(url: str, name: str, **kw) -> requests.Response:
@@ -175,6 +194,101 @@ def test_handle_api_returns_the_http_body(service):
     assert result["image"] == {"width": 323, "height": 430}
 
 
+def test_visualize_returns_a_bounded_jpeg_of_the_same_reading(service):
+    import io
+
+    from PIL import Image
+
+    url, _ = service
+    with open(PEER / "mmocr_wildreceipt_1.jpeg", "rb") as f:
+        plain = post_file(url, "mmocr_wildreceipt_1.jpeg").json()
+        r = requests.post(f"{url}/v1/ocr", files={"file": f}, data={"options": json.dumps({"visualize": True})},
+                          timeout=120)
+    body = r.json()
+    assert r.status_code == 200 and body["results"] == plain["results"]
+    vis = body["visualization"]
+    img = Image.open(io.BytesIO(base64.b64decode(vis["base64"])))
+    assert vis["media_type"] == "image/jpeg" and img.format == "JPEG"
+    assert img.size == (vis["width"], vis["height"]) == (1600, 600)  # a 1600x1200 image, two wide, within 1600
+    assert "visualization" not in plain
+
+
+def test_stats_report_each_stage_its_replicas_batches_and_the_recent_requests(service):
+    from ray import serve
+
+    url, _ = service
+
+    def answered():
+        return sum(b["requests"] for b in requests.get(f"{url}/v1/stats", timeout=30).json()["history"]["buckets"])
+
+    before = answered()
+    assert post_file(url, "rapidocr_ch_en_num.jpg").status_code == 200
+    assert post_file(url, "rapidocr_issue_170.png").status_code == 200
+    time.sleep(1.1)  # past the 1 s the gathered figures are reused
+    stats = requests.get(f"{url}/v1/stats", timeout=30).json()
+    running = {name: d.replica_states.get("RUNNING", 0)
+               for name, d in serve.status().applications["ocr"].deployments.items()}
+    assert {n: d["running"] for n, d in stats["deployments"].items()} == running
+    assert set(stats["stages"]) == {"det", "cls", "rec"}
+    for s in stats["stages"].values():
+        assert 1 <= s["replicas_answered"] <= running[s["deployment"]]
+        assert s["recent"]["batches"] >= 1 and s["recent"]["max_items"] >= 1  # this test's request, at least
+    assert stats["stages"]["rec"]["max_batch_size"] == 24
+    buckets = stats["history"]["buckets"]
+    assert len(buckets) == 120 and sum(b["requests"] for b in buckets) == before + 2
+    assert buckets[-1]["t"] <= stats["time"] < buckets[-1]["t"] + 5
+    assert any(b["p50_ms"] and set(b["steps_ms"]) >= {"det", "rec"} for b in buckets[-2:])
+
+
+def test_the_web_page_reads_an_image_links_boxes_and_lines_and_shows_the_live_view(service, tmp_path):
+    """In a real browser: upload a peer image, see the API's lines in the
+    API's order, hover linked both ways, then the live view's replica counts.
+    Screenshots go to tmp; with UPDATE_SCREENSHOTS=1 to docs/ (the README's)."""
+    from ray import serve
+
+    from browser import chromium_page
+
+    url, _ = service
+    shots = REPO / "docs" if os.environ.get("UPDATE_SCREENSHOTS") == "1" else tmp_path
+    name = "paddleocr_11.jpg"
+    api = post_file(url, name).json()["results"]
+    assert len(api) >= 10
+    with chromium_page() as page:
+        page.goto(f"{url}/")
+        page.set_input_files("#file", str(PEER / name))
+        page.wait_for_selector("#lines li[data-i]")
+        assert page.locator("#lines li[data-i] .text").all_text_contents() == [r["text"] for r in api]
+        assert page.locator("#lines li[data-i] .score").all_text_contents() == [f"{r['score']:.3f}" for r in api]
+        assert page.locator("svg .box").count() == len(api)
+        # Hover a box: its line lights up; hover a line: its box does.
+        page.hover("svg .box >> nth=4")
+        assert page.locator("#lines li.active").get_attribute("data-i") == "4"
+        assert page.locator("svg .box.active").get_attribute("data-i") == "4"
+        page.hover("#lines li[data-i='1']")
+        assert page.locator("svg .box.active").get_attribute("data-i") == "1"
+        assert page.locator("#lines li.active").count() == 1
+        timings = page.text_content("#timings")
+        assert all(step in timings for step in ("det", "cls", "rec"))
+        page.hover("svg .box >> nth=4")
+        page.screenshot(path=str(shots / "ui.png"))
+
+        page.click("#tab-live")
+        page.wait_for_selector(".dep[data-deployment='TextRecognizer'] .replicas")
+        page.wait_for_selector("#summary .tile")
+        deps = ("TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress")
+        for _ in range(10):  # the page polls every 2 s; an autoscaled replica may start in between
+            running = {n: str(d.replica_states.get("RUNNING", 0))
+                       for n, d in serve.status().applications["ocr"].deployments.items()}
+            shown = {d: page.text_content(f".dep[data-deployment='{d}'] .replicas .count") for d in deps}
+            if shown == {d: running[d] for d in deps}:
+                break
+            page.wait_for_timeout(1000)
+        assert shown == {d: running[d] for d in deps}
+        assert "batches (last 60 s)" in page.text_content(".dep[data-deployment='TextRecognizer']")
+        page.screenshot(path=str(shots / "ui-live.png"))
+        assert page.errors == []
+
+
 def test_live_reconfigure_keeps_the_replica(service):
     """A new user_config, deployed as `serve deploy` would, reaches the
     running replicas: same processes, new batch size."""
@@ -204,3 +318,91 @@ def test_live_reconfigure_keeps_the_replica(service):
     assert set(after) == set(before)
     assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
     assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
+
+
+def post_with_options(url: str, name: str, options: dict, query: str = "") -> requests.Response:
+    data = base64.b64encode((PEER / name).read_bytes()).decode()
+    return requests.post(f"{url}/v1/ocr{query}", json={"image": {"base64": data}, "options": options}, timeout=120)
+
+
+def test_detection_options_change_what_is_read_as_in_the_engine_and_are_bounded(service, engine_reads):
+    """A high box_thresh reads fewer lines than the default; every option
+    case answers what the in-process engine answers with the same options;
+    out of bounds is a 400 naming the option and its range."""
+    url, _ = service
+    default = post_file(url, "rapidocr_ch_en_num.jpg").json()["results"]
+    strict = post_with_options(url, "rapidocr_ch_en_num.jpg", {"box_thresh": 0.8}).json()["results"]
+    assert 0 < len(strict) < len(default) == 18
+    for name, opts in OPTION_CASES:
+        r = post_with_options(url, name, opts)
+        assert r.status_code == 200, r.text
+        assert r.json()["results"] == engine_reads[case_key(name, opts)], (name, opts)
+    for opts, needle in [({"box_thresh": 1.5}, "box_thresh must be in (0, 1)"),
+                         ({"limit_side_len": 10}, "limit_side_len must be in [32, 4096]"),
+                         ({"unclip_ratio": 9}, "unclip_ratio must be in [0.5, 5]"),
+                         ({"drop_score": -1}, "drop_score must be in [0, 1]")]:
+        r = post_with_options(url, "rapidocr_issue_170.png", opts)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_request", r.text
+        assert needle in r.json()["error"]["message"]
+
+
+def test_concurrent_requests_with_other_thresholds_each_get_their_own_answer(service):
+    """Interleaved requests with box_thresh 0.8 and the default: each answer
+    is what that request gets alone (thresholds are applied per image, and
+    the recogniser batches crops of both)."""
+    url, _ = service
+    alone = {t: post_with_options(url, "paddleocr_00006737.jpg", {"box_thresh": t}).json()["results"]
+             for t in (0.5, 0.8)}
+    assert len(alone[0.8]) < len(alone[0.5])
+    order = [0.8, 0.5] * 4
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda t: post_with_options(url, "paddleocr_00006737.jpg", {"box_thresh": t}), order))
+    for t, r in zip(order, got):
+        assert r.status_code == 200 and r.json()["results"] == alone[t], t
+
+
+def test_formats_over_http_are_read_by_hocr_and_alto_readers(service, engine_reads, tmp_path):
+    from lxml import etree
+
+    from xml_checks import ALTO, alto_schema, hocr_page, hocr_words
+
+    url, _ = service
+    name = "paddleocr_img_12.jpg"
+    lines = engine_reads[case_key(name, {"return_words": True})]
+    assert [w["text"] for w in lines[1]["words"]] == lines[1]["text"].split() == [
+        "We", "would", "like", "to", "thank", "all", "the", "designers", "and"]
+    text = post_with_options(url, name, {"format": "text"})
+    assert text.headers["content-type"] == "text/plain; charset=utf-8"
+    assert text.text == "".join(ln["text"] + "\n" for ln in lines)
+    hocr = post_with_options(url, name, {}, "?format=hocr")
+    assert hocr.headers["content-type"].startswith("application/xhtml+xml")
+    words = hocr_words(hocr_page(hocr.text, tmp_path))
+    assert [w.text for w in words] == [w["text"] for ln in lines for w in ln["words"]]
+    assert all(0 < w.confidence <= 1 for w in words)
+    alto = post_with_options(url, name, {"format": "alto"})
+    tree = etree.fromstring(alto.content)
+    assert alto_schema().validate(tree), alto_schema().error_log
+    assert [s.get("CONTENT") for s in tree.iter(f"{ALTO}String")] == [w.text for w in words]
+    bad = post_with_options(url, name, {}, "?format=docx")
+    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
+
+
+def test_handle_and_job_give_a_format(service):
+    import time
+
+    from ray import serve
+
+    url, _ = service
+    data = (PEER / "rapidocr_issue_170.png").read_bytes()
+    assert serve.get_app_handle("ocr").ocr.remote(data, {"format": "text"}).result(timeout_s=120) == "TEST\n"
+    job = requests.post(f"{url}/v1/ocr/jobs?format=hocr", data=data, headers={"Content-Type": "image/png"},
+                        timeout=60).json()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = requests.get(f"{url}/v1/ocr/jobs/{job['job_id']}", timeout=30).json()
+        if status["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.2)
+    assert status["status"] == "succeeded" and status["results"][0]["words"][0]["text"] == "TEST"
+    r = requests.get(f"{url}/v1/ocr/jobs/{job['job_id']}?format=text", timeout=30)
+    assert r.text == "TEST\n"

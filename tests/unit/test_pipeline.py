@@ -34,8 +34,9 @@ class Calls:
         self.texts = texts
         self.seen: dict[str, list] = {"det": [], "cls": [], "rec": []}
 
-    async def detect(self, work):
+    async def detect(self, work, params=None):
         self.seen["det"].append(work.shape)
+        self.seen.setdefault("det_params", []).append(params)
         return self.boxes
 
     async def classify(self, crops):
@@ -179,10 +180,10 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     seen = []
 
     class Slow(Calls):
-        async def detect(self, work):
+        async def detect(self, work, params=None):
             seen.append(current_deadline())  # what the Serve pipeline passes on with the detector call
             await asyncio.sleep(0.2)  # the deadline passes while detection runs
-            return await super().detect(work)
+            return await super().detect(work, params)
 
     calls = Slow([BOX_A])
     deadline = time.time() + 0.1
@@ -192,3 +193,30 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     with pytest.raises(DeadlineExceeded, match="before decoding"):
         asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), time.time() - 1))
     assert len(read(Calls([BOX_A]), png(100, 240)).lines) == 1  # no deadline: as before
+
+
+def test_visualize_adds_the_picture_of_the_lines_read_and_nothing_otherwise():
+    import io
+
+    from PIL import Image
+
+    calls = Calls([BOX_A, BOX_B])
+    plain = read(calls, png(100, 300))
+    assert plain.visualization is None and "visualize" not in plain.timings_ms
+    result = read(calls, png(100, 300), visualize=True)
+    vis = result.visualization
+    assert [l.text for l in result.lines] == [l.text for l in plain.lines]
+    assert Image.open(io.BytesIO(vis.data)).format == "JPEG" and (vis.width, vis.height) == (600, 100)
+    assert result.timings_ms["visualize"] >= 0 and result.to_dict()["visualization"]["media_type"] == "image/jpeg"
+    img = np.asarray(Image.open(io.BytesIO(vis.data)).convert("L")).astype(int)
+    assert (img[15:35, 20:100] < 230).mean() > 0.9  # BOX_A tinted on the white image
+    assert (img[5:95, 220:290] > 245).mean() > 0.99  # right of the boxes: untouched
+def test_request_detection_options_reach_the_detector_and_drop_score_drops_lines():
+    from serve_app.options import DetParams
+
+    calls = Calls([BOX_A, BOX_B])
+    assert len(read(calls, png(100, 240)).lines) == 2  # read at 0.9, over the config's 0.5
+    assert calls.seen["det_params"] == [DetParams()]
+    calls = Calls([BOX_A, BOX_B])
+    assert read(calls, png(100, 240), drop_score=0.95, box_thresh=0.7, limit_side_len=640).lines == ()
+    assert calls.seen["det_params"] == [DetParams(limit_side_len=640, box_thresh=0.7)]

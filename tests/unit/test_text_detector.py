@@ -58,3 +58,47 @@ def test_images_of_one_shape_share_predictor_batches_of_at_most_batch_size():
     assert len(out) == 4 and all(len(b) == 0 for b in out)
     assert sorted(pred.batches) == [(1, 3, 640, 640), (1, 3, 960, 1280), (2, 3, 960, 1280)]
     assert sorted(seen) == [1, 1, 2]
+
+
+class BlockPredictor(ProbPredictor):
+    """1.0 on one block and `faint` on another, to tell thresholds apart."""
+
+    def __init__(self, block, faint_block, faint):
+        super().__init__(block)
+        self.faint_block, self.faint = faint_block, faint
+
+    def run(self, x):
+        out = super().run(x)
+        y0, y1, x0, x1 = self.faint_block
+        out[:, :, y0:y1, x0:x1] = self.faint
+        return out
+
+
+def test_requests_with_other_thresholds_share_a_batch_and_each_gets_its_own_boxes():
+    """The thresholds are post-processing: images of one input shape run as
+    one predictor batch whatever their options, and each image's boxes are
+    what it gets alone with its own options."""
+    from serve_app.options import DetParams
+
+    image = np.zeros((720, 1280, 3), np.uint8)
+    strict, default = DetParams(box_thresh=0.8), DetParams()
+    alone = {}
+    for p in (strict, default):
+        alone[p] = TextDetector(BlockPredictor((100, 140, 200, 600), (300, 340, 200, 600), 0.6),
+                                DetOptions()).detect([image], [p])[0]
+    assert len(alone[strict]) == 1 and len(alone[default]) == 2  # the 0.6 block is under 0.8, over 0.5
+    pred = BlockPredictor((100, 140, 200, 600), (300, 340, 200, 600), 0.6)
+    out = TextDetector(pred, DetOptions(batch_size=4)).detect([image, image, image], [strict, default, strict])
+    assert pred.batches == [(3, 3, 960, 1280)]  # one batch
+    for got, p in zip(out, [strict, default, strict]):
+        np.testing.assert_array_equal(got, alone[p])
+
+
+def test_a_lower_limit_side_len_picks_a_smaller_warmed_shape_and_separates_the_batch():
+    from serve_app.options import DetParams
+
+    pred = ProbPredictor((0, 0, 0, 0))
+    det = TextDetector(pred, DetOptions(batch_size=4))
+    image = np.zeros((720, 1280, 3), np.uint8)
+    det.detect([image, image, image], [DetParams(), DetParams(limit_side_len=700), DetParams(box_thresh=0.9)])
+    assert sorted(pred.batches) == [(1, 3, 480, 640), (2, 3, 960, 1280)]
