@@ -18,7 +18,7 @@ from serve_app.result_cache import Dedupe, ResultCache, content_key, model_ident
 
 def test_key_depends_on_bytes_options_and_model():
     k = content_key(b"img", OcrOptions(), "m1")
-    assert k == content_key(bytearray(b"img"), OcrOptions(), "m1") == content_key(memoryview(b"img"), {"det": True, "cls": None, "return_chars": False}, "m1")
+    assert k == content_key(bytearray(b"img"), OcrOptions(), "m1") == content_key(memoryview(b"img"), OcrOptions().to_dict(), "m1")
     assert k != content_key(b"img2", OcrOptions(), "m1")
     assert k != content_key(b"img", OcrOptions(return_chars=True), "m1")
     assert k != content_key(b"img", OcrOptions(), "m2")
