@@ -61,12 +61,16 @@ def start_ray(**init_kwargs) -> None:
     ray.init(address="local", **init_kwargs)
 
 
-def load_config(path: Path = DEFAULT_CONFIG) -> dict:
+def load_config(path: Path = DEFAULT_CONFIG, cache: bool = False) -> dict:
     """The config file, with each application's job journal (if it has one)
     moved to a fresh temporary file: a test's or a benchmark's service never
-    picks up another run's jobs."""
+    picks up another run's jobs. Unless `cache`, the ingress's result cache
+    and in-flight sharing are off: tests and benchmarks send the same images
+    again and again to make work, and must get it done."""
     config = yaml.safe_load(Path(path).read_text())
     for app in config["applications"]:
+        if not cache and app.get("import_path") == "serve_app.app:build_app":
+            app.setdefault("args", {})["cache"] = {"max_bytes": 0, "share_in_flight": False}
         jobs = app.get("args", {}).get("jobs")
         if jobs and jobs.get("journal"):
             jobs["journal"] = str(Path(tempfile.mkdtemp(prefix="ocr-jobs-")) / "jobs.sqlite")

@@ -48,5 +48,7 @@ def build_app(args: Optional[dict] = None):
     recognizer = TextRecognizerDeployment.bind(a.engine, rec_args)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer)
     jobs = JobStore.bind(pipeline, a.jobs)
+    from .result_cache import model_identity
+
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
-                           PaddleXDefaults.of(a.engine))
+                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine))

@@ -18,6 +18,8 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from .autoscaling import backlog_stats
+from .canary import classifier_probe, detector_probe, recognizer_probe
 from .config import EngineConfig
 from .crop_scheduler import CropScheduler
 from .errors import DeadlineExceeded
@@ -61,8 +63,8 @@ class _Replica:
 
     replica: ModelReplica
 
-    def check_health(self) -> None:
-        self.replica.check_health()
+    async def check_health(self) -> None:
+        await self.replica.check_health_async()  # warmed, and the canary (serve_app.canary) passes
 
     def ready(self) -> bool:
         return self.replica.ready_at is not None
@@ -76,6 +78,8 @@ class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
         self.detector = TextDetector(self.replica.predictor, engine.det)
+        self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
+                           args.canary_interval_s)
         # Every input it can be given, warmed: memory stays flat in service
         # and the first image of any size is as fast as the next.
         self.replica.warm(self.detector.warm_calls(args.warm_shapes))
@@ -83,6 +87,10 @@ class TextDetectorDeployment(_Replica):
 
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._detect_batch)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom-metrics hook: images queued here (serve_app.autoscaling)."""
+        return backlog_stats("det", self.replica.pending, self.replica.metrics)
 
     async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
                      params: Optional[DetParams] = None) -> np.ndarray:
@@ -118,6 +126,7 @@ class DirectionClassifierDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: ClassifierArgs):
         self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"])
         self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
+        self.replica.watch(classifier_probe(self.classifier), args.canary_interval_s)
         self.replica.warm(self.classifier.warm_calls())
 
     def reconfigure(self, user_config: dict) -> None:
@@ -159,6 +168,7 @@ class TextRecognizerDeployment(_Replica):
                 lambda c: batch_width([c.shape[1] / c.shape[0]], opts), lambda w: batch_limit(w, opts),
                 self.replica.record)
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
+        self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
         self.replica.warm(self.recognizer.warm_calls(args.warm_widths))
 
     def reconfigure(self, user_config: dict) -> None:
@@ -175,6 +185,11 @@ class TextRecognizerDeployment(_Replica):
     def stats(self) -> dict[str, Any]:
         return {**self.replica.stats(),
                 "pending_crops": self.scheduler.pending_items if self.scheduler else None}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom-metrics hook: crops queued here (serve_app.autoscaling)."""
+        crops = self.scheduler.pending_items if self.scheduler else self.replica.pending
+        return backlog_stats("rec", crops, self.replica.metrics)
 
     @_batch("rec", batch_size_fn=crops_weight, max_concurrent_batches=16)
     async def _recognize_batch(self, items: list[Crops]) -> list:

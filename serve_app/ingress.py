@@ -34,9 +34,10 @@ from .http_headers import bearer_matches, check_exposure, deadline_s, idempotenc
 from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
 from .live_stats import RollingHistory, deployment_summary, stage_summary
-from .metrics import RequestMetrics
+from .metrics import CacheMetrics, RequestMetrics
 from .options import FORMATS, OcrOptions, parse_options, with_format
-from .settings import IngressArgs
+from .result_cache import Dedupe, ResultCache, wants_fresh
+from .settings import CacheArgs, IngressArgs
 from .stages.decode import decode_image
 from .ui import page_config, static_file
 
@@ -205,7 +206,9 @@ async def count_outcomes(request: Request, call_next):
         code = getattr(request.state, "error_code", None)
         if code is not None:
             metrics.errors.inc(tags={"code": code})
-        metrics.latency.observe((time.perf_counter() - t0) * 1000, tags={"route": path})
+        ms = (time.perf_counter() - t0) * 1000
+        metrics.latency.observe(ms, tags={"route": path})
+        response.headers["Server-Timing"] = f"ingress;dur={ms:.3f}"  # this replica's own time on the request
     return response
 
 
@@ -224,7 +227,8 @@ def _serve_host() -> Optional[str]:
 class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
-                 paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None):
+                 paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
+                 model_id: str = ""):
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
@@ -235,6 +239,9 @@ class OcrIngress:
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
+        # Identical requests computed once per ingress replica (serve_app.result_cache).
+        self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
+                             cache.share_in_flight, CacheMetrics(), downstream)
         self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
         self._ready_probe: Optional[asyncio.Task] = None
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
@@ -257,10 +264,12 @@ class OcrIngress:
         text, hocr or alto, that document as a str instead. Domain errors raise."""
         opts = parse_options(options)  # refuse bad options here, before any work
         try:
-            result = await self.pipeline.ocr.remote(image, opts.for_pipeline())
+            popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
+            result, cache = await self.dedupe.read(image, popts, None,
+                                                   lambda deadline: self.pipeline.ocr.remote(image, popts, deadline))
         except Exception as e:
             raise unwrap(e) from None
-        body = {"request_id": uuid.uuid4().hex, **result}
+        body = {"request_id": uuid.uuid4().hex, **result, "cache": cache}
         return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
 
     # -- HTTP -----------------------------------------------------------------
@@ -297,13 +306,28 @@ class OcrIngress:
                 data, opts = await parse_body(request, body, self.limits)
                 opts = with_format(opts, fmt)
                 del body
-                result = await self._read(data, opts.for_pipeline(), deadline, timeout)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
+                # Past the deadline: 504, and the pipeline's call is cancelled
+                # (with its pending stage calls) unless another identical
+                # request still waits on it; the replicas also get the
+                # deadline (wall-clock) of a computation no one shares.
+                popts = opts.for_pipeline()
+                result, cache = await self.dedupe.read(
+                    data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
+                    f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")))
             finally:
                 self.in_flight -= 1
         finally:
             self.bodies.give(held[0])
+        if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
+            for step, ms in result.get("timings_ms", {}).items():
+                self.metrics.stage_latency.observe(ms, tags={"step": step})
         request.state.timings_ms = result.get("timings_ms")
-        return await formatted({"request_id": rid, **result}, opts.format)
+        response = await formatted({"request_id": rid, **result}, opts.format)
+        response.headers["X-Cache"] = cache
+        return response
 
     async def _read(self, data: bytes, opts: OcrOptions, deadline: float, timeout: float) -> dict:
         """One image or PDF through the pipeline, within the deadline

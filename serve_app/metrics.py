@@ -35,6 +35,24 @@ class StageMetrics:
             tag_keys=keys))
         self.errors = tagged(Counter("ocr_stage_errors", description="Items that failed in a batch, by stage.",
                                      tag_keys=keys))
+        self.canary_runs = tagged(Counter(
+            "ocr_canary_runs", description="Golden-input checks of a model replica, by stage and result (pass|fail).",
+            tag_keys=("stage", "result")))
+        self.backlog = tagged(Gauge(
+            "ocr_autoscaling_backlog",
+            description="Backlog this replica reports to the autoscaler: images queued (det), crops queued (rec).",
+            tag_keys=keys))
+
+
+class CacheMetrics:
+    """At the ingress: the result cache and in-flight table (serve_app.result_cache)."""
+
+    def __init__(self):
+        self.lookups = Counter("ocr_cache_requests",
+                               description="Requests by how the result cache answered: hit, shared, miss, bypass.",
+                               tag_keys=("result",))
+        self.bytes = Gauge("ocr_cache_bytes", description="Bytes of results held in this ingress replica's cache.")
+        self.entries = Gauge("ocr_cache_entries", description="Results held in this ingress replica's cache.")
 
 
 class RequestMetrics:

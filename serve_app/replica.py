@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional, Sequence
 
+from .canary import Canary, CanaryResult
 from .config import PredictorOptions
 from .isolation import run_isolated
 from .predictor import Predictor
@@ -83,6 +84,8 @@ class ModelReplica:
         self.ready_at: Optional[float] = None
         self._pending = 0
         self._seq = 0
+        self.canary: Optional[Canary] = None
+        self._probe: Optional[Callable[[], CanaryResult]] = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -97,12 +100,25 @@ class ModelReplica:
                                  _ray_context("gpu_share"))
         return cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
 
+    def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
+        """Check the predictor with `probe` (serve_app.canary) before ready,
+        every interval_s (0: only then and after reconfigures) and after
+        every reconfigure; a failure fails check_health from then on."""
+        self._probe = probe
+        self.canary = Canary(self.stage, interval_s, on_result=self._canary_result)
+
+    def _canary_result(self, ok: bool) -> None:
+        self.metrics.canary_runs.inc(tags={"result": "pass" if ok else "fail"})
+
     def warm(self, calls: Sequence[tuple[Callable, Any]]) -> None:
         """Run every (fn, arg) once (each an input shape the replica will
-        meet); the replica is ready after it."""
+        meet), then the canary, if any; the replica is ready after it."""
         t0 = time.perf_counter()
         for fn, arg in calls:
             fn(arg)
+        if self.canary is not None and self._probe is not None:
+            self.canary.run(self._probe)
+            self.canary.raise_if_failed()  # never ready: Serve starts another replica
         self.warm_seconds = time.perf_counter() - t0
         # Every shape has run: whatever TensorRT engines this replica built are
         # written; the next replica of this stage on the node may build/read.
@@ -120,9 +136,16 @@ class ModelReplica:
     def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
         """New batch knobs (validated) applied to the `@serve.batch` method."""
         self.knobs = self.knobs.updated(user_config)
+        if self.canary is not None:
+            self.canary.mark_due()
         batched.set_max_batch_size(self.knobs.max_batch_size)
         batched.set_batch_wait_timeout_s(self.knobs.batch_wait_timeout_s)
         return self.knobs
+
+    @property
+    def pending(self) -> int:
+        """Calls waiting for (or in) a batch: images, at the detector."""
+        return self._pending
 
     def crops(self, crops: list) -> Crops:
         return Crops(crops, max(1, min(len(crops), self.knobs.max_batch_size)))
@@ -157,6 +180,15 @@ class ModelReplica:
         if self.ready_at is None:
             raise RuntimeError(f"{self.stage} model not warmed yet")
 
+    async def check_health_async(self) -> None:
+        """check_health, and the canary when it is due (on the predictor's
+        thread, between batches); CanaryFailed once it has failed."""
+        self.check_health()
+        if self.canary is not None and self._probe is not None:
+            if self.canary.due():
+                await self.predictor.call_async(self.canary.run, self._probe)
+            self.canary.raise_if_failed()
+
     def stats(self) -> dict[str, Any]:
         """For operators and tests: who this replica is and what it batched."""
         opts = self.predictor.options
@@ -170,6 +202,8 @@ class ModelReplica:
             "load_seconds": self.predictor.load_seconds,
             "warm_seconds": self.warm_seconds,
             "recent_batches": list(self.recent_batches),
+            "canary": self.canary.stats() if self.canary is not None else None,
+            "pending_calls": self._pending,
             "gpu_ids": _ray_context("gpu_ids") or [],
             "node_id": _ray_context("node_id"),
             "rss_mb": rss_mb(),

@@ -35,6 +35,11 @@ class ModelArgs(_Args):
     # (wrapping), so replicas of one stage spread over the listed cores.
     cpu_cores: Optional[list[int]] = None
     threads: int = Field(1, ge=1)
+    # The correctness canary (serve_app.canary): each replica reads its
+    # golden input before it is ready, after every reconfigure, and every
+    # this many seconds (checked within Serve's health checks, so at most
+    # every health_check_period_s); 0 = not periodically.
+    canary_interval_s: float = Field(60.0, ge=0)
 
 
 class DetectorArgs(ModelArgs):
@@ -130,6 +135,17 @@ class IngressArgs(_Args):
     batch_concurrency: int = Field(4, ge=1)
 
 
+class CacheArgs(_Args):
+    """Identical work done once (serve_app.result_cache), per ingress
+    replica: results of the sync route and the handle API, keyed by image
+    bytes, options and model identity."""
+
+    max_bytes: int = Field(64 * 1024 * 1024, ge=0,
+                           description="bytes of results kept (least recently used go first); 0: no result cache")
+    ttl_s: float = Field(300.0, gt=0, description="how long a result is kept")
+    share_in_flight: bool = Field(True, description="identical concurrent requests wait on one computation")
+
+
 class JobArgs(_Args):
     ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
     capacity: int = Field(1000, ge=1, description="unfinished jobs (queued or running) held at once")
@@ -151,6 +167,7 @@ class AppArgs(_Args):
 
     engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
     ingress: IngressArgs = IngressArgs()
+    cache: CacheArgs = CacheArgs()
     jobs: JobArgs = JobArgs()
     detector: DetectorArgs = DetectorArgs()
     classifier: ClassifierArgs = ClassifierArgs()

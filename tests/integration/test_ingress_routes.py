@@ -25,6 +25,7 @@ from serve_app.http_body import BodyBudget
 from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
+from serve_app.result_cache import Dedupe, ResultCache
 from serve_app.settings import IngressArgs
 
 
@@ -112,6 +113,7 @@ def app():
     obj.history = RollingHistory(obj.args.stats_bucket_s, obj.args.stats_span_s)
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
+    obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
     Fake.calls, Fake.jobs = [], {}
     ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
@@ -177,6 +179,23 @@ def test_past_the_deadline_is_504_and_a_bad_deadline_400(app):
     r = post(client, b"slow", **{"X-Request-Timeout": "0.05"})
     assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
     assert post(client, b"x", **{"X-Request-Timeout": "soon"}).status_code == 400
+
+
+def test_with_the_cache_on_identical_requests_are_computed_once_and_marked(app):
+    client, obj = app
+    assert post(client, b"same").headers["x-cache"] == "bypass"  # the fixture's: no cache, no sharing
+    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
+    first = post(client, b"same")
+    again = post(client, b"same", **{"X-Request-ID": "mine"})
+    fresh = post(client, b"same", **{"Cache-Control": "no-cache"})
+    assert [r.headers["x-cache"] for r in (first, again, fresh)] == ["miss", "hit", "bypass"]
+    assert again.json() == {**first.json(), "request_id": "mine"}
+    assert "ingress;dur=" in again.headers["server-timing"]
+    assert asyncio.run(obj.ocr(b"same"))["cache"] == "hit"
+    assert [post(client, b"bad").status_code for _ in range(2)] == [400, 400]  # failures are not kept
+    assert [c[0] for c in Fake.calls] == [b"same", b"same", b"same", b"bad", b"bad"]
+    slow = post(client, b"slow", **{"X-Request-Timeout": "0.05"})
+    assert slow.status_code == 504 and not obj.dedupe.flights  # its computation was cancelled
 
 
 def test_admission_control_is_503_with_retry_after(app):
