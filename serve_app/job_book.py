@@ -6,8 +6,8 @@ own with a stand-in for the pipeline.
 
 What a careless or hostile client can cost is bounded here:
 - capacity counts unfinished jobs (queued or running) and the image bytes
-  they hold; finished jobs have their own bound (max_finished, oldest go
-  first) besides their time to live, so junk that fails at once never locks
+  they hold; finished jobs have their own bounds (max_finished results and
+  max_finished_bytes of them, oldest go first) besides their time to live, so junk that fails at once never locks
   the store;
 - an Idempotency-Key stands for one payload (image and options): reused
   with another, it is a 422, never the other payload's job;
@@ -74,7 +74,9 @@ class JobBook:
         self.run = run
         self.args = args
         self.jobs: dict[str, Job] = {}
-        self.finished: "OrderedDict[str, None]" = OrderedDict()  # finished jobs, oldest first
+        # finished jobs, oldest first -> their result's size (JSON bytes)
+        self.finished: "OrderedDict[str, int]" = OrderedDict()
+        self.finished_bytes = 0
         self.by_key: dict[str, str] = {}
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
@@ -146,7 +148,7 @@ class JobBook:
             if job.key:
                 self.by_key[job.key] = job.job_id
             if job.status.done:
-                self.finished[job.job_id] = None
+                self._keep_finished(job)
             else:
                 self.unfinished += 1
                 self.queue.put_nowait(job.job_id)
@@ -233,20 +235,30 @@ class JobBook:
         if self.journal is not None:
             await self._io_call(getattr(self.journal, method), *args)
 
+    def _keep_finished(self, job: Job) -> None:
+        size = result_bytes(job.result)
+        self.finished[job.job_id] = size
+        self.finished_bytes += size
+
     def _forget(self, job_id: str) -> None:
         job = self.jobs.pop(job_id, None)
-        self.finished.pop(job_id, None)
+        self.finished_bytes -= self.finished.pop(job_id, 0)
         if job is not None and job.key and self.by_key.get(job.key) == job_id:
             del self.by_key[job.key]
 
     async def _expire(self) -> None:
-        """Finished jobs past their time to live, and the oldest beyond max_finished."""
+        """Finished jobs past their time to live, and the oldest beyond
+        max_finished or max_finished_bytes (results with pictures or many
+        pages are large)."""
         now = time.time()
         gone = []
-        for job_id in self.finished:  # oldest finished first
+        kept_bytes = self.finished_bytes
+        for job_id, size in self.finished.items():  # oldest finished first
             job = self.jobs[job_id]
-            if now - job.finished > self.args.ttl_s or len(self.finished) - len(gone) > self.args.max_finished:
+            if (now - job.finished > self.args.ttl_s or len(self.finished) - len(gone) > self.args.max_finished
+                    or kept_bytes > self.args.max_finished_bytes):
                 gone.append(job_id)
+                kept_bytes -= size
             else:
                 break
         for job_id in gone:
@@ -337,7 +349,7 @@ class JobBook:
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""
         if job.job_id in self.jobs and job.job_id not in self.finished:
-            self.finished[job.job_id] = None
+            self._keep_finished(job)
             self.unfinished -= 1
             self.held_bytes -= job.nbytes
             job.nbytes = 0
@@ -346,3 +358,8 @@ class JobBook:
         except Exception as e:  # the result is still served from memory
             self._journal_failed(e)
             log.error("job %s: could not write its result to the journal: %r", job.job_id, e)
+
+
+def result_bytes(result: Optional[dict]) -> int:
+    """What a finished job's result holds, as its JSON's length."""
+    return len(json.dumps(result, ensure_ascii=False)) if result else 0

@@ -152,6 +152,8 @@ class JobArgs(_Args):
     max_queued_bytes: int = Field(1024 * 1024 * 1024, ge=1,
                                   description="image bytes of unfinished jobs held at once (more: 503)")
     max_finished: int = Field(10000, ge=1, description="finished jobs' results kept; the oldest go first")
+    max_finished_bytes: int = Field(512 * 1024 * 1024, ge=1,
+                                    description="bytes (as JSON) of finished jobs' results kept; the oldest go first")
     job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(

@@ -180,3 +180,25 @@ def test_the_journal_is_per_application_and_private(tmp_path):
     JobJournal(a).close()
     assert stat.S_IMODE(os.stat(os.path.dirname(a)).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(a).st_mode) == 0o600
+
+
+def test_finished_results_are_bounded_by_their_bytes_too():
+    """Results with pictures or many pages are large: the oldest finished
+    go first once their JSON passes max_finished_bytes."""
+    async def go():
+        book = await started(FakePipeline().run, max_finished_bytes=2000)
+        ids = []
+        for k in range(40):  # each result is ~80 bytes of JSON
+            ids.append((await book.submit(f"img{k:02d}".encode() * 4, OcrOptions()))["job_id"])
+        await settle(book, ids[-5:])  # (earlier ones may be gone already: that is the bound)
+        await book.submit(b"last", OcrOptions())  # a submit expires what is over the bounds
+        views = {i: await book.get(i) for i in ids}
+        kept = book.finished_bytes
+        book.close()
+        return views, kept, book
+
+    views, kept, book = run(go())
+    gone = [i for i, v in views.items() if v is None]
+    assert gone and views[list(views)[-1]]["status"] == "succeeded"  # the newest results stay
+    assert gone == list(views)[: len(gone)]  # the oldest went first
+    assert 0 < kept <= 2000 and kept == sum(book.finished.values())
