@@ -174,6 +174,7 @@ class ModelReplica:
             "rss_mb": rss_mb(),
             "device": opts.device,
             "openvino_precision": opts.openvino_precision,
+            "compile_cache": getattr(self.predictor, "cache", None),
             **gpu_stats(self.predictor),
         }
 
