@@ -79,6 +79,12 @@ def child(stage: str, cache_dir: str | None) -> dict:
     else:
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         calls = TextRecognizer(predictor, engine.rec, charset).warm_calls(args.recognizer.warm_widths)
+        if os.environ.get("COLD_START_REC_BATCH_SIZES"):  # --rec-batch-sizes: a what-if, not what replicas warm
+            keep = {int(x) for x in os.environ["COLD_START_REC_BATCH_SIZES"].split(",")}
+            widths: dict[int, int] = {}
+            for _, arg in calls:
+                widths[arg[0].shape[1]] = max(widths.get(arg[0].shape[1], 0), len(arg))
+            calls = [(fn, arg) for fn, arg in calls if len(arg) in keep or len(arg) == widths[arg[0].shape[1]]]
     replica.warm(calls)
     marks["ready"] = time.time()
     t0 = time.perf_counter()
@@ -136,7 +142,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs per (stage, mode); medians are printed")
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--json", help="write every run's figures here")
+    ap.add_argument("--rec-batch-sizes", help="what-if: the recogniser warms only these batch sizes (and each "
+                    "width's largest), e.g. 1,2,4; replicas do not do this")
+    ap.add_argument("--modes", default=",".join(MODES))
     a = ap.parse_args()
+    if a.rec_batch_sizes:
+        os.environ["COLD_START_REC_BATCH_SIZES"] = a.rec_batch_sizes
     if a.child:
         print(json.dumps(child(a.child, a.cache_dir or None)))
         return
@@ -147,7 +158,7 @@ def main() -> None:
         for stage in a.stages.split(","):
             root = tempfile.mkdtemp(prefix="ocr-cold-start-")  # a fresh, empty cache per repeat
             try:
-                for mode in MODES:
+                for mode in a.modes.split(","):
                     row = run_child(stage, None if mode == "none" else root)
                     rows.append({**row, "mode": mode, "repeat": rep})
                     print(f"{stage:4s} {mode:5s} run {rep}: start->ready {row['total_s']:.2f}s "
