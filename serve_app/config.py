@@ -81,6 +81,13 @@ class PredictorOptions(_Strict):
     switch_ir_optim: bool = True
     enable_memory_optim: bool = True
     tensorrt: Optional[TensorRTOptions] = None
+    # Compiled engines kept between replica starts (serve_app/compile_cache.py):
+    # OpenVINO's compiled model on the CPU, TensorRT engines on a GPU (under
+    # tensorrt.cache_dir when that is set). One folder per (model files' sha256,
+    # engine, precision, threads, input shapes, library versions, CPU/GPU);
+    # `{uid}` is this user's id, the folder is made 0700. null: no cache (a
+    # throwaway folder per predictor; Paddle would otherwise write ./__cache__).
+    cache_dir: Optional[str] = "/tmp/ocr-serve-{uid}/cache"
     # Cores this process's inference threads may run on (os.sched_setaffinity).
     # None leaves the process's affinity as it is.
     cpu_affinity: Optional[list[int]] = None

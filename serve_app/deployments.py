@@ -24,7 +24,7 @@ from .config import EngineConfig
 from .crop_scheduler import CropScheduler
 from .errors import DeadlineExceeded
 from .options import DetParams, OcrOptions, parse_options
-from .pipeline import Pipeline, Stages, current_deadline, fanned_out
+from .pipeline import Pipeline, Stages, current_deadline, fanned_out, route_tag
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
@@ -220,8 +220,9 @@ class OcrPipeline:
         self.pipeline = Pipeline(Stages(
             detect=lambda image, params: detector.detect.remote(image, current_deadline(), params),
             classify=classifier.classify.remote if classifier is not None else None,
-            recognize=fanned_out(lambda crops: recognizer.recognize.remote(crops, current_deadline()),
-                                 rec_args.fan_out, rec_args.fan_out_min_items),
+            recognize=fanned_out(lambda crops, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
+                                 .recognize.remote(crops, current_deadline()),
+                                 rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
         ), engine)
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:

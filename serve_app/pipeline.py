@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,17 +229,53 @@ def merge_shares(shares: list[list[int]], answers: list[list], n: int) -> list:
     return out
 
 
-def fanned_out(recognize: Recognize, fan_out: int, min_items: int) -> Recognize:
+# A fanned-out page's parts start at a random offset below this (few distinct
+# routing tags: Serve's routers keep a set of the tags they have seen).
+PART_OFFSETS = 60
+
+
+def route_tag(part: Optional[tuple[int, int]]) -> str:
+    """The routing tag a recogniser call carries (as its multiplexed model id,
+    read by serve_app/routing.py): `part:{offset}:{k}` for part k of a
+    fanned-out page, `whole` for any other call. Every call carries one so
+    that Serve's FIFO matching pairs a routing decision with a call of the
+    same tag only (a whole image never takes a part's replica)."""
+    return "whole" if part is None else f"part:{part[0]}:{part[1]}"
+
+
+def parse_route_tag(tag: str) -> Optional[tuple[int, int]]:
+    """(offset, k) of a part's tag; None for anything else."""
+    kind, _, rest = (tag or "").partition(":")
+    offset, _, k = rest.partition(":")
+    if kind != "part" or not offset.isdigit() or not k.isdigit():
+        return None
+    return int(offset), int(k)
+
+
+def preferred_replica(n_replicas: int, offset: int, k: int) -> int:
+    """Which of n replicas (in a fixed order) part k of a page whose parts
+    start at `offset` prefers: distinct for up to n parts of one page, and
+    with a random offset per page each replica is first for as many parts."""
+    return (offset + k) % n_replicas
+
+
+def fanned_out(recognize: Callable[..., Awaitable[list[Recognition]]], fan_out: int, min_items: int,
+               tag_parts: bool = False) -> Recognize:
     """`recognize`, but a text-dense image is sent as up to `fan_out` calls
-    at once (which the router spreads over replicas). Answers are the same
-    either way: crops are batched by width bucket wherever they are read."""
+    at once (spread over replicas). With tag_parts each call also gets
+    `part=(offset, k)`, a routing hint (serve_app/routing.py) that puts the
+    parts of one page on distinct replicas. Answers are the same either
+    way: crops are batched by width bucket wherever they are read."""
 
     async def call(crops: list[np.ndarray]) -> list[Recognition]:
         parts = fan_out_parts(len(crops), fan_out, min_items)
         if parts <= 1:
             return await recognize(crops)
         shares = deal_by_width(crops, parts)
-        answers = await asyncio.gather(*(recognize([crops[i] for i in idx]) for idx in shares))
+        offset = random.randrange(PART_OFFSETS)
+        answers = await asyncio.gather(*(
+            recognize([crops[i] for i in idx], **({"part": (offset, k)} if tag_parts else {}))
+            for k, idx in enumerate(shares)))
         return merge_shares(shares, list(answers), len(crops))
 
     return call

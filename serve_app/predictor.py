@@ -24,7 +24,8 @@ import numpy as np
 
 from .config import PredictorOptions, TensorRTOptions
 from .errors import ConfigError, ModelError
-from .weights import ModelFiles
+from .weights import ModelFiles, model_digest
+from . import compile_cache
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -296,7 +297,64 @@ def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: S
     os.replace(tmp, out)
 
 
-def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shapes: Optional[str] = None):
+# --- compiled-engine cache (serve_app/compile_cache.py) ---------------------------------
+
+
+def library_versions(gpu: bool) -> dict[str, str]:
+    """What a compiled engine depends on besides the model: Paddle (which
+    bundles its OpenVINO) and, on a GPU, CUDA, cuDNN and TensorRT."""
+    import paddle
+
+    out = {"paddle": paddle.__version__, "paddle_commit": getattr(paddle.version, "commit", "")}
+    if gpu:
+        for lib in ("cuda", "cudnn"):
+            fn = getattr(paddle.version, lib, None)
+            out[lib] = str(fn()) if callable(fn) else ""
+        trt = getattr(paddle.inference, "get_trt_compile_version", None)
+        out["tensorrt"] = str(trt()) if callable(trt) else ""
+    return out
+
+
+def openvino_cache_plan(files: ModelFiles, options: PredictorOptions,
+                        name: str) -> compile_cache.CachePlan:
+    """The folder OpenVINO compiles this model into: the published entry
+    for this key, a private one to publish, or a throwaway one (no cache)."""
+    if not options.cache_dir:
+        return compile_cache.plan(None, "")
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = compile_cache.cpu_signature(f.read())
+    except OSError:
+        cpu = "unknown"
+    parts = {"model": model_digest(files), "precision": options.openvino_precision,
+             "threads": options.cpu_math_library_num_threads, "cpu": cpu, **library_versions(False)}
+    root = compile_cache.resolve_root(options.cache_dir)
+    return compile_cache.plan(root, compile_cache.entry_name(name, "openvino", parts))
+
+
+def tensorrt_cache_dir(files: ModelFiles, options: PredictorOptions, name: str) -> Optional[str]:
+    """The keyed folder for this stage's TensorRT engines and shape ranges,
+    under tensorrt.cache_dir (or the predictor's cache_dir); None: neither
+    is set (Paddle's default, beside the model)."""
+    trt = options.tensorrt
+    assert trt is not None
+    base = trt.cache_dir or (compile_cache.resolve_root(options.cache_dir) if options.cache_dir else None)
+    if base is None:
+        return None
+    import paddle
+
+    parts = {"model": model_digest(files), "precision": trt.precision, "max_batch_size": trt.max_batch_size,
+             "min_subgraph_size": trt.min_subgraph_size, "input_shapes": sorted(map(list, trt.input_shapes or [])),
+             "shape_range_info_path": trt.shape_range_info_path,
+             "gpu": paddle.device.cuda.get_device_properties(options.gpu_device_id).name,
+             **library_versions(True)}
+    return os.path.join(base, compile_cache.entry_name(name, "tensorrt", parts))
+
+
+def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shapes: Optional[str] = None,
+                        optim_cache_dir: Optional[str] = None):
+    """optim_cache_dir: where OpenVINO writes (and looks for) its compiled
+    model (Paddle's default is ./__cache__ in the working directory)."""
     from paddle import inference
 
     cfg = inference.Config(str(files.program), str(files.params))
@@ -322,6 +380,8 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
         cfg.set_cpu_math_library_num_threads(options.cpu_math_library_num_threads)
         if options.enable_openvino_engine:
             cfg.enable_openvino_engine(_precision(inference, options.openvino_precision))
+            if optim_cache_dir:
+                cfg.set_optim_cache_dir(optim_cache_dir)
         elif options.enable_mkldnn:
             cfg.enable_mkldnn()
             cfg.set_mkldnn_cache_capacity(options.mkldnn_cache_capacity)
@@ -349,6 +409,9 @@ class PaddlePredictor:
         self.options = resolve_device(options)
         self.gpu_memory: Optional[GpuMemoryBound] = None
         self.tuned_shapes: Optional[str] = None
+        # The compiled-engine cache entry this predictor used: its folder,
+        # whether it was already there (hit), whether this one published it.
+        self.cache: Optional[dict[str, Any]] = None
         self._build_lock: Optional[ExitStack] = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
         self._closed = False
@@ -376,8 +439,22 @@ class PaddlePredictor:
                                             opts.gpu_memory_reserve_mb)
             log.info("%s: GPU memory bound %s", self.name, self.gpu_memory)
             if opts.tensorrt is not None:
+                trt_dir = tensorrt_cache_dir(files, opts, self.name)
+                if trt_dir is not None:
+                    opts = self.options = opts.model_copy(
+                        update={"tensorrt": opts.tensorrt.model_copy(update={"cache_dir": trt_dir})})
+                    self.cache = {"dir": trt_dir, "hit": os.path.isdir(trt_dir), "published": False}
                 self._prepare_tensorrt(files, opts.tensorrt)
-        self._predictor = inference.create_predictor(build_paddle_config(files, opts, self.tuned_shapes))
+        cache = openvino_cache_plan(files, opts, self.name) if opts.enable_openvino_engine else None
+        try:
+            self._predictor = inference.create_predictor(
+                build_paddle_config(files, opts, self.tuned_shapes, cache.workdir if cache else None))
+        except BaseException:
+            if cache is not None:
+                cache.abandon()
+            raise
+        if cache is not None:
+            self.cache = cache.finish()
         if opts.device == "gpu":
             _process_limiter().created()
         self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])

@@ -82,6 +82,8 @@ class ModelReplica:
         self.recent_batches: deque = deque(maxlen=256)
         self.warm_seconds: Optional[float] = None
         self.ready_at: Optional[float] = None
+        # time.time() when the replica began building its predictor (set by build()).
+        self.started_at: Optional[float] = None
         self._pending = 0
         self._seq = 0
         self.canary: Optional[Canary] = None
@@ -96,9 +98,12 @@ class ModelReplica:
         from .predictor import PaddlePredictor
         from .weights import model_files
 
+        started = time.time()
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()),
                                  _ray_context("gpu_share"))
-        return cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
+        replica = cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
+        replica.started_at = started
+        return replica
 
     def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
         """Check the predictor with `probe` (serve_app.canary) before ready,
@@ -201,6 +206,9 @@ class ModelReplica:
             "cpu_affinity": sorted(os.sched_getaffinity(0)),
             "load_seconds": self.predictor.load_seconds,
             "warm_seconds": self.warm_seconds,
+            "process_started_at": process_started_at(),
+            "started_at": self.started_at,
+            "ready_at": self.ready_at,
             "recent_batches": list(self.recent_batches),
             "canary": self.canary.stats() if self.canary is not None else None,
             "pending_calls": self._pending,
@@ -209,6 +217,7 @@ class ModelReplica:
             "rss_mb": rss_mb(),
             "device": opts.device,
             "openvino_precision": opts.openvino_precision,
+            "compile_cache": getattr(self.predictor, "cache", None),
             **gpu_stats(self.predictor),
         }
 
@@ -242,6 +251,20 @@ def gpu_stats(predictor: Predictor) -> dict[str, Any]:
         "gpu_memory": bound.as_dict() if bound is not None else None,
         "tensorrt": trt_stats,
     }
+
+
+def process_started_at() -> Optional[float]:
+    """This process's start (time.time()), from /proc: now less the
+    process's age (system uptime less its start in clock ticks since boot;
+    10 ms resolution). None without /proc."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def rss_mb() -> float:

@@ -57,6 +57,22 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@lru_cache(maxsize=32)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    return _sha256(Path(path))
+
+
+def model_digest(files: ModelFiles) -> str:
+    """sha256 over the program and parameter files (what a compiled-engine
+    cache is keyed by: another model, or the same name with other weights,
+    never reuses an entry). Hashed once per file version per process."""
+    h = hashlib.sha256()
+    for f in (files.program, files.params):
+        st = Path(f).stat()
+        h.update(_file_digest(str(f), st.st_size, st.st_mtime_ns).encode())
+    return h.hexdigest()
+
+
 def _verify(path: Path, expected: dict) -> None:
     if not path.is_file():
         raise ModelError(f"model file {path} is missing (expected {expected['bytes']} bytes)")

@@ -102,6 +102,15 @@ def test_recognizer_batches_crops_across_requests(service):
     with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda n: post_file(url, n).status_code, IMAGES))
     assert codes == [200] * len(IMAGES)
+    # Word crops read without detection reach the recognisers at once (the
+    # pages above reach them one by one, as the detector finishes each; and
+    # a page's two parts now go to distinct replicas).
+    word = {"image": {"base64": base64.b64encode((PEER / "rapidocr_text_rec.jpg").read_bytes()).decode()},
+            "options": {"det": False, "cls": False}}
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(lambda _: [x["text"] for x in requests.post(f"{url}/v1/ocr", json=word, timeout=60)
+                                         .json()["results"]], range(32)))
+    assert texts == [["韩国小馆"]] * 32
     n = serve.status().applications["ocr"].deployments["TextRecognizer"].replica_states["RUNNING"]
     batches = [b for st in replica_stats(rec, n).values() for b in st["recent_batches"]]
     assert any(b["requests"] > 1 for b in batches), batches

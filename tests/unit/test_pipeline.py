@@ -171,6 +171,50 @@ def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
     assert calls == [3]
 
 
+def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_evenly():
+    from serve_app.pipeline import preferred_replica
+
+    hints = []
+
+    async def recognize(crops, part=None):
+        hints.append(part)
+        return [0] * len(crops)
+
+    crops = [np.zeros((10, w, 3), np.uint8) for w in range(10, 90, 10)]
+    firsts = []
+    for _ in range(400):
+        hints.clear()
+        asyncio.run(fanned_out(recognize, 2, 4, tag_parts=True)(crops))
+        (o0, k0), (o1, k1) = hints
+        assert o0 == o1 and (k0, k1) == (0, 1)
+        assert preferred_replica(2, o0, k0) != preferred_replica(2, o1, k1)
+        firsts.append(preferred_replica(2, o0, 0))
+    assert 150 < firsts.count(0) < 250  # each replica is first for about half the pages
+    assert [preferred_replica(3, 5, k) for k in range(3)] == [2, 0, 1]
+    hints.clear()
+    asyncio.run(fanned_out(recognize, 2, 4, tag_parts=True)(crops[:3]))
+    assert hints == [None]  # a single call carries no hint
+
+
+def test_route_tags_round_trip_and_stay_few():
+    from serve_app.pipeline import PART_OFFSETS, parse_route_tag, route_tag
+
+    assert route_tag(None) == "whole" and parse_route_tag("whole") is None
+    assert parse_route_tag(route_tag((17, 1))) == (17, 1)
+    for bad in ("", "part", "part:1", "part:x:1", "part:1:-1", "model:1:2"):
+        assert parse_route_tag(bad) is None
+    offsets = set()
+
+    async def recognize(crops, part=None):
+        offsets.add(part[0])
+        return [0] * len(crops)
+
+    crops = [np.zeros((10, w, 3), np.uint8) for w in range(10, 90, 10)]
+    for _ in range(300):
+        asyncio.run(fanned_out(recognize, 2, 4, tag_parts=True)(crops))
+    assert offsets <= set(range(PART_OFFSETS)) and len(offsets) > PART_OFFSETS // 2
+
+
 def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_the_stages():
     import time
 

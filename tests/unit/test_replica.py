@@ -132,3 +132,20 @@ def test_isolated_runs_on_the_predictor_and_fails_only_the_bad_caller():
     r = ModelReplica("cls", FakePredictor(), BatchKnobs(max_batch_size=4))
     out = asyncio.run(r.isolated(double, [[1], ["bad"], [2, 3]]))
     assert out[0] == [2] and out[2] == [4, 6] and isinstance(out[1], ValueError)
+
+
+def test_process_start_time_is_when_the_process_started():
+    import subprocess
+    import sys
+    import time
+
+    from serve_app.replica import process_started_at
+
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", "import time, serve_app.replica as r; "
+                          "print(r.process_started_at(), time.time())"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])},
+                         check=True)
+    started, then = map(float, out.stdout.split())
+    assert t0 - 0.05 <= started <= then
+    assert process_started_at() < t0

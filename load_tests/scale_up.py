@@ -1,0 +1,198 @@
+"""From a load step to an autoscaled detector replica answering requests:
+deploys deployments.yaml (TextDetector autoscales from 1 to 2 replicas),
+runs `--base-clients` closed-loop HTTP clients over the peer images, then
+steps to `--step-clients`, and prints the timeline: when Serve started a
+replica, when its process started, when it began building its predictor,
+was loaded, warmed and ready, when Serve listed it RUNNING, and when the
+first request's batch ran on it. Throughput per interval beside it.
+
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/scale_up.py
+
+`--target-ongoing` / `--upscale-delay` override the detector's autoscaling
+config (default: the file's, which is what users get).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from load_tests.images import pick_images  # noqa: E402
+from load_tests.loadgen import http_sync  # noqa: E402
+from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from peer import PEER  # noqa: E402
+
+DET = "TextDetector"
+
+
+def det_deployment(config: dict) -> dict:
+    return next(d for d in config["applications"][0]["deployments"] if d["name"] == DET)
+
+
+def replica_states() -> dict[str, int]:
+    from ray import serve
+
+    app = serve.status().applications.get("ocr")
+    if app is None or DET not in app.deployments:
+        return {}
+    return {str(k): v for k, v in app.deployments[DET].replica_states.items()}
+
+
+def det_stats(handle, tries: int = 12) -> dict[int, dict]:
+    seen: dict[int, dict] = {}
+    for _ in range(tries):
+        st = handle.stats.remote().result()
+        seen[st["pid"]] = st
+    return seen
+
+
+async def run(a) -> dict:
+    import aiohttp
+    from ray import serve
+
+    config = load_config()
+    det = det_deployment(config)
+    auto = det["autoscaling_config"]
+    if a.target_ongoing is not None:
+        auto["target_ongoing_requests"] = a.target_ongoing
+    if a.upscale_delay is not None:
+        auto["upscale_delay_s"] = a.upscale_delay
+    start_ray()
+    t = time.time()
+    url = deploy_config(config, free_port())
+    print(f"deployed and ready in {time.time() - t:.1f} s; detector autoscaling: {auto}", flush=True)
+    handle = serve.get_deployment_handle(DET, "ocr")
+    first = await asyncio.to_thread(det_stats, handle, 4)
+    old_pids = set(first)
+    images = pick_images(PEER, False, a.n_images, None)
+    done: list[tuple[float, bool, float]] = []  # (wall time done, ok, latency s)
+    events: dict[str, float] = {}
+    stop = asyncio.Event()
+    clients = {"n": a.base_clients}
+
+    async def client(i: int, session) -> None:
+        k = i * 7
+        while not stop.is_set():
+            if i >= clients["n"]:
+                await asyncio.sleep(0.05)
+                continue
+            img = images[k % len(images)]
+            k += 1
+            r = await http_sync(session, url, img, 120.0)
+            done.append((time.time(), r.ok, r.latency_s))
+
+    new: dict = {}
+
+    async def watch() -> None:
+        while not stop.is_set():
+            states = await asyncio.to_thread(replica_states)
+            now = time.time()
+            if "step" in events:
+                if states.get("STARTING", 0) and "starting_seen" not in events:
+                    events["starting_seen"] = now
+                if states.get("RUNNING", 0) >= 2 and "running_seen" not in events:
+                    events["running_seen"] = now
+            if "running_seen" in events:
+                stats = await asyncio.to_thread(det_stats, handle)
+                fresh = {p: s for p, s in stats.items() if p not in old_pids}
+                if fresh:
+                    pid, st = next(iter(fresh.items()))
+                    new.update(st, pid=pid)
+                    b = [x for x in st["recent_batches"] if x["seq"] == 1]
+                    if b and "first_batch" not in events:
+                        events["first_batch"] = b[0]["t"] - b[0]["ms"] / 1000.0
+                        events["end"] = now + a.after_s
+            if "end" in events and now >= events["end"]:
+                stop.set()
+            await asyncio.sleep(0.25)
+
+    async with aiohttp.ClientSession() as session:
+        tasks = [asyncio.create_task(client(i, session)) for i in range(a.step_clients)]
+        watcher = asyncio.create_task(watch())
+        t_base = time.time()
+        await asyncio.sleep(a.base_s)
+        events["step"] = time.time()
+        clients["n"] = a.step_clients
+        print(f"load step: {a.base_clients} -> {a.step_clients} clients", flush=True)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=a.max_s)
+        except asyncio.TimeoutError:
+            print(f"no new replica served a request within {a.max_s:.0f} s of the step", flush=True)
+            stop.set()
+        stopped = time.time()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        watcher.cancel()
+    return {"events": events, "new": new, "done": done, "t_base": t_base, "stopped": stopped,
+            "old_pids": sorted(old_pids), "auto": auto}
+
+
+def report(r: dict, a) -> str:
+    ev, new = r["events"], r["new"]
+    step = ev["step"]
+    rows = [("load step", step, f"{a.base_clients} -> {a.step_clients} closed-loop HTTP clients")]
+    if "starting_seen" in ev:
+        rows.append(("Serve lists a STARTING detector replica", ev["starting_seen"],
+                     f"upscale_delay_s {r['auto'].get('upscale_delay_s')}, target_ongoing_requests "
+                     f"{r['auto'].get('target_ongoing_requests')}"))
+    if new.get("process_started_at"):
+        rows.append(("replica process started", new["process_started_at"], f"pid {new['pid']}"))
+    if new.get("started_at"):
+        rows.append(("replica begins building its predictor", new["started_at"], "Ray worker start and imports before it"))
+        rows.append(("predictor loaded", new["started_at"] + new["load_seconds"],
+                     f"load {new['load_seconds']:.2f} s, cache {new.get('compile_cache')}"))
+    if new.get("ready_at"):
+        rows.append(("warmed, ready", new["ready_at"], f"warm-up {new['warm_seconds']:.2f} s"))
+    if "running_seen" in ev:
+        rows.append(("Serve lists it RUNNING", ev["running_seen"], "polled every 0.25 s"))
+    if "first_batch" in ev:
+        rows.append(("first request's batch runs on it", ev["first_batch"], ""))
+    rows.sort(key=lambda x: x[1])
+    out = ["| event | s after the step | note |", "|---|---:|---|"]
+    out += [f"| {name} | {t - step:+.2f} | {note} |" for name, t, note in rows]
+    # throughput and latency per interval
+    out += ["", f"| interval (s from step) | answers | img/s | p50 ms | errors |", "|---|---:|---:|---:|---:|"]
+    w = a.interval_s
+    k = -int(a.base_s // w)
+    last = r["stopped"] - step  # answers after the stop (clients draining) are left out
+    while k * w < last:
+        lo, hi = k * w, (k + 1) * w
+        sel = [(ok, lat) for t, ok, lat in r["done"] if lo <= t - step < hi]
+        oks = [lat for ok, lat in sel if ok]
+        p50 = f"{statistics.median(oks) * 1000:.0f}" if oks else "-"
+        out.append(f"| {lo:+.0f} .. {hi:+.0f} | {len(oks)} | {len(oks) / w:.2f} | {p50} | {len(sel) - len(oks)} |")
+        k += 1
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base-clients", type=int, default=1)
+    ap.add_argument("--step-clients", type=int, default=12)
+    ap.add_argument("--base-s", type=float, default=10.0, help="seconds at the base load before the step")
+    ap.add_argument("--after-s", type=float, default=10.0, help="seconds kept after the new replica's first batch")
+    ap.add_argument("--max-s", type=float, default=180.0, help="give up this long after the step")
+    ap.add_argument("--interval-s", type=float, default=5.0)
+    ap.add_argument("--n-images", type=int, default=20)
+    ap.add_argument("--target-ongoing", type=float)
+    ap.add_argument("--upscale-delay", type=float)
+    a = ap.parse_args()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    try:
+        r = asyncio.run(run(a))
+    finally:
+        stop_all(graceful=False)
+    print()
+    print(f"Run {started}; {' '.join(sys.argv[1:]) or 'defaults'}")
+    print()
+    print(report(r, a))
+
+
+if __name__ == "__main__":
+    main()
