@@ -7,7 +7,9 @@ read exactly what /v1/ocr reads on that image."""
 from __future__ import annotations
 
 import base64
+import os
 import time
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -181,3 +183,34 @@ def test_engine_and_cli_read_the_pdf_as_the_service_does(engine, pdf3, image_rea
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["image"] == str(path) and out["document"] == {"type": "pdf", "pages": 3}
     assert [texts(p["results"]) for p in out["pages"]] == [texts(i["results"]) for i in image_reads]
+
+
+def test_the_web_page_reads_a_pdf_page_by_page(service, pdf3, tmp_path):
+    """In a real browser: drop a 3-page PDF on the page; it shows three
+    pages, each over the service's picture of it, and the lines the API
+    reads for the PDF, in order, under a heading per page."""
+    from browser import chromium_page
+
+    url, _ = service
+    r = requests.post(f"{url}/v1/ocr", data=pdf3, headers={"Content-Type": "application/pdf"}, timeout=120)
+    api = r.json()["pages"]
+    path = tmp_path / "three.pdf"
+    path.write_bytes(pdf3)
+    with chromium_page() as page:
+        page.goto(f"{url}/")
+        page.set_input_files("#file", str(path))
+        page.wait_for_selector("#lines li[data-i]")
+        assert page.locator("figure.page").count() == 3
+        captions = page.locator("figure.page figcaption").all_text_contents()
+        assert [c.split(" · ")[0] for c in captions] == ["Page 1", "Page 2", "Page 3"]
+        shown = page.locator("#lines li[data-i] .text").all_text_contents()
+        assert shown == [line["text"] for p in api for line in p["results"]]
+        assert page.locator("#lines li.pagehead").all_text_contents() == [
+            f"Page {p['page']}" for p in api if p["results"]]
+        assert page.locator("svg .box").count() == len(shown)
+        # Each page is drawn over the service's picture of it (visualize), not a blank.
+        styles = [page.locator("figure.page .frame .blank").nth(k).get_attribute("style") for k in range(3)]
+        assert all("data:image/jpeg;base64," in (s or "") for s in styles)
+        if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+            page.screenshot(path=str(Path(__file__).resolve().parents[2] / "docs" / "ui-pdf.png"), full_page=True)
+        assert page.errors == []
