@@ -1,6 +1,6 @@
 """Soak: zero errors at ~70% of saturation, with images of many sizes and a
 hostile share (junk, oversized, slow, expired) mixed in, and every
-replica's memory flat after warm-up (growth under 5%). CI runs a 90-second version; the 20-minute
+replica's memory flat after warm-up (growth under 5%). CI runs a 2-minute version; the 20-minute
 one is marked slow (`pytest -m slow tests/e2e/test_soak.py`)."""
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ def check(summary: dict) -> None:
 
 
 def test_soak_short(tmp_path):
-    # 90 s after 45 s of settling, 24 resized variants: the CI-sized run (the
-    # suite's budget); the 20-minute run below is the real memory check.
-    check(run_soak(90, tmp_path, sizes=24))
+    # 2 minutes after 60 s of settling (a shorter settle flagged heap growth
+    # that was only settling), 24 resized variants: the CI-sized run; the
+    # 20-minute run below is the real memory check.
+    check(run_soak(120, tmp_path, sizes=24))
 
 
 @pytest.mark.slow
