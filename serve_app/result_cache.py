@@ -43,7 +43,7 @@ def model_identity(engine: Any) -> str:
     """What the results depend on besides the request: the weights (their
     sha256 from models/manifest.json for the default set, else the files'
     own digests) and every engine setting (thresholds, sizes, limits)."""
-    from .weights import load_manifest, model_files
+    from .weights import file_sha256, load_manifest, model_digest, model_files
 
     h = hashlib.sha256(engine.model_dump_json().encode())
     manifest = load_manifest()
@@ -52,19 +52,9 @@ def model_identity(engine: Any) -> str:
         if directory is None:
             h.update(json.dumps(manifest["stages"][stage]["files"], sort_keys=True).encode())
         elif stage == "dict":
-            h.update(_file_digest(Path(directory).expanduser()).encode())
+            h.update(file_sha256(Path(directory).expanduser()).encode())
         else:
-            files = model_files(stage, directory)
-            for f in (files.program, files.params):
-                h.update(_file_digest(f).encode())
-    return h.hexdigest()
-
-
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+            h.update(model_digest(model_files(stage, directory)).encode())
     return h.hexdigest()
 
 

