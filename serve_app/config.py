@@ -225,6 +225,17 @@ class PipelineOptions(_Strict):
     letterbox: bool = True
     letterbox_min_height: int = 30
     letterbox_ratio: float = 8.0
+    # Long images (a long receipt, a full-page screenshot, a banner) are
+    # detected in overlapping tiles along their long side instead of being
+    # shrunk whole onto the detector's input (serve_app.stages.tiling): when
+    # the long side is over tile_min_long px and over tile_aspect times the
+    # short side (0: never). Their working image keeps its short side within
+    # max_side_len and all of it within tile_max_pixels; neighbouring tiles
+    # share tile_overlap of a tile's length.
+    tile_aspect: float = Field(2.0, ge=0)
+    tile_min_long: int = Field(1920, ge=32)
+    tile_max_pixels: int = Field(16_000_000, ge=10_000)
+    tile_overlap: float = Field(0.15, ge=0.02, le=0.5)
     drop_score: float = Field(0.5, ge=0, le=1)
     exif_transpose: bool = True
     # The `visualize` picture: its longest side (both halves) at most this many
@@ -260,6 +271,6 @@ def reference_config(**overrides) -> EngineConfig:
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),
         rec=RecOptions(width_bucket=1, width_ladder=[], max_width=100_000, batch_padding="batch_max"),
-        pipeline=PipelineOptions(exif_transpose=False),
+        pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0),  # no tiles: the reference has none
     )
     return base.model_copy(update=overrides)

@@ -30,6 +30,7 @@ from .stages.decode import array_to_bgr, decode_image
 from .stages.det_preprocess import Geometry, boxes_to_original, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
+from .stages.tiling import Tile, merge_tile_boxes, prepare_tiled, wants_tiles
 from .stages.words import split_words
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
@@ -91,8 +92,11 @@ class Pipeline:
         t = time.perf_counter()
         if options.det:
             check_deadline(deadline, "detection")
-            work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
-            boxes = await self.stages.detect(work, options.det_params())
+            if wants_tiles(h, w, cfg.pipeline):
+                work, geometry, boxes = await self._detect_tiled(img, options)
+            else:
+                work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
+                boxes = await self.stages.detect(work, options.det_params())
             check_deadline(deadline, "cropping")
             boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
         else:
@@ -123,6 +127,28 @@ class Pipeline:
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture)
+
+    async def _detect_tiled(self, img: np.ndarray, options: OcrOptions) -> tuple[np.ndarray, Geometry, np.ndarray]:
+        """A long image's boxes from overlapping tiles, each prepared and
+        detected as an image of its own, concurrently (serve_app.stages.tiling):
+        (working image, its geometry, boxes in working coordinates)."""
+        cfg = self.config
+        top = cfg.det.side_ladder[-1] if cfg.det.limit_type == "ladder" else cfg.det.limit_side_len
+        if options.limit_side_len is not None:
+            top = min(top, options.limit_side_len)
+        work, (sx, sy), tiles = await asyncio.to_thread(prepare_tiled, img, cfg.pipeline, top)
+        params = options.det_params()
+
+        async def one(tile: Tile) -> np.ndarray:
+            sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
+            tile_work, geo = await asyncio.to_thread(prepare_image, sub, cfg.pipeline)
+            boxes = boxes_to_original(await self.stages.detect(tile_work, params), geo)
+            return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
+
+        found = await all_or_none([one(t) for t in tiles])
+        boxes = await asyncio.to_thread(merge_tile_boxes, tiles, found)
+        h, w = img.shape[:2]
+        return work, Geometry(sx, sy, 0, w, h), boxes
 
     async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
                        progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:

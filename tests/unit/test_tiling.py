@@ -1,0 +1,97 @@
+"""Long images in tiles (serve_app.stages.tiling): which images, the tiles,
+and the merging of boxes two neighbouring tiles both saw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from serve_app.config import PipelineOptions
+from serve_app.stages.tiling import (
+    Tile, merge_tile_boxes, plan_tiles, prepare_tiled, tile_long_side, tiled_scale, wants_tiles,
+)
+
+OPTS = PipelineOptions()
+
+
+def quad(x0, y0, x1, y1):
+    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float32)
+
+
+@pytest.mark.parametrize("h, w, tiled", [
+    (7200, 1600, True),    # a long receipt
+    (2532, 1170, True),    # a phone screenshot (2.16:1, over 1920 px)
+    (54, 4668, True),      # a banner
+    (1600, 1200, False),   # a photo
+    (1890, 503, False),    # long side under tile_min_long
+    (3000, 2000, False),   # large but not long
+    (30, 700, False),      # a line crop
+])
+def test_which_images_are_tiled(h, w, tiled):
+    assert wants_tiles(h, w, OPTS) is tiled
+    assert wants_tiles(h, w, PipelineOptions(tile_aspect=0)) is False
+
+
+def test_tiles_cover_the_long_side_with_overlap():
+    for h, w in [(7200, 1600), (1600, 7200), (2532, 1170), (54, 4668), (20000, 1080)]:
+        size = tile_long_side(h, w, 1280)
+        tiles = plan_tiles(h, w, size, 0.15)
+        vertical = h >= w
+        spans = [(t.y0, t.y1) if vertical else (t.x0, t.x1) for t in tiles]
+        assert spans[0][0] == 0 and spans[-1][1] == max(h, w)
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            assert a1 - b0 >= 0.15 * size - 1  # neighbours overlap
+            assert b0 > a0
+        for t in tiles:  # whole short side, one tile length each
+            assert (t.x0, t.x1) == (0, w) if vertical else (t.y0, t.y1) == (0, h)
+            assert (t.y1 - t.y0 if vertical else t.x1 - t.x0) == size
+
+
+def test_tile_length_is_the_short_side_but_at_least_the_top_rung():
+    assert tile_long_side(7200, 1600, 1280) == 1600
+    assert tile_long_side(54, 4668, 1280) == 1280
+
+
+def test_working_image_of_a_tiled_read_is_bounded():
+    assert tiled_scale(7200, 1600, OPTS) == 1.0  # short side 1600 within max_side_len 2000
+    assert tiled_scale(12000, 3000, OPTS) == pytest.approx(min(2000 / 3000, (16e6 / 36e6) ** 0.5))
+    s = tiled_scale(20000, 1080, OPTS)
+    assert 20000 * 1080 * s * s <= 16e6 + 1
+    work, (sx, sy), tiles = prepare_tiled(np.zeros((12000, 3000, 3), np.uint8), OPTS, 1280)
+    assert work.shape[0] * work.shape[1] <= 16e6 and min(work.shape[:2]) <= 2000
+    assert sx == pytest.approx(3000 / work.shape[1]) and sy == pytest.approx(12000 / work.shape[0])
+    assert tiles[-1].y1 == work.shape[0]
+
+
+def test_a_line_seen_by_both_tiles_is_one_box():
+    tiles = [Tile(0, 1000, 0, 800), Tile(850, 1850, 0, 800)]  # overlap rows 850..1000
+    line_in_overlap = quad(10, 900, 700, 930)
+    other = quad(10, 100, 500, 130)
+    boxes = merge_tile_boxes(tiles, [np.stack([other, line_in_overlap]), np.stack([line_in_overlap + 1])])
+    assert len(boxes) == 2
+
+
+def test_two_close_lines_in_the_overlap_stay_two():
+    tiles = [Tile(0, 1000, 0, 800), Tile(850, 1850, 0, 800)]
+    a, b = quad(10, 900, 700, 925), quad(10, 930, 700, 955)
+    boxes = merge_tile_boxes(tiles, [np.stack([a, b]), np.stack([a, b])])
+    assert len(boxes) == 2
+
+
+def test_a_line_cut_at_seams_is_joined_across_three_tiles():
+    tiles = [Tile(0, 50, 0, 1280), Tile(0, 50, 1000, 2280), Tile(0, 50, 2000, 3280)]
+    pieces = [np.stack([quad(5, 10, 1279, 40)]), np.stack([quad(1000, 11, 2279, 40)]),
+              np.stack([quad(2000, 10, 3100, 41)])]
+    boxes = merge_tile_boxes(tiles, pieces)
+    assert len(boxes) == 1
+    xs, ys = boxes[0][:, 0], boxes[0][:, 1]
+    assert xs.min() == pytest.approx(5, abs=1) and xs.max() == pytest.approx(3100, abs=1)
+    assert ys.min() == pytest.approx(10, abs=1) and ys.max() == pytest.approx(41, abs=1)
+
+
+def test_boxes_outside_the_overlap_are_kept_as_they_are():
+    tiles = [Tile(0, 1000, 0, 800), Tile(850, 1850, 0, 800)]
+    a, b = quad(10, 100, 300, 130), quad(10, 1500, 300, 1530)
+    boxes = merge_tile_boxes(tiles, [np.stack([a]), np.stack([b])])
+    assert sorted(float(x[0, 1]) for x in boxes) == [100.0, 1500.0]
+    assert merge_tile_boxes(tiles, [np.zeros((0, 4, 2)), np.zeros((0, 4, 2))]).shape == (0, 4, 2)
