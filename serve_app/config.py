@@ -236,6 +236,17 @@ class PipelineOptions(_Strict):
     tile_min_long: int = Field(1920, ge=32)
     tile_max_pixels: int = Field(16_000_000, ge=10_000)
     tile_overlap: float = Field(0.15, ge=0.02, le=0.5)
+    # Small text on a large image (a dense scan, a newspaper page): when the
+    # detector saw the image shrunk below fine_max_scale of its size, found
+    # at least fine_min_boxes lines and their median height in its input is
+    # under fine_text_px (0: never), the image is detected again in a grid
+    # of tiles at the scale that makes that median fine_target_px (at most
+    # fine_max_upscale times the original's size, within tile_max_pixels).
+    fine_text_px: float = Field(16.0, ge=0)
+    fine_target_px: float = Field(22.0, ge=8)
+    fine_max_scale: float = Field(1.0, gt=0, le=1)
+    fine_max_upscale: float = Field(2.0, ge=1, le=4)
+    fine_min_boxes: int = Field(8, ge=1)
     drop_score: float = Field(0.5, ge=0, le=1)
     exif_transpose: bool = True
     # The `visualize` picture: its longest side (both halves) at most this many
@@ -271,6 +282,6 @@ def reference_config(**overrides) -> EngineConfig:
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),
         rec=RecOptions(width_bucket=1, width_ladder=[], max_width=100_000, batch_padding="batch_max"),
-        pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0),  # no tiles: the reference has none
+        pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0, fine_text_px=0),  # the reference never tiles
     )
     return base.model_copy(update=overrides)

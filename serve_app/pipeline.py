@@ -27,10 +27,10 @@ from .results import (
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
 from .stages.decode import array_to_bgr, decode_image
-from .stages.det_preprocess import Geometry, boxes_to_original, prepare_image
+from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
-from .stages.tiling import Tile, merge_tile_boxes, prepare_tiled, wants_tiles
+from .stages.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
 from .stages.words import split_words
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
@@ -93,10 +93,15 @@ class Pipeline:
         if options.det:
             check_deadline(deadline, "detection")
             if wants_tiles(h, w, cfg.pipeline):
-                work, geometry, boxes = await self._detect_tiled(img, options)
+                work, geometry, boxes = await self._detect_long(img, options)
             else:
                 work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
                 boxes = await self.stages.detect(work, options.det_params())
+                finer = finer_scale(boxes_to_original(boxes, geometry), self._det_scale(work, geometry, options),
+                                    (h, w), cfg.pipeline)
+                if finer:
+                    check_deadline(deadline, "detecting small text again in tiles")
+                    work, geometry, boxes = await self._detect_fine(img, options, finer)
             check_deadline(deadline, "cropping")
             boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
         else:
@@ -128,16 +133,36 @@ class Pipeline:
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture)
 
-    async def _detect_tiled(self, img: np.ndarray, options: OcrOptions) -> tuple[np.ndarray, Geometry, np.ndarray]:
-        """A long image's boxes from overlapping tiles, each prepared and
-        detected as an image of its own, concurrently (serve_app.stages.tiling):
-        (working image, its geometry, boxes in working coordinates)."""
-        cfg = self.config
-        top = cfg.det.side_ladder[-1] if cfg.det.limit_type == "ladder" else cfg.det.limit_side_len
-        if options.limit_side_len is not None:
-            top = min(top, options.limit_side_len)
-        work, (sx, sy), tiles = await asyncio.to_thread(prepare_tiled, img, cfg.pipeline, top)
-        params = options.det_params()
+    def _top_rung(self, options: OcrOptions) -> int:
+        """The detector's largest input side for this request."""
+        det = options.det_params().apply(self.config.det)
+        return det.side_ladder[-1] if det.limit_type == "ladder" else det.limit_side_len
+
+    def _det_scale(self, work: np.ndarray, geometry: Geometry, options: OcrOptions) -> float:
+        """The detector's input over the original image (long sides)."""
+        (rh, rw), _ = det_layout(work.shape[0], work.shape[1], options.det_params().apply(self.config.det))
+        return max(rh, rw) / max(1, geometry.orig_h, geometry.orig_w)
+
+    async def _detect_long(self, img: np.ndarray, options: OcrOptions) -> tuple[np.ndarray, Geometry, np.ndarray]:
+        """A long image's boxes from overlapping tiles along its long side
+        (serve_app.stages.tiling): (working image, its geometry, boxes in
+        working coordinates)."""
+        work, (sx, sy), tiles = await asyncio.to_thread(prepare_tiled, img, self.config.pipeline,
+                                                        self._top_rung(options))
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options)
+
+    async def _detect_fine(self, img: np.ndarray, options: OcrOptions,
+                           scale: float) -> tuple[np.ndarray, Geometry, np.ndarray]:
+        """Small text on a large image, detected again at `scale` of the
+        original in a grid of tiles of the detector's largest input."""
+        work, (sx, sy), tiles = await asyncio.to_thread(prepare_grid, img, scale, self.config.pipeline,
+                                                        self._top_rung(options))
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options)
+
+    async def _detect_tiles(self, work: np.ndarray, tiles: list[Tile], options: OcrOptions) -> np.ndarray:
+        """Each tile prepared and detected as an image of its own,
+        concurrently; boxes moved back and merged where tiles overlap."""
+        cfg, params = self.config, options.det_params()
 
         async def one(tile: Tile) -> np.ndarray:
             sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
@@ -146,9 +171,7 @@ class Pipeline:
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
         found = await all_or_none([one(t) for t in tiles])
-        boxes = await asyncio.to_thread(merge_tile_boxes, tiles, found)
-        h, w = img.shape[:2]
-        return work, Geometry(sx, sy, 0, w, h), boxes
+        return await asyncio.to_thread(merge_tile_boxes, tiles, found)
 
     async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
                        progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:

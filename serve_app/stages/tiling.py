@@ -76,6 +76,19 @@ def plan_tiles(h: int, w: int, tile_long: int, overlap: float) -> list[Tile]:
     return [Tile(0, h, s, s + size) for s in starts]
 
 
+def plan_grid(h: int, w: int, tile: int, overlap: float) -> list[Tile]:
+    """Tiles of at most tile x tile over both sides, overlapping as
+    plan_tiles does along each side, row by row."""
+    def spans(length: int) -> list[tuple[int, int]]:
+        # up to 5% over a tile's size: one tile (the detector scales it a little)
+        if length <= 1.05 * tile:
+            return [(0, length)]
+        return [(t.y0, t.y1) for t in plan_tiles(length, 1, tile, overlap)]
+
+    rows, cols = spans(h), spans(w)
+    return [Tile(y0, y1, x0, x1) for y0, y1 in rows for x0, x1 in cols]
+
+
 def tile_long_side(h: int, w: int, top_rung: int) -> int:
     """A tile's length along the long axis: the image's short side (square
     tiles: each is detected at the scale of a normal photo of that width),
@@ -106,11 +119,11 @@ def _band_iou(a: tuple, b: tuple, band: tuple) -> float:
 
 def merge_tile_boxes(tiles: list[Tile], boxes: list[np.ndarray], min_iou: float = 0.5) -> np.ndarray:
     """One set of boxes (N,4,2) in whole-image coordinates from each tile's
-    (already moved into whole-image coordinates). Two boxes of neighbouring
+    (already moved into whole-image coordinates). Two boxes of overlapping
     tiles that cover the same part of their overlap (IoU >= min_iou of their
     parts inside it) are one text line seen twice, or cut at a seam: they
     become one box, the minimum-area rectangle around both (chains too: a
-    line across three tiles is one box)."""
+    line across three tiles is one box). Tiles may form a strip or a grid."""
     flat: list[np.ndarray] = []
     owner: list[int] = []
     for k, bs in enumerate(boxes):
@@ -131,15 +144,16 @@ def merge_tile_boxes(tiles: list[Tile], boxes: list[np.ndarray], min_iou: float 
     by_tile: dict[int, list[int]] = {}
     for i, k in enumerate(owner):
         by_tile.setdefault(k, []).append(i)
-    for k in range(len(tiles) - 1):
-        a, b = tiles[k], tiles[k + 1]
-        band = (max(a.x0, b.x0), max(a.y0, b.y0), min(a.x1, b.x1), min(a.y1, b.y1))
-        if band[2] <= band[0] or band[3] <= band[1]:
-            continue
-        for i in by_tile.get(k, []):
-            for j in by_tile.get(k + 1, []):
-                if _band_iou(rects[i], rects[j], band) >= min_iou:
-                    parent[find(j)] = find(i)
+    for k, a in enumerate(tiles):
+        for m in range(k + 1, len(tiles)):
+            b = tiles[m]
+            band = (max(a.x0, b.x0), max(a.y0, b.y0), min(a.x1, b.x1), min(a.y1, b.y1))
+            if band[2] <= band[0] or band[3] <= band[1]:
+                continue
+            for i in by_tile.get(k, []):
+                for j in by_tile.get(m, []):
+                    if _band_iou(rects[i], rects[j], band) >= min_iou:
+                        parent[find(j)] = find(i)
     groups: dict[int, list[int]] = {}
     for i in range(len(flat)):
         groups.setdefault(find(i), []).append(i)
@@ -164,3 +178,41 @@ def prepare_tiled(img: np.ndarray, opts: PipelineOptions, top_rung: int):
                           interpolation=cv2.INTER_AREA)
     h, w = work.shape[:2]
     return work, (ow / w, oh / h), plan_tiles(h, w, tile_long_side(h, w, top_rung), opts.tile_overlap)
+
+
+def box_heights(boxes: np.ndarray) -> np.ndarray:
+    """Each box's height: its shorter side (a line's height, whichever way it runs)."""
+    b = np.asarray(boxes, dtype=np.float32).reshape(-1, 4, 2)
+    return np.minimum(np.linalg.norm(b[:, 0] - b[:, 1], axis=1), np.linalg.norm(b[:, 0] - b[:, 3], axis=1))
+
+
+def finer_scale(boxes: np.ndarray, det_scale: float, orig_hw: tuple[int, int], opts: PipelineOptions) -> float:
+    """Small text on a large image (a dense scan, a newspaper page): the
+    scale (of the original) to detect it again at, in a grid of tiles, or 0
+    for no second pass. `boxes` are the first pass's, in the original's
+    coordinates; `det_scale` is the detector's input size over the
+    original's. Only when the detector saw the image shrunk (det_scale under
+    fine_max_scale), found at least fine_min_boxes boxes, and their median
+    height in its input was under fine_text_px: then the scale that brings
+    that median to fine_target_px, at most fine_max_upscale times the
+    original and within tile_max_pixels, if it is at least 1.25 times det_scale."""
+    if not opts.fine_text_px or len(boxes) < opts.fine_min_boxes or det_scale >= opts.fine_max_scale:
+        return 0.0
+    median = float(np.median(box_heights(boxes)))
+    if median <= 0 or median * det_scale >= opts.fine_text_px:
+        return 0.0
+    h, w = orig_hw
+    scale = min(opts.fine_max_upscale, opts.fine_target_px / median, math.sqrt(opts.tile_max_pixels / (h * w)))
+    return scale if scale >= det_scale * 1.25 else 0.0
+
+
+def prepare_grid(img: np.ndarray, scale: float, opts: PipelineOptions, tile: int):
+    """(working image at `scale` of the original, its scale factors
+    (original / working) as (sx, sy), a grid of tiles of at most tile x tile)."""
+    oh, ow = img.shape[:2]
+    work = img
+    if scale != 1.0:
+        work = cv2.resize(img, (max(1, int(round(ow * scale))), max(1, int(round(oh * scale)))),
+                          interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    h, w = work.shape[:2]
+    return work, (ow / w, oh / h), plan_grid(h, w, tile, opts.tile_overlap)

@@ -87,7 +87,7 @@ def untiled():
     from serve_app.config import EngineConfig, PipelineOptions
     from serve_app.engine import OcrEngine
 
-    eng = OcrEngine(EngineConfig(pipeline=PipelineOptions(tile_aspect=0)))
+    eng = OcrEngine(EngineConfig(pipeline=PipelineOptions(tile_aspect=0, fine_text_px=0)))  # one pass, whole
     yield eng
     eng.close()
 
@@ -111,3 +111,26 @@ def test_long_images_are_read_in_tiles(engine, untiled, name, copies, axis):
     assert 0.9 * want <= len(got) <= 1.08 * want
     assert same >= 0.65 * want
     assert len(shrunk) < 0.8 * len(got)
+
+
+def test_small_text_on_a_large_image_is_detected_again_in_tiles(engine):
+    """Two dense pages at 3/4 size, one above the other (1512x506, text
+    ~11 px high): shrunk onto the detector's 1280 px the lines melt
+    together (about 20 read); the first pass's small boxes send it through
+    a second detection in a grid of tiles at a larger scale
+    (serve_app.stages.tiling.finer_scale), which reads most lines."""
+    from serve_app.config import EngineConfig, PipelineOptions
+    from serve_app.engine import OcrEngine
+
+    page = cv2.imread(str(PEER / "mmocr_demo_densetext_det.jpg"))  # 221 lines alone
+    small = cv2.resize(page, None, fx=0.75, fy=0.75, interpolation=cv2.INTER_AREA)
+    img = np.concatenate([small, small], axis=0)
+    got = engine.read(img).lines
+    one_pass = OcrEngine(EngineConfig(pipeline=PipelineOptions(fine_text_px=0)))
+    try:
+        before = one_pass.read(img).lines
+    finally:
+        one_pass.close()
+    print(f"two dense pages at 0.75, {img.shape[1]}x{img.shape[0]}: {len(got)} lines, one pass {len(before)}")
+    assert len(got) >= 0.5 * 2 * 221
+    assert len(before) < 0.25 * len(got)

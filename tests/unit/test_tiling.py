@@ -95,3 +95,31 @@ def test_boxes_outside_the_overlap_are_kept_as_they_are():
     boxes = merge_tile_boxes(tiles, [np.stack([a]), np.stack([b])])
     assert sorted(float(x[0, 1]) for x in boxes) == [100.0, 1500.0]
     assert merge_tile_boxes(tiles, [np.zeros((0, 4, 2)), np.zeros((0, 4, 2))]).shape == (0, 4, 2)
+
+
+def test_a_grid_covers_both_sides():
+    from serve_app.stages.tiling import plan_grid
+
+    tiles = plan_grid(3508, 2480, 1280, 0.15)  # an A4 scan at 300 DPI
+    assert len(tiles) == 4 * 3
+    assert {(t.y0, t.y1) for t in tiles} >= {(0, 1280)} and max(t.y1 for t in tiles) == 3508
+    assert max(t.x1 for t in tiles) == 2480
+    assert plan_grid(1300, 800, 1280, 0.15) == [Tile(0, 1300, 0, 800)]  # within 5%: one tile
+
+
+def test_second_pass_only_for_small_text_that_more_pixels_would_help():
+    from serve_app.stages.tiling import finer_scale
+
+    lines = np.stack([quad(10, 20 * i, 400, 20 * i + 12) for i in range(20)])  # 12 px high lines
+    # shrunk to 0.5 (6 px in the detector's input): again at 22/12 of the original
+    assert finer_scale(lines, 0.5, (2560, 1800), OPTS) == pytest.approx(22 / 12)
+    # the detector saw them at full size or more: 12 px, and no big gain from more pixels
+    assert finer_scale(lines, 1.0, (1280, 900), OPTS) == 0.0
+    # too few lines to judge; large text; switched off
+    assert finer_scale(lines[:5], 0.5, (2560, 1800), OPTS) == 0.0
+    tall = np.stack([quad(10, 50 * i, 400, 50 * i + 40) for i in range(20)])
+    assert finer_scale(tall, 0.5, (2560, 1800), OPTS) == 0.0
+    assert finer_scale(lines, 0.5, (2560, 1800), PipelineOptions(fine_text_px=0)) == 0.0
+    # never past tile_max_pixels
+    s = finer_scale(lines, 0.3, (6000, 4000), OPTS)
+    assert 6000 * 4000 * s * s <= 16e6 + 1
