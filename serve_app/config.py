@@ -152,6 +152,12 @@ class ClsOptions(_Strict):
     batch_size: int = Field(6, ge=1)
     thresh: float = Field(0.9, ge=0, le=1)
     labels: tuple[str, ...] = ("0", "180")
+    # A line longer than window_aspect times its height is judged on up to
+    # max_windows windows of it at its own proportions, not squashed whole
+    # into the 48x192 input (serve_app.stages.direction.cls_views); 0: squash
+    # every crop, as PaddleOCR does.
+    window_aspect: float = Field(8.0, ge=0)
+    max_windows: int = Field(3, ge=1, le=16)
 
 
 class RecOptions(_Strict):
@@ -281,6 +287,7 @@ def reference_config(**overrides) -> EngineConfig:
         # The reference ran in fp32.
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),
+        cls=ClsOptions(window_aspect=0),  # long lines squashed whole, as the reference does
         rec=RecOptions(width_bucket=1, width_ladder=[], max_width=100_000, batch_padding="batch_max"),
         pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0, fine_text_px=0),  # the reference never tiles
     )

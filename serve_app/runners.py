@@ -15,7 +15,7 @@ from .options import DetParams
 from .predictor import Predictor
 from .stages.db_postprocess import db_boxes
 from .stages.det_preprocess import det_input_shapes, det_preprocess
-from .stages.direction import cls_postprocess, cls_preprocess
+from .stages.direction import cls_combine, cls_postprocess, cls_preprocess, cls_views
 from .stages.recognition import batch_limit, batch_width, ctc_decode, input_shapes, rec_preprocess, width_order
 from .results import Direction, Recognition
 
@@ -74,14 +74,21 @@ class DirectionClassifier:
         self.opts = opts
 
     def classify(self, crops: list[np.ndarray]) -> list[Direction]:
-        result: list[Direction] = [Direction("0", 0.0)] * len(crops)
-        order = width_order(crops)
+        """One direction per crop; a long line is judged on a few windows
+        of it (serve_app.stages.direction.cls_views), their probabilities
+        averaged."""
+        views = [cls_views(c, self.opts) for c in crops]
+        flat = [v for vs in views for v in vs]
+        probs: list = [None] * len(flat)
+        order = width_order(flat)
         for start in range(0, len(order), self.opts.batch_size):
             idx = order[start : start + self.opts.batch_size]
-            batch = np.stack([cls_preprocess(crops[i], self.opts) for i in idx])
-            for i, d in zip(idx, cls_postprocess(self.predictor.run(batch), self.opts)):
-                result[i] = d
-        return result
+            out = self.predictor.run(np.stack([cls_preprocess(flat[i], self.opts) for i in idx]))
+            for k, i in enumerate(idx):
+                probs[i] = out[k]
+        if not flat:
+            return []
+        return cls_postprocess(cls_combine(np.stack(probs), [len(vs) for vs in views]), self.opts)
 
     def warm_calls(self) -> list[tuple[Callable, list]]:
         """A call for every batch size the classifier runs (one input size)."""

@@ -84,3 +84,23 @@ def test_apply_direction_leaves_an_upright_crop_as_it_is():
     crop = np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)
     assert apply_direction(crop, Direction("0", 0.99), OPTS) is crop
     assert apply_direction(crop, Direction("180", 0.9), OPTS) is crop
+
+
+def test_a_long_line_is_judged_on_windows_of_it_not_squashed():
+    from serve_app.config import ClsOptions
+    from serve_app.stages.direction import cls_combine, cls_views
+
+    opts = ClsOptions()
+    line = np.zeros((20, 20 * 20, 3), np.uint8)  # 20:1
+    line[:, :, 0] = np.arange(400)[None, :] % 256
+    views = cls_views(line, opts)
+    assert len(views) == 3 and all(v.shape == (48, 192, 3) for v in views)
+    # the first window starts at the line's start, the last ends at its end
+    assert views[0][0, 0, 0] == line[0, 0, 0]
+    assert abs(int(views[-1][0, -1, 0]) - int(line[0, -1, 0])) <= 3
+    # short crops, and the reference's squashing when switched off: the crop itself
+    word = np.zeros((20, 100, 3), np.uint8)
+    assert cls_views(word, opts)[0] is word and len(cls_views(word, opts)) == 1
+    assert cls_views(line, ClsOptions(window_aspect=0))[0] is line
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.4, 0.6], [1.0, 0.0]], np.float32)
+    np.testing.assert_allclose(cls_combine(probs, [1, 3, 1]), [[0.9, 0.1], [0.3, 0.7], [1.0, 0.0]], atol=1e-6)
