@@ -137,12 +137,14 @@ def test_serve_deploy_spreads_over_nodes_and_survives_losing_one(cluster, tmp_pa
     killed_at = time.monotonic()
     os.killpg(cluster["worker"].pid, signal.SIGTERM)
     cluster["worker"].wait(timeout=60)
-    time.sleep(60)
+    time.sleep(40)
     stop.set()
     for t in threads:
         t.join()
 
-    late = [code for t, code in outcomes if t > killed_at + 45]
+    failed = [t - killed_at for t, code in outcomes if t > killed_at and code != 200]
+    print(f"after the node stopped: {len(failed)} failed requests, the last {max(failed, default=0):.1f} s after")
+    late = [code for t, code in outcomes if t > killed_at + 25]
     assert late and set(late) == {200}, outcomes[-20:]
     statuses = serve.status().applications["ocr"].deployments
     assert statuses["TextRecognizer"].replica_states.get("RUNNING", 0) >= 1
