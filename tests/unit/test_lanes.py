@@ -173,3 +173,33 @@ def test_job_book_runs_interactive_jobs_before_bulk_jobs_queued_earlier():
         assert [bytes(c[0]) for c in pipe.calls] == [b"first", b"urgent", b"b0", b"b1", b"b2", b"old"]
         book.close()
     asyncio.run(go())
+
+
+def test_a_restarted_store_keeps_each_jobs_lane_and_runs_interactive_first(tmp_path):
+    """The lane lives in the journaled options (no schema change): after a
+    restart the recovered interactive job runs before bulk ones queued earlier."""
+    path = str(tmp_path / "jobs.sqlite")
+
+    async def first_life():
+        pipe = FakePipeline(open_gate=False)
+        book = JobBook(pipe.run, JobArgs(concurrency=1, journal=path), LaneArgs())
+        await book.start()
+        ids = [(await book.submit(f"b{k}".encode(), OcrOptions(priority=BULK)))["job_id"] for k in range(3)]
+        ids.append((await book.submit(b"i", OcrOptions(priority=INTERACTIVE)))["job_id"])
+        await asyncio.sleep(0.01)  # b0 is running, the store dies
+        book.close()
+        return ids
+
+    async def second_life(ids):
+        pipe = FakePipeline()
+        book = JobBook(pipe.run, JobArgs(concurrency=1, journal=path), LaneArgs())
+        await book.start()
+        views = await settle(book, ids)
+        book.close()
+        assert all(v["status"] == "succeeded" for v in views.values())
+        assert [c[1].priority for c in pipe.calls] == [INTERACTIVE, BULK, BULK, BULK]
+        return [bytes(c[0]) for c in pipe.calls]
+
+    ids = asyncio.run(first_life())
+    order = asyncio.run(second_life(ids))
+    assert order == [b"i", b"b0", b"b1", b"b2"]  # b0 was running when the store died: it runs again
