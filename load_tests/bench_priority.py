@@ -93,8 +93,7 @@ async def measure(url: str, images: list[Img], args) -> dict[str, Any]:
             if r.ok and win[0] <= r.t_start < win[1]:
                 unloaded.setdefault(r.image, []).append(r.latency_ms)
         unloaded = {k: percentile(v, 50) for k, v in unloaded.items()}
-        out["alone"] = {**summarize(recs, win), "slowdown": [1.0]}
-        out["alone"]["slowdown"] = slowdowns(recs, win, unloaded)
+        out["alone"] = {**summarize(recs, win), "slowdown": slowdowns(recs, win, unloaded)}
 
         (brecs, bwin, _), (irecs, iwin, _) = await asyncio.gather(
             closed_loop(sender("bulk"), images, args.bulk_clients, args.warmup_s, args.load_s, "bulk (loaded)"),
@@ -117,7 +116,7 @@ def run_config(cfg: dict, images: list[Img], args) -> dict[str, Any]:
         log(f"deployed in {time.monotonic() - t0:.0f}s")
         return asyncio.run(measure(url, images, args))
     finally:
-        service.stop_all(graceful=False)
+        service.stop_all()  # graceful: Serve's client is reset for the next configuration's cluster
 
 
 def config_with_lanes(path: Path, enabled: bool) -> dict:
