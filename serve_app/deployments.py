@@ -81,7 +81,7 @@ class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
         if lanes.enabled:  # interactive images ahead of bulk ones in the FIFO batch queue
-            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"))
+            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"), lanes.det_bulk_batch)
         self.detector = TextDetector(self.replica.predictor, engine.det)
         self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
                            args.canary_interval_s)

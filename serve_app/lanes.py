@@ -71,14 +71,21 @@ class PriorityGate:
     interactive items that came after it). No waiter overtakes a better
     ranked one that does not fit yet.
 
+    `bulk_capacity` (None: all of it) caps the weight bulk items hold at
+    once (an item through alone when no bulk is held), e.g. so that a batch
+    of bulk work, which cannot be interrupted, stays short.
+
     `lanes=False` (everything one lane): plain FIFO. `bypass` lanes are not
     gated at all (e.g. a cap on bulk work only: bypass=("interactive",)).
     `metrics` (serve_app.metrics.LaneMetrics or None) is told queued counts
     per lane, each bulk wait, and each promotion by age."""
 
     def __init__(self, capacity: Union[int, Callable[[], int]], max_wait_s: float, lanes: bool = True,
-                 bypass: tuple[str, ...] = (), metrics: Any = None, clock: Callable[[], float] = time.monotonic):
+                 bypass: tuple[str, ...] = (), metrics: Any = None, clock: Callable[[], float] = time.monotonic,
+                 bulk_capacity: Optional[int] = None):
         self.capacity: Callable[[], int] = capacity if callable(capacity) else (lambda: capacity)
+        self.bulk_capacity = bulk_capacity if lanes else None
+        self.bulk_used = 0
         self.max_wait_s = max_wait_s
         self.lanes = lanes
         self.bypass = bypass
@@ -104,8 +111,13 @@ class PriorityGate:
             best = min(self.waiters, key=lambda w: self._rank(w, now))
             if self.used > 0 and self.used + best.weight > self.capacity():
                 break
+            if (best.lane == BULK and self.bulk_capacity is not None and self.bulk_used > 0
+                    and self.bulk_used + best.weight > self.bulk_capacity):
+                break  # only bulk waits (interactive ranks first): its share is full
             self.waiters.remove(best)
             self.used += best.weight
+            if best.lane == BULK:
+                self.bulk_used += best.weight
             if self.lanes and best.lane == BULK:
                 waited = now - best.since
                 self.metrics.bulk_wait.observe(waited * 1000)
@@ -131,15 +143,17 @@ class PriorityGate:
             await w.future
         except BaseException:
             if w.future.done() and not w.future.cancelled():
-                self.leave(w.weight)  # admitted, but its caller is gone: pass the turn on
+                self.leave(w.weight, lane)  # admitted, but its caller is gone: pass the turn on
             elif w in self.waiters:
                 self.waiters.remove(w)
                 self._admit()
             raise
         return True
 
-    def leave(self, weight: int = 1) -> None:
+    def leave(self, weight: int = 1, lane: str = INTERACTIVE) -> None:
         self.used -= max(1, weight)
+        if lane == BULK:
+            self.bulk_used -= max(1, weight)
         self._admit()
 
     @contextlib.asynccontextmanager
@@ -149,7 +163,7 @@ class PriorityGate:
             yield
         finally:
             if gated:
-                self.leave(weight)
+                self.leave(weight, lane)
 
 
 class LaneQueue:

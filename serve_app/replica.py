@@ -158,12 +158,14 @@ class ModelReplica:
     def crops(self, crops: list) -> Crops:
         return Crops(crops, max(1, min(len(crops), self.knobs.max_batch_size)))
 
-    def use_lanes(self, max_wait_s: float, metrics: Any = None) -> None:
+    def use_lanes(self, max_wait_s: float, metrics: Any = None, bulk_capacity: Optional[int] = None) -> None:
         """Gate the batch queue: at most max_batch_size (weighted) items in
         it at once, interactive first, bulk by age (serve_app.lanes), so an
         interactive item waits behind at most the batch being run, not
-        behind every bulk item queued before it (`@serve.batch` is FIFO)."""
-        self.gate = PriorityGate(lambda: self.knobs.max_batch_size, max_wait_s, metrics=metrics)
+        behind every bulk item queued before it (`@serve.batch` is FIFO);
+        bulk items at most bulk_capacity of them (None: no own cap)."""
+        self.gate = PriorityGate(lambda: self.knobs.max_batch_size, max_wait_s, metrics=metrics,
+                                 bulk_capacity=bulk_capacity)
 
     async def queued(self, batched: Callable[[Any], Awaitable], item: Any, lane: Optional[str] = None,
                      weight: int = 1):

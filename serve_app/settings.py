@@ -179,6 +179,9 @@ class LaneArgs(_Args):
     bulk_depth: int = Field(1, ge=1, le=2, description="recogniser predictor batches handed to the predictor at "
                             "once while only bulk crops are pending (2 when interactive work leads): 1 keeps an "
                             "arriving interactive request behind at most one bulk batch")
+    det_bulk_batch: int = Field(1, ge=1, description="bulk images in the detector's batch queue at once (of its "
+                                "max_batch_size): a batch runs to its end, so an interactive image that arrives "
+                                "waits for at most this many bulk images")
     bulk_in_stages: int = Field(8, ge=1, description="bulk images (or PDF pages) one pipeline replica has in the "
                                 "model stages at once: bulk never fills a stage's max_ongoing_requests")
     bulk_max_in_flight: int = Field(16, ge=1, description="bulk synchronous requests one ingress replica works on at "

@@ -83,13 +83,28 @@ def test_gate_lets_capacity_weight_through_and_a_heavy_item_alone():
         t1 = asyncio.create_task(gate.enter(BULK, 1))
         await asyncio.sleep(0)
         assert not t2.done() and not t1.done() and gate.used == 3
-        gate.leave(3)
+        gate.leave(3, BULK)
         await asyncio.sleep(0)
         assert t2.done() and t1.done() and gate.used == 3
         gate.leave(2)
-        gate.leave(1)
+        gate.leave(1, BULK)
         assert await gate.enter(BULK, 9)  # heavier than the capacity: through when the gate is empty
         assert gate.used == 9
+    asyncio.run(go())
+
+
+def test_bulk_capacity_keeps_bulk_batches_short_and_leaves_room_for_interactive():
+    async def go():
+        gate = PriorityGate(4, max_wait_s=5.0, bulk_capacity=1)
+        assert await gate.enter(BULK)
+        second = asyncio.create_task(gate.enter(BULK))
+        await asyncio.sleep(0)
+        assert not second.done() and gate.queued(BULK) == 1  # bulk holds its one place
+        assert await gate.enter(INTERACTIVE) and await gate.enter(INTERACTIVE, 2)  # interactive still fits
+        gate.leave(1, BULK)
+        await asyncio.sleep(0)
+        assert second.done() and gate.bulk_used == 1 and gate.used == 4
+        assert await PriorityGate(4, 5.0, bulk_capacity=1).enter(BULK, 3)  # heavier: through alone
     asyncio.run(go())
 
 
@@ -105,17 +120,17 @@ def test_a_cancelled_waiter_frees_its_turn_and_bypassed_lanes_pass():
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         assert gate.queued(BULK) == 1
-        gate.leave()
+        gate.leave(1, BULK)
         assert await behind and gate.used == 1
         # admitted, then its caller is cancelled before it runs: the turn passes on
         gate2 = PriorityGate(1, max_wait_s=5.0)
         assert await gate2.enter(BULK)
         late = asyncio.create_task(gate2.enter(BULK))
         await asyncio.sleep(0)
-        gate2.leave()  # late is admitted ...
+        gate2.leave(1, BULK)  # late is admitted ...
         late.cancel()  # ... and cancelled before it resumes
         await asyncio.gather(late, return_exceptions=True)
-        assert gate2.used == 0
+        assert gate2.used == 0 and gate2.bulk_used == 0
     asyncio.run(go())
 
 
