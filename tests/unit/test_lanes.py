@@ -218,3 +218,11 @@ def test_a_restarted_store_keeps_each_jobs_lane_and_runs_interactive_first(tmp_p
     ids = asyncio.run(first_life())
     order = asyncio.run(second_life(ids))
     assert order == [b"i", b"b0", b"b1", b"b2"]  # b0 was running when the store died: it runs again
+
+
+def test_ocr_client_map_sends_bulk_unless_the_options_name_a_lane():
+    from serve_app.client import bulk
+
+    assert bulk(None) == {"priority": "bulk"}
+    assert bulk({"cls": False}) == {"priority": "bulk", "cls": False}
+    assert bulk({"priority": "interactive"}) == {"priority": "interactive"}
