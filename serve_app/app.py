@@ -43,12 +43,12 @@ def build_app(args: Optional[dict] = None):
     det_args = with_shape_ranges("det", a.detector, a.engine)
     cls_args = with_shape_ranges("cls", a.classifier, a.engine)
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
-    detector = TextDetectorDeployment.bind(a.engine, det_args)
-    classifier = DirectionClassifierDeployment.bind(a.engine, cls_args) if a.engine.cls.enabled else None
-    recognizer = TextRecognizerDeployment.bind(a.engine, rec_args)
-    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer)
-    jobs = JobStore.bind(pipeline, a.jobs)
+    detector = TextDetectorDeployment.bind(a.engine, det_args, a.lanes)
+    classifier = DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes) if a.engine.cls.enabled else None
+    recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
+    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
+    jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from .result_cache import model_identity
 
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
-                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine))
+                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), a.lanes)

@@ -9,6 +9,10 @@ or deployments, without blocking.
     result = response.result()                     # or `await response`
     for item in client.map(images, max_in_flight=16):   # results as they complete
         print(item.index, item.result or item.error)
+
+`submit`/`read`/`aread` are interactive work (served first); `map`/`amap`
+send their images in the bulk lane (serve_app.lanes) unless the options
+name a `priority`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ class MapItem:
     index: int
     result: Optional[dict] = None
     error: Optional[BaseException] = None
+
+
+def bulk(options: Optional[dict]) -> dict:
+    """Options for many images at once: the bulk lane, unless they name one."""
+    return {"priority": "bulk", **(options or {})}
 
 
 class OcrClient:
@@ -64,6 +73,7 @@ class OcrClient:
         (the input is consumed lazily). Never raises for one image's failure:
         its MapItem carries the error."""
         limit = max_in_flight or self.max_in_flight
+        options = bulk(options)
         pending: dict[Future, int] = {}
         it = enumerate(images)
 
@@ -101,6 +111,7 @@ class OcrClient:
                    max_in_flight: Optional[int] = None) -> AsyncIterator[MapItem]:
         """Async `map`, for use inside deployments or async drivers."""
         limit = max_in_flight or self.max_in_flight
+        options = bulk(options)
         pending: dict[asyncio.Task, int] = {}
         it = enumerate(images)
 

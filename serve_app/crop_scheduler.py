@@ -16,6 +16,14 @@ batch:
   arriving behind it waits for the (at most two) batches already handed to
   the predictor, then runs; and the big one still gets a turn every round,
   so it never starves.
+- Lanes (serve_app.lanes): interactive requests lead every batch while any
+  has crops pending (fresh first, then in turns); bulk ones only when none
+  has, or once a bulk request has waited `max_wait_s` since it came (then
+  it ranks as interactive). Bulk crops fill the spare places of an
+  interactive-led batch only with `bulk_fill`. While only bulk work is
+  pending, `bulk_depth` batches (1) are handed to the predictor at once, so
+  an interactive request arriving meanwhile waits for at most one bulk
+  batch.
 
 No Ray import: unit-tested with a plain function for the predictor.
 """
@@ -30,14 +38,18 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 from .errors import DeadlineExceeded
 from .isolation import run_isolated
+from .lanes import BULK, INTERACTIVE, LANES, _Null
 
 
 class _Request:
-    __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future", "deadline")
+    __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future", "deadline", "lane",
+                 "since")
 
     def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future,
-                 deadline: Optional[float] = None):
+                 deadline: Optional[float] = None, lane: str = INTERACTIVE):
         self.id = rid
+        self.lane = lane
+        self.since = time.monotonic()
         self.deadline = deadline  # time.time(); unread crops are dropped once it has passed
         self.items = items
         self.buckets = buckets
@@ -79,6 +91,14 @@ class CropScheduler:
         # Predictor batches handed to the predictor's thread at once (its
         # queue is FIFO): 2 hides this loop's wake-up between batches.
         self.depth = 2
+        # Lanes (set by the deployment from serve_app.settings.LaneArgs);
+        # lanes=False: every request is one lane (the scheduler as before).
+        self.lanes = True
+        self.max_wait_s = 5.0
+        self.bulk_fill = False
+        self.bulk_depth = 1
+        self.promoted = 0  # bulk batches led by age while interactive crops were pending
+        self.metrics: Any = _Null()  # serve_app.metrics.LaneMetrics
         self._ids = itertools.count()
         self._worker: Optional[asyncio.Task] = None
 
@@ -86,14 +106,23 @@ class CropScheduler:
     def pending_items(self) -> int:
         return sum(len(r.order) - r.pos for r in self.queue)
 
-    async def submit(self, items: list, deadline: Optional[float] = None) -> list:
+    def pending_by_lane(self) -> dict[str, int]:
+        out = dict.fromkeys(LANES, 0)
+        for r in self.queue:
+            out[r.lane if r.lane in out else INTERACTIVE] += len(r.order) - r.pos
+        return out
+
+    def _urgent(self, r: _Request, now: float) -> bool:
+        return not self.lanes or r.lane != BULK or now - r.since >= self.max_wait_s
+
+    async def submit(self, items: list, deadline: Optional[float] = None, lane: str = INTERACTIVE) -> list:
         """One result per item. With a deadline (time.time()), crops not yet
         handed to the predictor when it passes are dropped and the caller
         gets DeadlineExceeded; a cancelled caller's unread crops are dropped too."""
         if not items:
             return []
         fut = asyncio.get_running_loop().create_future()
-        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline)
+        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline, lane)
         self.queue.append(req)
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work())
@@ -113,7 +142,9 @@ class CropScheduler:
         their crops of that bucket. The leader then goes to the back of the
         rotation. So a newcomer runs in the next batch (most images need
         one to three batches), and every request in progress gets a turn
-        per round: no request starves, however many small ones arrive."""
+        per round: no request starves, however many small ones arrive.
+        With lanes, all this among the urgent requests (interactive, or
+        bulk waiting max_wait_s) while there are any, else among bulk."""
         now = time.time()
         for r in [r for r in self.queue if r.deadline is not None and now > r.deadline and not r.done()]:
             self._finish(r, DeadlineExceeded("the request's deadline passed before all its crops were read; "
@@ -121,13 +152,24 @@ class CropScheduler:
         waiting = [r for r in self.queue if not r.done()]
         if not waiting:
             return []
-        fresh = [r for r in waiting if r.pos == 0]
-        leader = fresh[0] if fresh else waiting[0]
+        mono = time.monotonic()
+        urgent = [r for r in waiting if self._urgent(r, mono)]
+        pool = urgent or waiting
+        fresh = [r for r in pool if r.pos == 0]
+        leader = fresh[0] if fresh else pool[0]
+        if leader.lane == BULK and self.lanes and urgent and any(r.lane != BULK for r in waiting):
+            self.promoted += 1  # aged bulk ahead of interactive work
+            self.metrics.promotions.inc()
         bucket = leader.next_bucket()
         limit = self.limit(bucket)
         picked: list[tuple[_Request, int]] = []
-        others = [r for r in fresh if r is not leader] + [r for r in waiting if r.pos > 0 and r is not leader]
+        others = [r for r in fresh if r is not leader] + [r for r in pool if r.pos > 0 and r is not leader]
+        if urgent and self.bulk_fill and len(urgent) < len(waiting):  # bulk fills an interactive-led batch
+            rest = [r for r in waiting if r not in urgent]
+            others += [r for r in rest if r.pos == 0] + [r for r in rest if r.pos > 0]
         for req in [leader] + (others if self.cross_request else []):
+            if req.pos == 0 and req.lane == BULK and self.lanes and req.next_bucket() == bucket:
+                self.metrics.bulk_wait.observe((mono - req.since) * 1000)
             while (len(picked) < limit and not req.done()
                    and req.next_bucket() == bucket):
                 picked.append((req, req.order[req.pos]))
@@ -136,7 +178,19 @@ class CropScheduler:
                 break
         self.queue.remove(leader)
         self.queue.append(leader)
+        for lane, n in self.pending_by_lane().items():
+            self.metrics.queued.set(n, tags={"lane": lane})
         return picked
+
+    def _depth(self) -> int:
+        """Batches to keep handed to the predictor: `depth`, but
+        `bulk_depth` while no urgent (interactive or aged) crop is pending."""
+        if not self.lanes:
+            return self.depth
+        mono = time.monotonic()
+        if any(not r.done() and self._urgent(r, mono) for r in self.queue):
+            return self.depth
+        return min(self.depth, self.bulk_depth)
 
     def _finish(self, req: _Request, error: Optional[BaseException] = None) -> None:
         if req in self.queue:
@@ -161,7 +215,7 @@ class CropScheduler:
         inflight: deque = deque()
         last_end = 0.0
         while True:
-            while len(inflight) < self.depth:
+            while len(inflight) < self._depth():
                 picked = self._take() if self.queue else []
                 if not picked:
                     break

@@ -23,12 +23,14 @@ from .canary import classifier_probe, detector_probe, recognizer_probe
 from .config import EngineConfig
 from .crop_scheduler import CropScheduler
 from .errors import DeadlineExceeded
+from .lanes import INTERACTIVE, PriorityGate, current_lane, lane_of
+from .metrics import LaneMetrics, LaneRequestMetrics
 from .options import DetParams, OcrOptions, parse_options
 from .pipeline import Pipeline, Stages, current_deadline, fanned_out, route_tag
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
-from .settings import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, RecognizerArgs
+from .settings import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 from .stages.recognition import batch_limit, batch_width, load_charset
 from .weights import dictionary_path
 
@@ -47,6 +49,7 @@ class Timed:
 @dataclass(frozen=True)
 class TimedCrops(Crops):
     deadline: Optional[float] = None
+    lane: str = INTERACTIVE
 
 
 def _expired(where: str) -> DeadlineExceeded:
@@ -75,8 +78,10 @@ class _Replica:
 
 @serve.deployment(name="TextDetector")
 class TextDetectorDeployment(_Replica):
-    def __init__(self, engine: EngineConfig, args: DetectorArgs):
+    def __init__(self, engine: EngineConfig, args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
+        if lanes.enabled:  # interactive images ahead of bulk ones in the FIFO batch queue
+            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"), lanes.det_bulk_batch)
         self.detector = TextDetector(self.replica.predictor, engine.det)
         self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
                            args.canary_interval_s)
@@ -93,14 +98,16 @@ class TextDetectorDeployment(_Replica):
         return backlog_stats("det", self.replica.pending, self.replica.metrics)
 
     async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
-                     params: Optional[DetParams] = None) -> np.ndarray:
+                     params: Optional[DetParams] = None, lane: Optional[str] = None) -> np.ndarray:
         """Boxes (N,4,2) for one working image, in its coordinates; batched
         with other requests' images (whatever their detection params: only
         the input shape separates batches, serve_app.runners.TextDetector).
         An image whose deadline (time.time()) has passed by the time its
         batch runs is not run (504 to its caller, which is usually gone): a
-        burst of expired pages costs nothing."""
-        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline))
+        burst of expired pages costs nothing. Interactive images enter the
+        batch queue before bulk ones (serve_app.lanes)."""
+        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline),
+                                         lane_of(lane))
 
     @_batch("det")
     async def _detect_batch(self, items: list) -> list:
@@ -123,8 +130,10 @@ class TextDetectorDeployment(_Replica):
 
 @serve.deployment(name="DirectionClassifier")
 class DirectionClassifierDeployment(_Replica):
-    def __init__(self, engine: EngineConfig, args: ClassifierArgs):
+    def __init__(self, engine: EngineConfig, args: ClassifierArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"])
+        if lanes.enabled:
+            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("cls"))
         self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
         self.replica.watch(classifier_probe(self.classifier), args.canary_interval_s)
         self.replica.warm(self.classifier.warm_calls())
@@ -132,10 +141,11 @@ class DirectionClassifierDeployment(_Replica):
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._classify_batch)
 
-    async def classify(self, crops: list[np.ndarray]) -> list[Direction]:
+    async def classify(self, crops: list[np.ndarray], lane: Optional[str] = None) -> list[Direction]:
         """One call per image with all its crops; crops of every image in a
-        batch are classified together."""
-        return await self.replica.queued(self._classify_batch, self.replica.crops(crops))
+        batch are classified together (interactive calls first)."""
+        c = self.replica.crops(crops)
+        return await self.replica.queued(self._classify_batch, c, lane_of(lane), c.weight)
 
     @_batch("cls", batch_size_fn=crops_weight)
     async def _classify_batch(self, items: list[Crops]) -> list:
@@ -156,7 +166,7 @@ class TextRecognizerDeployment(_Replica):
     Serve batches run concurrently (max_concurrent_batches) so that a new
     request reaches the scheduler while an older one is still being read."""
 
-    def __init__(self, engine: EngineConfig, args: RecognizerArgs):
+    def __init__(self, engine: EngineConfig, args: RecognizerArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"])
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
@@ -167,6 +177,13 @@ class TextRecognizerDeployment(_Replica):
                 lambda crops: self.replica.predictor.call_async(self.recognizer.recognize_batch, crops),
                 lambda c: batch_width([c.shape[1] / c.shape[0]], opts), lambda w: batch_limit(w, opts),
                 self.replica.record)
+            # Interactive crops lead the predictor batches (serve_app.lanes); the
+            # serve.batch queue above passes requests on at once (16 concurrent batches).
+            self.scheduler.lanes = lanes.enabled
+            self.scheduler.max_wait_s = lanes.bulk_max_wait_s
+            self.scheduler.bulk_fill = lanes.bulk_fill
+            self.scheduler.bulk_depth = lanes.bulk_depth
+            self.scheduler.metrics = LaneMetrics("rec")
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
         self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
         self.replica.warm(self.recognizer.warm_calls(args.warm_widths))
@@ -176,15 +193,18 @@ class TextRecognizerDeployment(_Replica):
         if self.scheduler is not None:  # max_batch_size 1 = no cross-request predictor batches
             self.scheduler.cross_request = knobs.max_batch_size > 1
 
-    async def recognize(self, crops: list[np.ndarray], deadline: Optional[float] = None) -> list[Recognition]:
+    async def recognize(self, crops: list[np.ndarray], deadline: Optional[float] = None,
+                        lane: Optional[str] = None) -> list[Recognition]:
         """One call per image with all its crops. Crops not yet read when
-        the deadline (time.time()) passes are dropped by the scheduler."""
+        the deadline (time.time()) passes are dropped by the scheduler,
+        which also puts the interactive lane's crops first."""
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline))
+        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
 
     def stats(self) -> dict[str, Any]:
         return {**self.replica.stats(),
-                "pending_crops": self.scheduler.pending_items if self.scheduler else None}
+                "pending_crops": self.scheduler.pending_items if self.scheduler else None,
+                "pending_crops_by_lane": self.scheduler.pending_by_lane() if self.scheduler else None}
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom-metrics hook: crops queued here (serve_app.autoscaling)."""
@@ -198,7 +218,8 @@ class TextRecognizerDeployment(_Replica):
             out = await self.replica.isolated(self.recognizer.recognize, [i.crops for i in items])
             self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
             return out
-        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None)) for i in items),
+        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None),
+                                                           getattr(i, "lane", INTERACTIVE)) for i in items),
                                    return_exceptions=True)
         for o in out:
             if isinstance(o, Exception):
@@ -212,18 +233,33 @@ class OcrPipeline:
     The image travels once (to the detector); only crops go further."""
 
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
-                 recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs):
+                 recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
+                 lanes: LaneArgs = LaneArgs()):
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
-        # Each stage call carries the request's deadline (Pipeline.read sets
-        # it in the request's own task), so the replicas drop work
-        # queued for a request that is gone.
+        # Bulk images in the model stages at once, at most lanes.bulk_in_stages
+        # (interactive ones pass): bulk never fills a stage's max_ongoing_requests,
+        # whose queue (Serve's router) is FIFO.
+        self.bulk_gate = (PriorityGate(lanes.bulk_in_stages, lanes.bulk_max_wait_s, bypass=(INTERACTIVE,),
+                                       metrics=LaneMetrics("pipeline")) if lanes.enabled else None)
+        self.lane_metrics = LaneRequestMetrics()
+        # Each stage call carries the request's deadline and lane (Pipeline.read
+        # sets them in the request's own task), so the replicas drop work
+        # queued for a request that is gone and serve interactive work first.
+        # Positional: the stage methods' arguments (lists of items are batched below them).
         self.pipeline = Pipeline(Stages(
-            detect=lambda image, params: detector.detect.remote(image, current_deadline(), params),
-            classify=classifier.classify.remote if classifier is not None else None,
+            detect=lambda image, params: detector.detect.remote(image, current_deadline(), params, current_lane()),
+            classify=(lambda crops: classifier.classify.remote(crops, current_lane())) if classifier is not None
+            else None,
             recognize=fanned_out(lambda crops, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
-                                 .recognize.remote(crops, current_deadline()),
+                                 .recognize.remote(crops, current_deadline(), current_lane()),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
-        ), engine)
+        ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
+
+    def _options(self, options: Any) -> OcrOptions:
+        """Parsed options with their lane (a handle call without one: interactive), counted."""
+        opts = parse_options(options).with_lane(INTERACTIVE).for_pipeline()
+        self.lane_metrics.requests.inc(tags={"lane": opts.priority})
+        return opts
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
@@ -237,7 +273,7 @@ class OcrPipeline:
         caller) and its pages are rendered here, in a worker thread, a few
         at a time: a page's bitmap goes from here to the detector only, as
         a decoded image does."""
-        return (await self.pipeline.read_any(image, parse_options(options).for_pipeline(), deadline)).to_dict()
+        return (await self.pipeline.read_any(image, self._options(options), deadline)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            deadline: Optional[float] = None) -> AsyncIterator[dict]:
@@ -252,8 +288,7 @@ class OcrPipeline:
             latest.update(pages_done=done, pages_total=total)
             changed.set()
 
-        task = asyncio.ensure_future(self.pipeline.read_any(image, parse_options(options).for_pipeline(), deadline,
-                                                            progress))
+        task = asyncio.ensure_future(self.pipeline.read_any(image, self._options(options), deadline, progress))
         try:
             while not task.done():
                 waiter = asyncio.ensure_future(changed.wait())

@@ -1,5 +1,5 @@
-"""The request headers the ingress reads: deadline, idempotency key, bearer
-token. No Ray import: unit-tested on their own."""
+"""The request headers the ingress reads: deadline, idempotency key, priority
+lane, bearer token. No Ray import: unit-tested on their own."""
 
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ def idempotency_key(headers: Mapping[str, str]) -> Optional[str]:
     if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY):
         raise BadRequest(f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} characters")
     return key
+
+
+def priority(headers: Mapping[str, str]) -> Optional[str]:
+    """X-Priority: interactive|bulk (the request's lane, serve_app.lanes;
+    it wins over the options' `priority`); None when absent."""
+    raw = headers.get("x-priority")
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value not in ("interactive", "bulk"):
+        raise BadRequest(f"X-Priority must be interactive or bulk, got {raw!r}")
+    return value
 
 
 def bearer_matches(authorization: Optional[str], token: bytes) -> bool:

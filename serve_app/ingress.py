@@ -11,6 +11,7 @@ import logging
 import os
 import time
 import uuid
+from dataclasses import replace
 from typing import Annotated, Any, Optional
 
 from fastapi import Depends, FastAPI, Header, Query, Request
@@ -30,14 +31,15 @@ from .errors import (
 )
 from .formats import render
 from .http_body import BodyBudget, batch_items, body_limit, check_media_type, parse_body, read_body
-from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key
+from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key, priority
 from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
+from .lanes import BULK, INTERACTIVE
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import CacheMetrics, RequestMetrics
 from .options import FORMATS, OcrOptions, parse_options, with_format
 from .result_cache import Dedupe, ResultCache, wants_fresh
-from .settings import CacheArgs, IngressArgs
+from .settings import CacheArgs, IngressArgs, LaneArgs
 from .stages.decode import decode_image
 from .ui import page_config, static_file
 
@@ -111,6 +113,13 @@ Format = Annotated[Optional[str], Query(alias="format", description=f"one of {',
 def with_format_of(parsed: tuple, fmt: Optional[str]) -> tuple:
     data, opts = parsed
     return data, with_format(opts, fmt).for_pipeline()
+
+
+def with_lane(opts: OcrOptions, request: Request, default: str) -> OcrOptions:
+    """The options with the request's lane: X-Priority, else the options'
+    own `priority`, else the route's default (serve_app.lanes)."""
+    header = priority(request.headers)
+    return replace(opts, priority=header) if header is not None else opts.with_lane(default)
 
 
 async def formatted(body: dict, fmt: str) -> Response:
@@ -228,7 +237,7 @@ class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
-                 model_id: str = ""):
+                 model_id: str = "", lanes: LaneArgs = LaneArgs()):
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
@@ -236,6 +245,8 @@ class OcrIngress:
         self.documents = documents
         self.paddlex = paddlex_defaults or paddlex.PaddleXDefaults({}, 0.5, True)
         self.in_flight = 0
+        self.bulk_in_flight = 0  # of in_flight, bulk-lane requests (capped by lanes.bulk_max_in_flight)
+        self.lanes = lanes
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
@@ -262,7 +273,7 @@ class OcrIngress:
         """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)` (or
         a PDF's bytes): the same dict as the HTTP body; with options `format`
         text, hocr or alto, that document as a str instead. Domain errors raise."""
-        opts = parse_options(options)  # refuse bad options here, before any work
+        opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
         try:
             popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
             result, cache = await self.dedupe.read(image, popts, None,
@@ -288,6 +299,17 @@ class OcrIngress:
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
 
+    def _take_bulk_slot(self, opts: OcrOptions) -> bool:
+        """A bulk request also takes one of lanes.bulk_max_in_flight (of
+        max_in_flight): the rest stay for interactive requests. True if taken."""
+        if opts.priority != BULK or not self.lanes.enabled:
+            return False
+        if self.bulk_in_flight >= self.lanes.bulk_max_in_flight:
+            raise Overloaded(f"{self.bulk_in_flight} bulk requests in progress here; retry shortly, or submit a job",
+                             retry_after_s=self.args.retry_after_s)
+        self.bulk_in_flight += 1
+        return True
+
     def _take_submit_slot(self) -> None:
         if self.submitting >= self.args.max_submits_in_flight:
             raise Overloaded(f"{self.submitting} job submits in progress here; retry shortly",
@@ -302,9 +324,11 @@ class OcrIngress:
         try:
             body = await self._body(request, deadline, held)
             self._take_slot()
+            bulk = False
             try:
                 data, opts = await parse_body(request, body, self.limits)
-                opts = with_format(opts, fmt)
+                opts = with_lane(with_format(opts, fmt), request, INTERACTIVE)
+                bulk = self._take_bulk_slot(opts)
                 del body
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -319,6 +343,7 @@ class OcrIngress:
                     f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")))
             finally:
                 self.in_flight -= 1
+                self.bulk_in_flight -= bulk
         finally:
             self.bodies.give(held[0])
         if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
@@ -357,9 +382,11 @@ class OcrIngress:
         try:
             body = await self._body(request, deadline, held)
             self._take_slot()  # one slot per batch; its items go to the pipeline batch_concurrency at a time
+            bulk = False
             try:
                 items, opts = await batch_items(request, body, self.limits, self.args.max_batch_items)
-                opts = opts.for_pipeline()
+                opts = with_lane(opts, request, INTERACTIVE).for_pipeline()
+                bulk = self._take_bulk_slot(opts)
                 del body
                 gate = asyncio.Semaphore(self.args.batch_concurrency)
 
@@ -379,6 +406,7 @@ class OcrIngress:
                 out = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
             finally:
                 self.in_flight -= 1
+                self.bulk_in_flight -= bulk
         finally:
             self.bodies.give(held[0])
         return JSONResponse({"request_id": rid, "items": out})
@@ -399,10 +427,13 @@ class OcrIngress:
             body = await read_body(request, body_limit(self.limits),
                                    min(self.args.body_timeout_s, timeout), self.bodies, held)
             self._take_slot()
+            bulk = False
             try:
                 req = await asyncio.to_thread(paddlex.parse_request, body)
                 del body
                 data, opts = await asyncio.to_thread(paddlex.to_call, req)
+                opts = with_lane(opts, request, INTERACTIVE)
+                bulk = self._take_bulk_slot(opts)
                 if len(data) > self.limits.max_bytes:
                     raise TooLarge(f"file is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
                 result = await self._read(data, opts, deadline, timeout)
@@ -411,6 +442,7 @@ class OcrIngress:
                     images = await asyncio.to_thread(self._visualize, data, result)
             finally:
                 self.in_flight -= 1
+                self.bulk_in_flight -= bulk
             return JSONResponse(paddlex.success(log_id, paddlex.result(result, opts, self.paddlex, images)))
         except Exception as exc:
             e = unwrap(exc)
@@ -445,6 +477,7 @@ class OcrIngress:
                 # A format is kept with the job (its pipeline run then makes
                 # word boxes for hOCR/ALTO); the job's result stays JSON.
                 data, opts = with_format_of(await parse_body(request, body, self.limits), fmt)
+                opts = with_lane(opts, request, BULK)  # a job is bulk unless it asks otherwise
                 del body
                 # Junk is a 400 now, not a failed job later (header only, off
                 # the loop); a PDF is opened, its pages counted, none rendered.
@@ -555,6 +588,7 @@ class OcrIngress:
             "deployments": deployments,
             "stages": {s: {"deployment": names.get(s, s), **stage_summary(r, now)} for s, r in stages.items()},
             "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
+                        "bulk_in_flight": self.bulk_in_flight,
                         "job_submits_in_flight": self.submitting},
             "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
         }

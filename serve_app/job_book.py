@@ -33,8 +33,9 @@ from typing import Any, Awaitable, Callable, Optional
 from .errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
 from .job_journal import JobJournal
 from .job_state import Job, JobStatus
+from .lanes import BULK, LaneQueue, lane_of
 from .options import OcrOptions
-from .settings import JobArgs
+from .settings import JobArgs, LaneArgs
 
 log = logging.getLogger("ray.serve")
 
@@ -61,7 +62,7 @@ def fingerprint(image: Any, options: OcrOptions) -> str:
         a = np.ascontiguousarray(image)
         h.update(f"array:{a.dtype.str}:{a.shape}:".encode())
         h.update(a.data)
-    h.update(json.dumps(options.to_dict(), sort_keys=True).encode())
+    h.update(json.dumps(options.key_dict(), sort_keys=True).encode())  # the lane is not the payload
     return h.hexdigest()
 
 
@@ -70,7 +71,7 @@ class JobBook:
     # these pauses: four attempts in all.
     BACKOFF_S = (2.0, 4.0, 8.0)
 
-    def __init__(self, run: RunOcr, args: JobArgs):
+    def __init__(self, run: RunOcr, args: JobArgs, lanes: LaneArgs = LaneArgs(), lane_metrics: Any = None):
         self.run = run
         self.args = args
         self.jobs: dict[str, Job] = {}
@@ -81,7 +82,9 @@ class JobBook:
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
         self.held_bytes = 0  # image bytes of unfinished jobs held in memory
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        # Job ids to run: interactive jobs first, bulk ones (the default) by
+        # age (serve_app.lanes); the lane lives in each job's options.
+        self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
         self.workers: list[asyncio.Task] = []
         self.journal: Optional[JobJournal] = JobJournal(args.journal) if args.journal else None
         self.journal_error: Optional[str] = None  # the last journal failure, until a write succeeds
@@ -151,7 +154,7 @@ class JobBook:
                 self._keep_finished(job)
             else:
                 self.unfinished += 1
-                self.queue.put_nowait(job.job_id)
+                self.queue.put_nowait(job.job_id, self._lane(job))
                 unfinished += 1
         if n:
             log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, n, unfinished)
@@ -200,7 +203,7 @@ class JobBook:
             self.by_key[key] = job.job_id
         self.unfinished += 1
         self.held_bytes += nbytes
-        self.queue.put_nowait(job.job_id)
+        self.queue.put_nowait(job.job_id, self._lane(job))
         return job.view()
 
     async def get(self, job_id: str) -> Optional[dict]:
@@ -216,6 +219,12 @@ class JobBook:
         return out
 
     # -- internals --------------------------------------------------------------
+    @staticmethod
+    def _lane(job: Job) -> str:
+        """A job's lane: its options' (the store resolves it at submit; a
+        job journaled before lanes has none: bulk)."""
+        return lane_of(job.options.priority, BULK)
+
     def _retry_after(self) -> int:
         """About when a slot frees up: the queue's length over the workers,
         times a job's average time; 5 s before any job has finished."""

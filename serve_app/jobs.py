@@ -19,22 +19,25 @@ from ray.serve.handle import DeploymentHandle
 from .documents import is_pdf
 from .job_book import JobBook
 from .job_journal import journal_path
+from .lanes import BULK
 from .options import OcrOptions, parse_options
-from .settings import JobArgs
+from .settings import JobArgs, LaneArgs
 
 
 # One replica, always: the store holds the jobs (a second replica would not
 # see the first one's). Its resources are in the Serve config file.
 @serve.deployment(name="JobStore", num_replicas=1)
 class JobStore:
-    async def __init__(self, pipeline: DeploymentHandle, args: JobArgs):
+    async def __init__(self, pipeline: DeploymentHandle, args: JobArgs, lanes: LaneArgs = LaneArgs()):
         # async: Serve runs it in the replica's event loop, where the workers
         # must live; jobs recovered from the journal start running at once.
         self.pipeline = pipeline
         self.args = args
         if args.journal:
             args = args.model_copy(update={"journal": journal_path(args.journal, serve.get_replica_context().app_name)})
-        self.book = JobBook(self._run, args)
+        from .metrics import LaneMetrics
+
+        self.book = JobBook(self._run, args, lanes, LaneMetrics("jobs"))
         await self.book.start()
 
     async def _run(self, image: Any, options: OcrOptions, progress: Callable[[int, int], None]) -> dict:
@@ -58,8 +61,10 @@ class JobStore:
                      idempotency_key: Optional[str] = None) -> dict:
         """A new job's view ({"job_id", "status"}), or the existing one for a
         known idempotency key. Options: an OcrOptions (the ingress parses
-        them) or a dict."""
-        return await self.book.submit(image, parse_options(options), idempotency_key)
+        them) or a dict. A job's lane is bulk unless its options say
+        `priority: interactive`; it is kept in the job's options (journal
+        included) and goes with its pipeline call."""
+        return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key)
 
     async def get(self, job_id: str) -> Optional[dict]:
         return await self.book.get(job_id)

@@ -67,3 +67,30 @@ class RequestMetrics:
         self.stage_latency = Histogram("ocr_pipeline_stage_ms",
                                        description="Per-request time in each pipeline step (ms).",
                                        boundaries=_LATENCY_MS, tag_keys=("step",))
+
+
+class LaneMetrics:
+    """Priority lanes (serve_app.lanes) at one queue, tagged `stage`: det,
+    cls, rec (the crop scheduler), pipeline (its bulk gate) or jobs."""
+
+    def __init__(self, stage: str):
+        def tagged(metric):
+            metric.set_default_tags({"stage": stage})
+            return metric
+
+        self.queued = tagged(Gauge("ocr_lane_queued", description="Items waiting at this queue, by lane (images at "
+                                   "det and pipeline, calls at cls, crops at rec, jobs at jobs).",
+                                   tag_keys=("stage", "lane")))
+        self.bulk_wait = tagged(Histogram("ocr_bulk_wait_ms", description="How long a bulk item waited at this queue "
+                                          "before its turn (ms).", boundaries=_LATENCY_MS, tag_keys=("stage",)))
+        self.promotions = tagged(Counter("ocr_bulk_promotions", description="Bulk items served ahead of waiting "
+                                         "interactive work because they had waited lanes.bulk_max_wait_s.",
+                                         tag_keys=("stage",)))
+
+
+class LaneRequestMetrics:
+    """At the pipeline: every image or PDF it reads, by lane."""
+
+    def __init__(self):
+        self.requests = Counter("ocr_lane_requests", description="Requests read by the pipeline, by priority lane.",
+                                tag_keys=("lane",))

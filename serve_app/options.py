@@ -62,9 +62,24 @@ class OcrOptions:
     # PDF input: a page that has a text layer takes its lines from it
     # (page "source": "text_layer") instead of OCR; never done unasked.
     pdf_text_layer: bool = False
+    # Priority lane (serve_app.lanes): "interactive" or "bulk"; None: the
+    # entry point's default (sync HTTP and handle calls interactive, jobs
+    # bulk). It orders work, never changes a result (not in the cache key).
+    priority: Optional[Literal["interactive", "bulk"]] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def key_dict(self) -> dict[str, Any]:
+        """What a result depends on: every option but the lane (the result
+        cache's and an Idempotency-Key's view of the options)."""
+        d = asdict(self)
+        del d["priority"]
+        return d
+
+    def with_lane(self, default: str) -> "OcrOptions":
+        """These options with their lane resolved (its own, else `default`)."""
+        return self if self.priority is not None else replace(self, priority=default)
 
     def det_params(self) -> "DetParams":
         return DetParams(self.limit_side_len, self.thresh, self.box_thresh, self.unclip_ratio)
@@ -126,6 +141,8 @@ def parse_options(options: Any) -> OcrOptions:
                                                    "less_than_equal"):
             raise BadRequest(f"bad option {name}: {first.get('input')!r} is out of range; "
                              f"{name} must be in {describe_range(name)}") from None
+        if name == "priority":
+            raise BadRequest(f"bad option priority: {first.get('input')!r}; priority is interactive or bulk") from None
         if name == "format":
             raise BadRequest(f"bad option format: {first.get('input')!r}; format is one of "
                              f"{', '.join(FORMATS)}") from None

@@ -8,6 +8,7 @@ answers what the engine answers by construction. No Ray import."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import random
 import time
@@ -20,6 +21,7 @@ import numpy as np
 from .config import EngineConfig, ImageLimits, PipelineOptions
 from .documents import PdfFile, is_pdf
 from .errors import BadImage, DeadlineExceeded, TooLarge
+from .lanes import LANE
 from .options import DetParams, OcrOptions
 from .results import (
     CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,
@@ -72,16 +74,28 @@ class Pipeline:
     """`await read(image, options)` -> OcrResult. Whole-image work (decode,
     resize, crop) runs in a worker thread, never on the event loop."""
 
-    def __init__(self, stages: Stages, config: EngineConfig):
+    def __init__(self, stages: Stages, config: EngineConfig,
+                 admit: Optional[Callable[[str], contextlib.AbstractAsyncContextManager]] = None):
         self.stages = stages
         self.config = config
+        # admit(lane): held while one image (or page) is read, e.g. the Serve
+        # pipeline's cap on bulk work in the stages (serve_app.lanes.PriorityGate.hold).
+        self.admit = admit
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(),
                    deadline: Optional[float] = None) -> OcrResult:
         """With a deadline (time.time()), a step not started when it has
-        passed is not started: DeadlineExceeded instead."""
-        cfg = self.config
+        passed is not started: DeadlineExceeded instead. The options' lane
+        (priority) goes to the stage calls (serve_app.lanes.LANE)."""
         DEADLINE.set(deadline)  # this task's context only
+        LANE.set(options.priority)
+        if self.admit is None:
+            return await self._read(image, options, deadline)
+        async with self.admit(options.priority or "interactive"):
+            return await self._read(image, options, deadline)
+
+    async def _read(self, image: ImageInput, options: OcrOptions, deadline: Optional[float]) -> OcrResult:
+        cfg = self.config
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         check_deadline(deadline, "decoding")
@@ -188,6 +202,7 @@ class Pipeline:
         while it is read. `progress(done, total)` after each page."""
         cfg = self.config
         DEADLINE.set(deadline)
+        LANE.set(options.priority)
         t0 = time.perf_counter()
         if isinstance(data, (str, Path)):
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)

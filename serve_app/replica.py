@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from .canary import Canary, CanaryResult
 from .config import PredictorOptions
 from .isolation import run_isolated
+from .lanes import PriorityGate
 from .predictor import Predictor
 from .settings import BatchKnobs, ModelArgs
 
@@ -88,6 +89,8 @@ class ModelReplica:
         self._seq = 0
         self.canary: Optional[Canary] = None
         self._probe: Optional[Callable[[], CanaryResult]] = None
+        # In front of the FIFO batch queue: interactive first (serve_app.lanes); None: no lanes.
+        self.gate: Optional[PriorityGate] = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -155,13 +158,27 @@ class ModelReplica:
     def crops(self, crops: list) -> Crops:
         return Crops(crops, max(1, min(len(crops), self.knobs.max_batch_size)))
 
-    async def queued(self, batched: Callable[[Any], Awaitable], item: Any):
+    def use_lanes(self, max_wait_s: float, metrics: Any = None, bulk_capacity: Optional[int] = None) -> None:
+        """Gate the batch queue: at most max_batch_size (weighted) items in
+        it at once, interactive first, bulk by age (serve_app.lanes), so an
+        interactive item waits behind at most the batch being run, not
+        behind every bulk item queued before it (`@serve.batch` is FIFO);
+        bulk items at most bulk_capacity of them (None: no own cap)."""
+        self.gate = PriorityGate(lambda: self.knobs.max_batch_size, max_wait_s, metrics=metrics,
+                                 bulk_capacity=bulk_capacity)
+
+    async def queued(self, batched: Callable[[Any], Awaitable], item: Any, lane: Optional[str] = None,
+                     weight: int = 1):
         """`await batched(item)`, counted in the queue-depth gauge while it
-        waits for (or is in) a batch."""
+        waits for (or is in) a batch; with a lane and a gate, after its turn
+        at the gate (weight: what it counts against max_batch_size)."""
         self._pending += 1
         self.metrics.queue_depth.set(self._pending)
         try:
-            return await batched(item)
+            if self.gate is None or lane is None:
+                return await batched(item)
+            async with self.gate.hold(lane, weight):
+                return await batched(item)
         finally:
             self._pending -= 1
             self.metrics.queue_depth.set(self._pending)

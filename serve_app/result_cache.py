@@ -73,7 +73,10 @@ def content_key(image: Any, options: Any, model_id: str) -> Optional[str]:
     digest = _image_digest(image)
     if digest is None:
         return None
-    opts = options.to_dict() if hasattr(options, "to_dict") else options
+    # every option but the lane (`priority`: it orders work, never changes a result)
+    opts = options.key_dict() if hasattr(options, "key_dict") else options
+    if isinstance(opts, dict) and "priority" in opts:
+        opts = {k: v for k, v in opts.items() if k != "priority"}
     return hashlib.sha256(f"{digest}|{json.dumps(opts, sort_keys=True, default=str)}|{model_id}".encode()).hexdigest()
 
 

@@ -164,6 +164,30 @@ class JobArgs(_Args):
         "or the JobStore pinned to one node. None: jobs are in memory only.")
 
 
+class LaneArgs(_Args):
+    """Priority lanes (serve_app.lanes): interactive work first, bulk in the
+    spare capacity, bulk never starved longer than bulk_max_wait_s per queue."""
+
+    enabled: bool = Field(True, description="false: one lane for everything (the service as before lanes)")
+    bulk_max_wait_s: float = Field(
+        5.0, gt=0, description="a bulk item that has waited this long at one queue (the job queue, the pipeline's "
+        "bulk gate, a stage's gate, the crop scheduler) is served as interactive")
+    bulk_fill: bool = Field(
+        False, description="bulk crops fill the spare places of a recogniser predictor batch led by interactive "
+        "work: more bulk throughput, but on a CPU a batch's time grows with its crops, so interactive waits longer "
+        "(on a GPU it is nearly free)")
+    bulk_depth: int = Field(1, ge=1, le=2, description="recogniser predictor batches handed to the predictor at "
+                            "once while only bulk crops are pending (2 when interactive work leads): 1 keeps an "
+                            "arriving interactive request behind at most one bulk batch")
+    det_bulk_batch: int = Field(1, ge=1, description="bulk images in the detector's batch queue at once (of its "
+                                "max_batch_size): a batch runs to its end, so an interactive image that arrives "
+                                "waits for at most this many bulk images")
+    bulk_in_stages: int = Field(8, ge=1, description="bulk images (or PDF pages) one pipeline replica has in the "
+                                "model stages at once: bulk never fills a stage's max_ongoing_requests")
+    bulk_max_in_flight: int = Field(16, ge=1, description="bulk synchronous requests one ingress replica works on at "
+                                    "once (more: 503); the rest of ingress.max_in_flight stays for interactive")
+
+
 class AppArgs(_Args):
     """The `args:` block of an application in deployments.yaml."""
 
@@ -174,3 +198,4 @@ class AppArgs(_Args):
     detector: DetectorArgs = DetectorArgs()
     classifier: ClassifierArgs = ClassifierArgs()
     recognizer: RecognizerArgs = RecognizerArgs()
+    lanes: LaneArgs = LaneArgs()

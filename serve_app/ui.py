@@ -36,6 +36,9 @@ OPTIONS: tuple[dict[str, Any], ...] = (
      "help": "a box for every word of each line"},
     {"name": "visualize", "label": "Server picture", "kind": "bool", "default": False,
      "help": "the service draws the boxes and text into a JPEG (visualize)"},
+    {"name": "priority", "label": "Priority", "kind": "choice",
+     "choices": [["", "service default (interactive)"], ["interactive", "interactive"], ["bulk", "bulk"]],
+     "help": "bulk work gets the capacity interactive work leaves spare"},
     {"name": "pdf_text_layer", "label": "PDF text layer", "kind": "bool", "default": False,
      "help": "PDF pages that have a text layer take their lines from it"},
     # Detection per request (bounds: serve_app.options.RANGES; blank: the config's value).

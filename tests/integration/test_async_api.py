@@ -29,6 +29,9 @@ def service():
     args = cfg["applications"][0]["args"]
     args["ingress"] = {"max_in_flight": 3, "retry_after_s": 2}
     args["jobs"] = {**args["jobs"], "ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4}
+    # Lanes: no aging within a test (a slow shared machine must not promote
+    # bulk jobs mid-test); bulk sync requests get 2 of the 3 ingress slots.
+    args["lanes"] = {"bulk_max_wait_s": 120, "bulk_max_in_flight": 2}
     assert args["jobs"]["journal"]  # a fresh file per run (serve_fixtures.load_config)
     try:
         yield deploy_config(cfg, free_port())
@@ -178,3 +181,40 @@ def test_deadline_passed_gives_504(service):
     bad = requests.post(f"{url}/v1/ocr", data=b"x", headers={"Content-Type": "image/jpeg", "X-Request-Timeout": "soon"},
                         timeout=60)
     assert bad.status_code == 400
+
+
+def test_interactive_work_goes_ahead_of_bulk_jobs_queued_before_it(service, engine_texts):
+    """Priority lanes: jobs are bulk by default; an interactive job
+    (X-Priority: interactive) submitted behind 16 of them is run by the next
+    free worker, so most of the bulk jobs queued before it finish after it
+    (with lanes off, 1 of 16 did). Sync requests (interactive by default, or
+    bulk by header) read the same text; a bad X-Priority is a 400; every
+    bulk job still succeeds."""
+    url = service
+    names = [IMAGES[i % len(IMAGES)] for i in range(16)]
+    bulk = [submit_job(url, n).json()["job_id"] for n in names]
+    urgent_name = "rapidocr_issue_170.png"
+    urgent = submit_job(url, urgent_name, **{"X-Priority": "interactive"}).json()["job_id"]
+    for header in ({}, {"X-Priority": "bulk"}):
+        r = requests.post(f"{url}/v1/ocr", data=(PEER / urgent_name).read_bytes(),
+                          headers={"Content-Type": "image/png", **header}, timeout=120)
+        assert r.status_code == 200 and r.json()["results"] == engine_texts[urgent_name], (header, r.text)
+    bad = requests.post(f"{url}/v1/ocr", data=(PEER / urgent_name).read_bytes(),
+                        headers={"Content-Type": "image/png", "X-Priority": "asap"}, timeout=60)
+    assert bad.status_code == 400 and "X-Priority" in bad.json()["error"]["message"]
+    seen: dict[str, float] = {}  # job -> when a poll first saw it finished
+    deadline = time.monotonic() + 600
+    while len(seen) < 17 and time.monotonic() < deadline:
+        for job_id in [*bulk, urgent]:
+            if job_id not in seen:
+                body = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30).json()
+                if body["status"] in ("succeeded", "failed"):
+                    seen[job_id] = time.monotonic()
+                    assert body["status"] == "succeeded", body
+                    want = engine_texts[urgent_name if job_id == urgent else names[bulk.index(job_id)]]
+                    assert body["results"] == want
+        time.sleep(0.05)
+    assert len(seen) == 17
+    after = sum(seen[b] > seen[urgent] for b in bulk)
+    # FIFO would start it after all 16 (at most 3 finishing after it); the lane starts it next
+    assert after >= 8, (after, sorted(seen.values()).index(seen[urgent]))

@@ -26,7 +26,7 @@ from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.result_cache import Dedupe, ResultCache
-from serve_app.settings import IngressArgs
+from serve_app.settings import IngressArgs, LaneArgs
 
 
 class Metric:
@@ -97,8 +97,8 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    for name in ("ocr", "_body", "_take_slot", "_take_submit_slot", "_probe_ready", "_static", "_gather_stats",
-                 "_read", "_check_upload", "_visualize"):
+    for name in ("ocr", "_body", "_take_slot", "_take_bulk_slot", "_take_submit_slot", "_probe_ready", "_static",
+                 "_gather_stats", "_read", "_check_upload", "_visualize"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
@@ -106,7 +106,8 @@ def app():
     obj.documents = DocumentLimits()
     obj.paddlex = PaddleXDefaults.of(EngineConfig())
     obj.args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
-    obj.in_flight = obj.submitting = 0
+    obj.in_flight = obj.submitting = obj.bulk_in_flight = 0
+    obj.lanes = LaneArgs(bulk_max_in_flight=1)
     obj.bodies = BodyBudget(obj.args.max_body_bytes)
     obj._ready, obj._ready_probe = None, None
     obj._stats, obj._stats_probe = None, None
@@ -144,7 +145,8 @@ def test_options_are_parsed_once_and_passed_on_as_ocr_options(app):
     assert r.status_code == 200 and r.json()["results"] == [{"text": "js"}]
     r = client.post("/v1/ocr", files={"file": ("a.png", b"mp")}, data={"options": json.dumps({"cls": False})})
     assert r.status_code == 200
-    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True)), (b"mp", OcrOptions(cls=False))]
+    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive")),
+                          (b"mp", OcrOptions(cls=False, priority="interactive"))]
 
 
 def test_request_id_from_the_header_or_new(app):
@@ -205,6 +207,27 @@ def test_admission_control_is_503_with_retry_after(app):
     assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "overloaded"
 
 
+def test_the_lane_comes_from_x_priority_or_the_option_and_bulk_has_its_own_cap(app):
+    client, obj = app
+    assert post(client, b"a").status_code == 200
+    assert post(client, b"b", **{"X-Priority": "bulk"}).status_code == 200
+    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"c").decode()},
+                                     "options": {"priority": "bulk"}}, headers={"X-Priority": "interactive"})
+    assert r.status_code == 200  # the header wins over the option
+    assert client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png",
+                                                             "X-Priority": "interactive"}).status_code == 202
+    assert [c[1].priority for c in Fake.calls] == ["interactive", "bulk", "interactive", "interactive"]
+    bad = post(client, b"d", **{"X-Priority": "now"})
+    assert bad.status_code == 400 and "X-Priority" in bad.json()["error"]["message"]
+    obj.bulk_in_flight = 1  # lanes.bulk_max_in_flight bulk requests in progress: bulk is refused, interactive is not
+    r = post(client, b"e", **{"X-Priority": "bulk"})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
+    assert obj.in_flight == 0 and obj.bulk_in_flight == 1  # the refused request gave its slot back
+    assert post(client, b"f").status_code == 200
+    obj.bulk_in_flight = 0
+    assert post(client, b"g", **{"X-Priority": "bulk"}).status_code == 200 and obj.bulk_in_flight == 0
+
+
 def test_bearer_token_on_v1_routes_only(app):
     client, obj = app
     obj.token = b"tok"
@@ -215,7 +238,7 @@ def test_bearer_token_on_v1_routes_only(app):
     assert client.get("/v1/ocr/jobs/x").status_code == 401
     assert client.get("/healthz").status_code == 200
     assert post(client, b"ok", Authorization="Bearer tok").status_code == 200
-    assert Fake.calls == [(b"ok", OcrOptions())]  # refused requests reached nothing
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive"))]  # refused requests reached nothing
 
 
 def test_jobs_submit_with_idempotency_key_poll_and_404(app):
@@ -223,7 +246,7 @@ def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (PNG, OcrOptions(), "k")
+    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk"), "k")  # a job is bulk by default
     assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
     missing = client.get("/v1/ocr/jobs/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
@@ -247,7 +270,7 @@ def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
     _, obj = app
     assert asyncio.run(obj.ocr(b"ok"))["results"] == [{"text": "ok"}]
     assert asyncio.run(obj.ocr(b"ok", {"det": False}))["results"] == [{"text": "ok"}]
-    assert Fake.calls == [(b"ok", OcrOptions()), (b"ok", OcrOptions(det=False))]
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive")), (b"ok", OcrOptions(det=False, priority="interactive"))]
     with pytest.raises(BadImage):
         asyncio.run(obj.ocr(b"wrapped-bad"))
     with pytest.raises(Overloaded):
@@ -402,7 +425,7 @@ def test_batch_answers_one_item_per_input_in_order_and_a_bad_item_fails_alone(ap
     assert items[0]["results"] == [{"text": "one"}] and items[3]["results"] == [{"text": "three"}]
     assert items[1]["error"]["code"] == "bad_request" and items[2]["error"]["code"] == "bad_image"
     assert sorted(c[0] for c in Fake.calls) == [b"bad", b"one", b"three"]
-    assert all(c[1] == OcrOptions(cls=False) for c in Fake.calls) and obj.in_flight == 0
+    assert all(c[1] == OcrOptions(cls=False, priority="interactive") for c in Fake.calls) and obj.in_flight == 0
     r = client.post("/v1/ocr/batch", files=[("file", ("a.png", b"A")), ("file", ("b.png", b"B"))])
     assert [i["results"][0]["text"] for i in r.json()["items"]] == ["A", "B"]
 

@@ -165,3 +165,68 @@ def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served(
         assert len(pred.batches) == ran + 1
         assert sched.pending_items == 0
     asyncio.run(go())
+
+
+# -- priority lanes (serve_app.lanes) ---------------------------------------------
+
+
+def test_interactive_crops_lead_every_batch_while_bulk_waits():
+    async def go():
+        pred = FakePredictor(delay=0.002)
+        sched = make(pred, batch_size=2)
+        bulk = asyncio.create_task(sched.submit([(1, v) for v in range(20)], lane="bulk"))
+        await asyncio.sleep(0.003)  # the bulk request is being read
+        inter = asyncio.create_task(sched.submit([(1, 100 + v) for v in range(6)], lane="interactive"))
+        assert await inter == [2 * (100 + v) for v in range(6)]
+        first = next(k for k, b in enumerate(pred.batches) if (1, 100) in b)
+        last = max(k for k, b in enumerate(pred.batches) if any(v >= 100 for _, v in b))
+        # behind at most the one bulk batch handed out before it came (bulk_depth 1), then its 3 batches in a row
+        assert first <= 3 and last == first + 2, pred.batches
+        assert not any(v < 100 for b in pred.batches[first:last + 1] for _, v in b)  # no bulk filling (bulk_fill off)
+        assert await bulk == [v * 2 for v in range(20)]
+    asyncio.run(go())
+
+
+def test_bulk_fills_an_interactive_batch_only_with_bulk_fill():
+    async def go(fill: bool):
+        pred = FakePredictor(delay=0.001)
+        sched = make(pred, batch_size=4)
+        sched.bulk_fill = fill
+        await asyncio.gather(sched.submit([(1, 1), (1, 2)], lane="bulk"), sched.submit([(1, 3)], lane="interactive"))
+        return pred.batches
+
+    assert asyncio.run(go(False)) == [[(1, 3)], [(1, 1), (1, 2)]]
+    assert asyncio.run(go(True)) == [[(1, 3), (1, 1), (1, 2)]]
+
+
+def test_bulk_that_waited_the_bound_leads_again_and_lanes_off_is_one_lane():
+    async def go(lanes: bool, max_wait_s: float):
+        pred = FakePredictor(delay=0.002)
+        sched = make(pred, batch_size=1)
+        sched.lanes, sched.max_wait_s = lanes, max_wait_s
+        blocker = asyncio.create_task(sched.submit([(1, 0)], lane="interactive"))
+        await asyncio.sleep(0)
+        bulk = asyncio.create_task(sched.submit([(1, 1)], lane="bulk"))
+        await asyncio.sleep(0)
+        stream = [asyncio.create_task(sched.submit([(1, 10 + k)], lane="interactive")) for k in range(5)]
+        await asyncio.gather(blocker, bulk, *stream)
+        return [b[0][1] for b in pred.batches].index(1), sched.promoted
+
+    # lanes on, no aging within the test: bulk after every interactive crop
+    assert asyncio.run(go(True, 60.0)) == (6, 0)
+    # aged at once: it leads as soon as it is pending, ahead of the interactive ones behind it
+    assert asyncio.run(go(True, 0.0)) == (1, 1)
+    assert asyncio.run(go(False, 60.0)) == (1, 0)  # one lane: the request not served yet leads, as before
+
+
+def test_pending_crops_are_counted_by_lane():
+    async def go():
+        pred = FakePredictor(delay=0.01)
+        sched = make(pred, batch_size=1)
+        a = asyncio.create_task(sched.submit([(1, 1), (1, 2)], lane="bulk"))
+        b = asyncio.create_task(sched.submit([(1, 3)]))
+        await asyncio.sleep(0)  # both queued; the worker has not taken a batch yet
+        assert sched.pending_by_lane() == {"interactive": 1, "bulk": 2}
+        await asyncio.gather(a, b)
+        assert sched.pending_by_lane() == {"interactive": 0, "bulk": 0}
+    asyncio.run(go())

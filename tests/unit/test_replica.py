@@ -149,3 +149,28 @@ def test_process_start_time_is_when_the_process_started():
     started, then = map(float, out.stdout.split())
     assert t0 - 0.05 <= started <= then
     assert process_started_at() < t0
+
+
+def test_the_lane_gate_lets_a_batch_worth_into_the_fifo_queue_interactive_first():
+    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=2))
+    r.use_lanes(max_wait_s=60.0)
+    entered = []  # the FIFO batch queue's arrival order
+
+    async def batched(item):
+        entered.append(item)
+        await asyncio.sleep(0.01)
+        return item
+
+    async def main():
+        calls = [r.queued(batched, f"b{k}", "bulk") for k in range(4)] + [r.queued(batched, "i", "interactive")]
+        tasks = []
+        for c in calls:
+            tasks.append(asyncio.ensure_future(c))
+            await asyncio.sleep(0)
+        return await asyncio.gather(*tasks)
+
+    assert asyncio.run(main()) == ["b0", "b1", "b2", "b3", "i"]
+    # two bulk images were already in (a batch's worth); the interactive one came next, not last
+    assert entered == ["b0", "b1", "i", "b2", "b3"] and r.pending == 0
+    r.reconfigure({"max_batch_size": 3}, FakeBatched())
+    assert r.gate.capacity() == 3  # the gate follows the live batch size

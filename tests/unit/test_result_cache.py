@@ -24,6 +24,12 @@ def test_key_depends_on_bytes_options_and_model():
     assert k != content_key(b"img", OcrOptions(), "m2")
 
 
+def test_the_priority_lane_is_not_part_of_the_key():
+    k = content_key(b"img", OcrOptions(), "m1")
+    assert k == content_key(b"img", OcrOptions(priority="bulk"), "m1") \
+        == content_key(b"img", OcrOptions(priority="interactive").to_dict(), "m1")
+
+
 def test_arrays_key_on_shape_dtype_and_pixels_and_paths_are_not_cached():
     a = np.zeros((4, 6, 3), np.uint8)
     assert content_key(a, OcrOptions(), "m") == content_key(a.copy(), OcrOptions(), "m")
