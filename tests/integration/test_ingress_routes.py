@@ -19,6 +19,7 @@ from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
+from serve_app.admission import Admission
 from serve_app.config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.paddlex import PaddleXDefaults
 from serve_app.http_body import BodyBudget
@@ -114,6 +115,7 @@ def app():
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
     obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
+    obj.admission = Admission(obj.args.admission, default_retry_s=obj.args.retry_after_s)
     Fake.calls, Fake.jobs = [], {}
     ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
