@@ -146,7 +146,7 @@ class CostModel:
         self.lines_sum = self.forget * self.lines_sum + lines
         self.mp_sum = self.forget * self.mp_sum + mp
         theta = np.linalg.solve(self.xx + self.ridge, self.xy + self.ridge @ self.prior)
-        self.theta = np.maximum(theta, 0.0)  # no coefficient is negative: refit the others would be better, rarely needed
+        self.theta = np.maximum(theta, 0.0)  # a negative coefficient (noise) would make some sizes cost nothing
         self.observed += 1
 
     def snapshot(self) -> dict[str, float]:

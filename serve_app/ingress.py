@@ -321,11 +321,11 @@ class OcrIngress:
                 # request still waits on it; the replicas also get the
                 # deadline (wall-clock) of a computation no one shares.
                 popts = opts.for_pipeline()
+                fresh = wants_fresh(request.headers.get("cache-control"))
                 with Gate(self.admission, data, left, self.documents) as gate:  # admitted if it starts a computation
                     result, cache = await self.dedupe.read(
                         data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
-                        f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")),
-                        admit=gate.admit)
+                        f"not done within the {timeout:g} s deadline", fresh, admit=gate.admit)
                     gate.done(result)
             finally:
                 self.in_flight -= 1
