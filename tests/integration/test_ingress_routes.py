@@ -19,7 +19,7 @@ from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
-from serve_app.admission import Admission
+from serve_app.admission import Admission, Size
 from serve_app.config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.paddlex import PaddleXDefaults
 from serve_app.http_body import BodyBudget
@@ -27,7 +27,7 @@ from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.result_cache import Dedupe, ResultCache
-from serve_app.settings import IngressArgs
+from serve_app.settings import AdmissionArgs, IngressArgs
 
 
 class Metric:
@@ -205,6 +205,26 @@ def test_admission_control_is_503_with_retry_after(app):
     obj.in_flight = 2
     r = post(client, b"ok")
     assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "overloaded"
+
+
+def test_work_queued_past_the_cost_bound_is_503_on_each_ocr_route_but_a_cache_hit_is_answered(app):
+    client, obj = app
+    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
+    assert post(client, b"cached").status_code == 200
+    obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
+                                            prior_s_per_line=0), default_retry_s=2)
+    held = obj.admission.admit(Size(1), None)  # 1 s of work queued: another 1 s passes the 1.5 s bound
+    r = post(client, b"new")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
+    assert post(client, b"cached").headers["x-cache"] == "hit"  # costs nothing: never refused
+    batch = client.post("/v1/ocr/batch", json={"images": [{"base64": base64.b64encode(b"item").decode()}]})
+    assert batch.status_code == 200 and batch.json()["items"][0]["error"]["code"] == "overloaded"
+    with pytest.raises(Overloaded):
+        asyncio.run(obj.ocr(b"handle"))
+    assert [c[0] for c in Fake.calls] == [b"cached"]  # nothing refused reached the pipeline
+    obj.admission.finish(held, None)
+    assert post(client, b"new").status_code == 200 and obj.admission.queued_s == 0
+    assert obj.admission.refused == {"cost_bound": 3} and obj.in_flight == 0
 
 
 def test_bearer_token_on_v1_routes_only(app):
