@@ -54,6 +54,7 @@ class Answer:
     lines: int = 0
     retry_after: Optional[float] = None
     code: str = ""
+    image: str = ""
 
 
 async def send(session, url: str, img: Img, deadline_s: Optional[float], t_send: float) -> Answer:
@@ -77,7 +78,7 @@ async def send(session, url: str, img: Img, deadline_s: Optional[float], t_send:
             code = (doc.get("error") or {}).get("code", "")
     except Exception as e:  # recorded, never raised
         code = type(e).__name__
-    return Answer(t_send, time.perf_counter() - t_send, status, lines, retry, code)
+    return Answer(t_send, time.perf_counter() - t_send, status, lines, retry, code, img.name)
 
 
 async def sequential_pass(session, url: str, images: list[Img]) -> None:
@@ -175,6 +176,9 @@ def summarize(label: str, answers: list[Answer], seconds: float, deadline_s: flo
         "det_images": det, "det_unanswered": det - len(ok),
         "crops_per_answer": crops / len(ok) if ok else float("nan"),
         "batches_lost": work["overflow"],
+        "by_image": {name: {c: sum(1 for a in answers if a.image == name and a.status == c) for c in (200, 503, 504)}
+                     for name in sorted({a.image for a in answers})},
+        "late_first_10s": sum(1 for a in late if a.t_send - answers[0].t_send < 10) if answers else 0,
     }
 
 
@@ -237,6 +241,12 @@ async def run(args) -> int:
               f"| {100 * r['in_deadline_of_accepted']:.1f}% | {r['goodput']:.2f} | {r['p50_ms']:.0f} "
               f"| {r['p99_ms']:.0f} | {r['lines']} | {r['retry_after_p50']:g} | {r['det_images']} "
               f"| {r['det_unanswered']} | {r['crops_per_answer']:.1f} |")
+    print("\n| image | " + " | ".join(f"{r['mode']}: 200 / 503 / 504" for r in rows) + " |")
+    print("|---|" + "---:|" * len(rows))
+    for name in rows[0]["by_image"]:
+        print(f"| {name} | " + " | ".join(" / ".join(str(r["by_image"][name][c]) for c in (200, 503, 504))
+                                            for r in rows) + " |")
+    print("\n504s sent in the first 10 s of each run: " + ", ".join(f"{r['mode']}: {r['late_first_10s']}" for r in rows))
     if any(r["batches_lost"] for r in rows):
         print("\n(some batch records were lost between reads: the detector counts are low)")
     print(f"\nadmission at the end of its run: {json.dumps(stats_on)}")

@@ -20,10 +20,20 @@ The ledger holds the cost of requests admitted here and not finished. The
 drain rate is the cost of requests that finished with an answer, per second
 of the time the ledger was not empty, over a sliding window: the service's
 throughput in the same units, whatever their scale. A new request is
-expected to finish after max(own cost, (ledger + own cost) / drain rate)
-seconds (Little's law: the ledger over the throughput is the time a request
-spends in the service). It is refused with 503 and a Retry-After (the
-seconds until enough of the ledger drains at the measured rate) when
+expected to finish after
+
+    slowdown x max(own cost, (ledger + own cost) / rate, own cost x (n + 1) / rate)
+
+seconds, n the requests in the ledger: the ledger drained first (Little's
+law: the ledger over the throughput is the time a request spends in the
+service), or its own work at a 1/(n + 1) share of the rate (the recogniser
+serves the requests it holds in turn, and admission keeps about n in
+flight while it runs: a large request among many small ones is slowed by
+those admitted after it). `slowdown` (1 to 3) is the measured bias of these
+estimates: a running 95th percentile of actual over expected seconds of
+the answered requests (and, for a 504, of the time it was given). It is
+refused with 503 and a Retry-After (the seconds until enough of the ledger
+drains at the measured rate) when
 
 - that is more than `deadline_share` of the time left to its deadline
   (reason "deadline": it would be a 504 after spending work on it), or
@@ -48,7 +58,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .documents import PdfFile, is_pdf
-from .errors import Overloaded
+from .errors import DeadlineExceeded, Overloaded
 
 # When a request's size cannot be read from its header (junk: the pipeline
 # refuses it cheaply), it is costed as an image of this many pixels.
@@ -223,25 +233,72 @@ def retry_after(excess_s: float, rate: Optional[float], default_s: int, max_s: i
     return int(min(max_s, max(1, math.ceil(excess_s / rate))))
 
 
+def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], others: int,
+                     slowdown: float = 1.0) -> float:
+    """When a request of `own_s` seconds of work is expected to finish,
+    `others` requests holding `queued_s` being ahead of it, the service
+    draining `rate` seconds of work per second (None: not measured). The
+    larger of: its own work; the ledger drained first (a FIFO service); its
+    own work served at a 1/(others + 1) share of the rate (the recogniser
+    serves the requests it holds in turn, and admission keeps about as
+    many in flight while this one runs, so a large request among many
+    small ones is slowed by those admitted after it). Times `slowdown`,
+    the measured bias of these estimates (Calibration)."""
+    if rate is None or rate <= 0:
+        return own_s * slowdown
+    return slowdown * max(own_s, (queued_s + own_s) / rate, own_s * (others + 1) / rate)
+
+
 def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
-           max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30) -> Decision:
-    """Admit a request of `own_s` seconds of work to a ledger of `queued_s`,
-    the service draining `rate` seconds of work per second (None: not yet
-    measured), `time_left_s` before its deadline (None: no deadline)?"""
+           max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
+           others: int = 0, slowdown: float = 1.0) -> Decision:
+    """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
+    (`others` requests), the service draining `rate` seconds of work per
+    second (None: not yet measured), `time_left_s` before its deadline
+    (None: no deadline)?"""
     if queued_s <= 0:
-        return Decision(True, own_s)
-    expected = own_s if rate is None else max(own_s, (queued_s + own_s) / rate)
+        return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
+    expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
     if time_left_s is not None:
         budget = deadline_share * time_left_s
-        if own_s > budget:  # too big for its deadline even alone: wait for an empty ledger
+        if own_s * slowdown > budget:  # too big for its deadline even alone: wait for an empty ledger
             return Decision(False, expected, "deadline", retry_after(queued_s, rate, default_retry_s, max_retry_s))
         if expected > budget:
-            excess = queued_s + own_s - budget * rate
+            # Work to drain before it fits: the ledger down to what the budget allows ahead of it.
+            excess = queued_s + own_s - budget * (rate or 0.0) / slowdown
             return Decision(False, expected, "deadline", retry_after(excess, rate, default_retry_s, max_retry_s))
     if queued_s + own_s > max_queued_s:
         excess = queued_s + own_s - max_queued_s
         return Decision(False, expected, "cost_bound", retry_after(excess, rate, default_retry_s, max_retry_s))
     return Decision(True, expected)
+
+
+class Calibration:
+    """The bias of the expected finish times, measured: a running estimate
+    of a high quantile (`q`, 0.95) of actual / expected seconds over
+    answered requests, and over late ones (504) at least the time they were
+    given over their expectation (they did not finish in it). Used as a
+    factor of 1 to `cap` on the next estimates, so that admission keeps
+    most of the answers within their deadlines whatever the model misses
+    (stochastic approximation: up by step x q when above, down by step x
+    (1 - q) when below)."""
+
+    def __init__(self, q: float = 0.95, step: float = 0.05, cap: float = 3.0):
+        self.q, self.step, self.cap = q, step, cap
+        self.value = 1.0
+
+    def observe(self, ratio: float) -> None:
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        if ratio > self.value:
+            self.value += self.step * self.q
+        else:
+            self.value -= self.step * (1 - self.q)
+        self.value = min(self.cap, max(0.5, self.value))
+
+    @property
+    def factor(self) -> float:
+        return min(self.cap, max(1.0, self.value))
 
 
 # -- the ledger and its requests ------------------------------------------------------------
@@ -254,9 +311,10 @@ class Ticket:
     seq: int
     size: Size
     cost_s: float
-    expected_s: float
+    expected_s: float  # before the calibration's factor
     admitted_at: float
     alone: bool  # admitted to an empty ledger
+    time_left_s: Optional[float] = None
 
 
 class Admission:
@@ -272,6 +330,7 @@ class Admission:
         self.default_retry_s = default_retry_s
         self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line)
         self.meter = DrainMeter(args.drain_window_s)
+        self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
         self.queued_s = 0.0
         self.seq = 0
@@ -282,11 +341,13 @@ class Admission:
         now = self.clock()
         cost = self.model.estimate(size)
         rate = self.meter.rate(now)
+        slowdown = self.calibration.factor
         if self.args.enabled:
             d = decide(self.queued_s, cost, rate, time_left_s, self.args.max_queued_cost_s,
-                       self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s)
+                       self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s,
+                       len(self.held), slowdown)
         else:
-            d = Decision(True, cost if rate is None or not self.held else max(cost, (self.queued_s + cost) / rate))
+            d = Decision(True, expected_seconds(self.queued_s, cost, rate, len(self.held), slowdown))
         if not d.admit:
             self.count_refusal(d.reason or "deadline")
             if d.reason == "deadline":
@@ -297,7 +358,7 @@ class Admission:
                        f"this request ~{cost:.1f} s)")
             raise Overloaded(f"{why}; retry after {d.retry_after_s} s", retry_after_s=d.retry_after_s)
         self.seq += 1
-        ticket = Ticket(self.seq, size, cost, d.expected_s, now, not self.held)
+        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
         self.held[ticket.seq] = cost
         self._set_queued(now)
         return ticket
@@ -308,10 +369,10 @@ class Admission:
         if self.metrics is not None:
             self.metrics.refusals.inc(tags={"reason": reason})
 
-    def finish(self, ticket: Optional[Ticket], result: Optional[dict]) -> None:
+    def finish(self, ticket: Optional[Ticket], result: Optional[dict], late: bool = False) -> None:
         """The request left: with its result (a body with `results` or
         `pages`) when it was answered, None otherwise (error, deadline,
-        cancelled: not drained work)."""
+        cancelled: not drained work); `late`: its deadline passed (504)."""
         if ticket is None or self.held.pop(ticket.seq, None) is None:
             return
         now = self.clock()
@@ -320,8 +381,13 @@ class Admission:
             self.meter.finished(now, ticket.cost_s)
             if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
                 self.model.observe(ticket.size, count_lines(result), seconds)
-            if self.metrics is not None and ticket.expected_s > 0:
-                self.metrics.estimate_ratio.observe(seconds / ticket.expected_s)
+            if ticket.expected_s > 0:
+                self.calibration.observe(seconds / ticket.expected_s)
+                if self.metrics is not None:
+                    self.metrics.estimate_ratio.observe(seconds / ticket.expected_s)
+        elif late and ticket.expected_s > 0:
+            given = ticket.time_left_s if ticket.time_left_s is not None else seconds
+            self.calibration.observe(max(seconds, given) / ticket.expected_s)
         self._set_queued(now)
 
     def _set_queued(self, now: float) -> None:
@@ -338,7 +404,8 @@ class Admission:
         rate = self.meter.rate(self.clock())
         return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
                 "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
-                "refused": dict(self.refused), "model": self.model.snapshot()}
+                "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
+                "model": self.model.snapshot()}
 
 
 def count_lines(result: dict) -> int:
@@ -379,5 +446,6 @@ class Gate:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.admission.finish(self.ticket, self.result if exc[0] is None else None)
+        late = exc[0] is not None and issubclass(exc[0], DeadlineExceeded)
+        self.admission.finish(self.ticket, self.result if exc[0] is None else None, late)
         self.ticket = None

@@ -14,10 +14,11 @@ from PIL import Image
 
 from pdfs import blank_pdf
 from serve_app.admission import (
-    UNKNOWN_PIXELS, Admission, CostModel, DrainMeter, Gate, Size, count_lines, decide, image_size, retry_after,
+    UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide,
+    expected_seconds, image_size, retry_after,
 )
 from serve_app.config import DocumentLimits
-from serve_app.errors import Overloaded
+from serve_app.errors import DeadlineExceeded, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.result_cache import Dedupe, ResultCache
 from serve_app.settings import AdmissionArgs
@@ -173,6 +174,47 @@ def test_the_cost_bound_refuses_and_without_a_rate_only_it_applies():
     assert decide(9.5, 1.0, None, 100.0, max_queued_s=10, deadline_share=0.8, default_retry_s=3).retry_after_s == 3
 
 
+def test_a_large_request_among_many_small_ones_expects_a_share_of_the_rate():
+    # 10 requests, 2 s of work queued, at 1 s of work per second.
+    assert expected_seconds(2.0, 0.1, 1.0, 10) == pytest.approx(2.1)  # a small one: the ledger first
+    assert expected_seconds(2.0, 0.5, 1.0, 10) == pytest.approx(5.5)  # a large one: 1/11 of the rate
+    assert expected_seconds(2.0, 0.5, 1.0, 10, slowdown=2.0) == pytest.approx(11.0)
+    assert expected_seconds(2.0, 0.5, None, 10, slowdown=1.5) == pytest.approx(0.75)  # no rate: its own work
+    d = decide(2.0, 0.5, 1.0, 4.0, max_queued_s=60, deadline_share=0.8, others=10)
+    assert not d.admit and d.reason == "deadline" and d.retry_after_s == 1  # the ledger is short: soon
+    assert decide(2.0, 0.1, 1.0, 4.0, max_queued_s=60, deadline_share=0.8, others=10).admit
+
+
+def test_calibration_tracks_a_high_quantile_of_the_estimates_bias():
+    c = Calibration(q=0.95, step=0.05, cap=3.0)
+    for _ in range(50):
+        c.observe(0.6)  # cautious estimates: no correction
+    assert c.factor == 1.0
+    rng = np.random.default_rng(5)
+    for _ in range(4000):
+        c.observe(float(rng.uniform(0.5, 2.5)))  # 95th percentile: 2.4
+    assert c.factor == pytest.approx(2.4, abs=0.15)
+    for _ in range(100):
+        c.observe(50.0)
+    assert c.factor == 3.0  # capped
+    c.observe(float("nan"))
+    assert c.factor == 3.0
+
+
+def test_a_late_request_raises_the_slowdown_and_an_answer_within_its_estimate_does_not():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(ONE, 1.5)  # expected 1 s
+    clock.t += 1.5
+    a.finish(t, None, late=True)  # 504 after 1.5 s: at least 1.5 x its estimate
+    assert a.calibration.value > 1.0
+    before = a.calibration.value
+    t = a.admit(ONE, 10.0)
+    clock.t += 0.5
+    a.finish(t, RESULT)
+    assert a.calibration.value < before and a.snapshot()["slowdown"] >= 1.0
+
+
 # -- the ledger -----------------------------------------------------------------------------
 
 
@@ -270,7 +312,13 @@ def test_a_gate_admits_with_the_time_left_and_gives_the_cost_back_on_error():
                 await gate.admit()
                 assert a.queued_s == pytest.approx(1.0)
                 raise RuntimeError("the pipeline failed")
-        assert a.queued_s == 0 and not a.meter.done
+        assert a.queued_s == 0 and not a.meter.done and a.calibration.value == 1.0
+        with pytest.raises(DeadlineExceeded):
+            with Gate(a, png(100, 100), 10.0, DocumentLimits(), clock=clock) as gate:
+                await gate.admit()
+                clock.t += 10.0
+                raise DeadlineExceeded("late")
+        assert a.queued_s == 0 and a.calibration.value > 1.0  # a 504 counts against the estimates
         with Gate(a, blank_pdf(2), 10.0, DocumentLimits(), clock=clock) as gate:
             await gate.admit()
             assert gate.ticket.size.pages == 2 and a.queued_s == pytest.approx(2.0)
