@@ -319,8 +319,8 @@ class Ticket:
 
 class Admission:
     """The ledger, the model and the meter of one ingress replica.
-    `metrics` (optional) has .refusals (counter, tag reason), .queued_cost
-    and .drain_rate (gauges), .estimate_ratio (histogram)."""
+    `metrics` (optional) has .refusals (counter, tag reason), .queued_cost,
+    .drain_rate and .slowdown (gauges), .estimate_ratio (histogram)."""
 
     def __init__(self, args: Any, metrics: Any = None, clock: Callable[[], float] = time.monotonic,
                  default_retry_s: int = 1):
@@ -395,6 +395,7 @@ class Admission:
         self.meter.busy(now, bool(self.held))
         if self.metrics is not None:
             self.metrics.queued_cost.set(self.queued_s)
+            self.metrics.slowdown.set(self.calibration.factor)
             rate = self.meter.rate(now)
             if rate is not None:
                 self.metrics.drain_rate.set(rate)

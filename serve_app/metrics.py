@@ -68,6 +68,9 @@ class AdmissionMetrics:
         self.drain_rate = Gauge("ocr_admission_drain_rate",
                                 description="Seconds of (estimated) work finished per second while busy, "
                                 "measured over the drain window.")
+        self.slowdown = Gauge("ocr_admission_slowdown",
+                              description="Factor (1 to 3) on the expected finish times: the measured 95th "
+                              "percentile of actual over expected seconds.")
         self.estimate_ratio = Histogram("ocr_admission_estimate_ratio",
                                         description="Actual over expected seconds to finish of each answered "
                                         "request (1: exact; below 1: the estimate was cautious).",

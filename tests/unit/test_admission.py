@@ -57,6 +57,7 @@ class Seen:
 class FakeMetrics:
     def __init__(self):
         self.refusals, self.queued_cost, self.drain_rate, self.estimate_ratio = Seen(), Seen(), Seen(), Seen()
+        self.slowdown = Seen()
 
 
 # -- size at the door ----------------------------------------------------------------
@@ -242,7 +243,8 @@ def test_the_ledger_holds_admitted_work_and_refuses_with_a_503_and_retry_after()
     assert a.queued_s == 0 and not a.held
     assert a.meter.rate(clock.t) == pytest.approx(3.0 / 1.5)  # 3 s of work drained in 1.5 busy seconds
     assert metrics.queued_cost.values[-1] == 0 and metrics.drain_rate.values[-1] == pytest.approx(2.0)
-    assert len(metrics.estimate_ratio.values) == 3
+    assert metrics.estimate_ratio.values == [1.5] * 3  # each took 1.5 s, expected in 1 s (its own work)
+    assert metrics.slowdown.values[-1] == a.calibration.factor > 1.0
 
 
 def test_a_request_expected_past_its_deadline_is_refused_with_the_drain_time():
