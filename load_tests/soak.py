@@ -10,7 +10,7 @@ The good clients replay images of many sizes (`--sizes` random resizes of
 the peer images, seeded), and a hostile share (`--hostile`, a fraction of
 the good rate) is mixed in: junk bodies (400), oversized bodies (413),
 bodies trickled too slowly (408) and dense pages with a deadline too short
-to meet (504). Their answers are counted apart; the good clients must see
+to meet (504, or 503 when admission by cost refuses them at the door). Their answers are counted apart; the good clients must see
 no error at all.
 
 Memory growth (each replica's private memory: RSS less the shared pages of

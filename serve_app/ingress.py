@@ -24,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException
 
 from . import paddlex
+from .admission import Admission, Gate
 from .config import DocumentLimits, ImageLimits
 from .documents import PdfFile, check_pdf, is_pdf
 from .errors import (
@@ -36,7 +37,7 @@ from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
 from .lanes import BULK, INTERACTIVE
 from .live_stats import RollingHistory, deployment_summary, stage_summary
-from .metrics import CacheMetrics, RequestMetrics
+from .metrics import AdmissionMetrics, CacheMetrics, RequestMetrics
 from .options import FORMATS, OcrOptions, parse_options, with_format
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs, LaneArgs
@@ -250,6 +251,8 @@ class OcrIngress:
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
+        # Admission by cost (serve_app.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
+        self.admission = Admission(args.admission, AdmissionMetrics(), default_retry_s=args.retry_after_s)
         # Identical requests computed once per ingress replica (serve_app.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, CacheMetrics(), downstream)
@@ -276,8 +279,11 @@ class OcrIngress:
         opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
         try:
             popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
-            result, cache = await self.dedupe.read(image, popts, None,
-                                                   lambda deadline: self.pipeline.ocr.remote(image, popts, deadline))
+            with Gate(self.admission, image, None, self.documents) as gate:
+                result, cache = await self.dedupe.read(
+                    image, popts, None, lambda deadline: self.pipeline.ocr.remote(image, popts, deadline),
+                    admit=gate.admit)
+                gate.done(result)
         except Exception as e:
             raise unwrap(e) from None
         body = {"request_id": uuid.uuid4().hex, **result, "cache": cache}
@@ -295,6 +301,7 @@ class OcrIngress:
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
+            self.admission.count_refusal("in_flight")
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
@@ -338,9 +345,12 @@ class OcrIngress:
                 # request still waits on it; the replicas also get the
                 # deadline (wall-clock) of a computation no one shares.
                 popts = opts.for_pipeline()
-                result, cache = await self.dedupe.read(
-                    data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
-                    f"not done within the {timeout:g} s deadline", wants_fresh(request.headers.get("cache-control")))
+                fresh = wants_fresh(request.headers.get("cache-control"))
+                with Gate(self.admission, data, left, self.documents) as gate:  # admitted if it starts a computation
+                    result, cache = await self.dedupe.read(
+                        data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
+                        f"not done within the {timeout:g} s deadline", fresh, admit=gate.admit)
+                    gate.done(result)
             finally:
                 self.in_flight -= 1
                 self.bulk_in_flight -= bulk
@@ -361,14 +371,18 @@ class OcrIngress:
         left = deadline - time.monotonic()
         if left <= 0:
             raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
-        # The replicas get the deadline as wall-clock time: work still
-        # queued for this request when it passes is dropped there.
-        response = self.pipeline.ocr.remote(data, opts, time.time() + left)
-        try:
-            result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
-        except asyncio.TimeoutError:
-            response.cancel()  # cancels the pipeline's task and its pending stage calls
-            raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+        with Gate(self.admission, data, left, self.documents) as gate:
+            await gate.admit()
+            left = deadline - time.monotonic()
+            # The replicas get the deadline as wall-clock time: work still
+            # queued for this request when it passes is dropped there.
+            response = self.pipeline.ocr.remote(data, opts, time.time() + left)
+            try:
+                result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
+            except asyncio.TimeoutError:
+                response.cancel()  # cancels the pipeline's task and its pending stage calls
+                raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
+            gate.done(result)
         for step, ms in result.get("timings_ms", {}).items():
             self.metrics.stage_latency.observe(ms, tags={"step": step})
         return result
@@ -589,7 +603,7 @@ class OcrIngress:
             "stages": {s: {"deployment": names.get(s, s), **stage_summary(r, now)} for s, r in stages.items()},
             "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
                         "bulk_in_flight": self.bulk_in_flight,
-                        "job_submits_in_flight": self.submitting},
+                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot()},
             "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
         }
 

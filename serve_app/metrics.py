@@ -55,6 +55,28 @@ class CacheMetrics:
         self.entries = Gauge("ocr_cache_entries", description="Results held in this ingress replica's cache.")
 
 
+class AdmissionMetrics:
+    """At the ingress: admission by cost (serve_app.admission)."""
+
+    def __init__(self):
+        self.refusals = Counter("ocr_admission_refusals",
+                                description="Requests refused with 503 at the ingress, by reason: deadline (not "
+                                "expected to finish in time), cost_bound (queued work over the limit), in_flight "
+                                "(count limit).", tag_keys=("reason",))
+        self.queued_cost = Gauge("ocr_admission_queued_cost_seconds",
+                                 description="Estimated seconds of work admitted and unfinished at this ingress.")
+        self.drain_rate = Gauge("ocr_admission_drain_rate",
+                                description="Seconds of (estimated) work finished per second while busy, "
+                                "measured over the drain window.")
+        self.slowdown = Gauge("ocr_admission_slowdown",
+                              description="Factor (1 to 3) on the expected finish times: the measured 95th "
+                              "percentile of actual over expected seconds.")
+        self.estimate_ratio = Histogram("ocr_admission_estimate_ratio",
+                                        description="Actual over expected seconds to finish of each answered "
+                                        "request (1: exact; below 1: the estimate was cautious).",
+                                        boundaries=[0.1, 0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 5, 10])
+
+
 class RequestMetrics:
     """At the ingress: request outcomes and end-to-end latency."""
 

@@ -193,12 +193,17 @@ class Dedupe:
 
     async def read(self, image: Any, options: Any, timeout_s: Optional[float],
                    start: Callable[[Optional[float]], Any], late: str = "deadline passed",
-                   fresh: bool = False) -> tuple[Any, str]:
-        """(result, how); `fresh`: computed alone, not looked up (its result is stored)."""
+                   fresh: bool = False, admit: Optional[Callable[[], Awaitable[None]]] = None) -> tuple[Any, str]:
+        """(result, how); `fresh`: computed alone, not looked up (its result
+        is stored). `admit()` is awaited before this request starts a
+        computation (not for a hit or a shared one, which cost nothing); it
+        may raise (admission refused)."""
         key = None
         if self.cache is not None or self.share:
             key = await content_key_async(image, options, self.model_id)
         if key is None or fresh:
+            if admit is not None:
+                await admit()
             result = await self._alone(start, timeout_s, late)
             if key is not None:
                 self._store(key, result)
@@ -208,10 +213,15 @@ class Dedupe:
             if hit is not None:
                 return hit, self._count("hit")
         if not self.share:
+            if admit is not None:
+                await admit()
             result = await self._alone(start, timeout_s, late)
             self._store(key, result)
             return result, self._count("miss")
         flight = self.flights.get(key)
+        if flight is None and admit is not None:
+            await admit()
+            flight = self.flights.get(key)  # another request may have started it meanwhile
         how = "shared"
         if flight is None:
             flight = _Flight(start(None))

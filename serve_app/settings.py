@@ -95,6 +95,34 @@ BATCH_DEFAULTS = {
 }
 
 
+class AdmissionArgs(_Args):
+    """Admission by cost (serve_app.admission), per ingress replica: a
+    request is refused (503, Retry-After from the measured drain rate) when
+    it is not expected to finish before its deadline, or when the work
+    admitted and unfinished here would pass max_queued_cost_s. Applies to
+    POST /v1/ocr, /v1/ocr/batch (per item), PaddleX /ocr and the handle's
+    `ocr`; not to job submits. Cached or shared answers cost nothing."""
+
+    # False: count limit (max_in_flight) only; the ledger, drain rate and
+    # estimates are still measured and exported.
+    enabled: bool = True
+    # Seconds of work (estimated, as if each request ran alone) admitted and
+    # unfinished at once; more: 503 (reason cost_bound). One request is
+    # always admitted to an empty ledger.
+    max_queued_cost_s: float = Field(60.0, gt=0)
+    # Admitted only when expected to finish within this share of the time
+    # left to its deadline (the rest is margin for estimation error).
+    deadline_share: float = Field(0.8, gt=0, le=1)
+    # The drain rate: work finished per second of busy time over this window.
+    drain_window_s: float = Field(10.0, gt=0)
+    max_retry_after_s: int = Field(30, ge=1)
+    # The cost model's prior (seconds alone = base + per_mp * megapixels +
+    # per_line * lines), replaced as requests that ran alone are measured.
+    prior_base_s: float = Field(0.15, ge=0)
+    prior_s_per_mp: float = Field(0.2, ge=0)
+    prior_s_per_line: float = Field(0.006, ge=0)
+
+
 class IngressArgs(_Args):
     """Admission control and deadlines at the HTTP edge."""
 
@@ -133,6 +161,8 @@ class IngressArgs(_Args):
     # in-flight slot; the whole body is under the one body size limit).
     max_batch_items: int = Field(32, ge=1, le=1000)
     batch_concurrency: int = Field(4, ge=1)
+    # Admission by cost, inside the count limit above (serve_app.admission).
+    admission: AdmissionArgs = AdmissionArgs()
 
 
 class CacheArgs(_Args):

@@ -35,7 +35,7 @@ def check(summary: dict) -> None:
     for replica, growth in summary["memory_growth"].items():
         assert growth < 0.05, (replica, growth, summary["memory_mb"][replica], summary["shared_mb"][replica])
     # The hostile share got its own answers (and the good clients none of them: errors == 0 above).
-    expected = {"junk": {"400"}, "oversized": {"413"}, "slow": {"408"}, "expired": {"504", "200"}}
+    expected = {"junk": {"400"}, "oversized": {"413"}, "slow": {"408"}, "expired": {"503", "504", "200"}}
     hostile = summary["hostile"]
     assert set(hostile) == set(expected), hostile
     for kind, answers in hostile.items():

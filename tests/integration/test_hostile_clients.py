@@ -1,7 +1,8 @@
 """Hostile and careless clients (issue 13), over real HTTP against the real
 service (deployments.yaml, a bearer token, tighter limits so that each case
 bites quickly): oversized chunked uploads, slow bodies, JSON bombs, junk
-job floods, reused idempotency keys, bursts of requests that expire. Each
+job floods, reused idempotency keys, bursts of requests that expire or
+cannot finish in time (admission by cost). Each
 test checks what a user would: the status, that a good client is still
 served, and the memory the ingress (and the Serve proxy in front of it) paid."""
 
@@ -277,9 +278,11 @@ def test_a_burst_of_expired_dense_pages_is_dropped_before_the_detector_runs_it(s
     ran = detected() - before - 1  # less the small image's
     print(f"\nburst of {n} dense pages with a 0.5 s deadline: {[b.status_code for b in burst]}; "
           f"detector ran {ran} of them")
-    assert {b.status_code for b in burst} <= {504, 200}
+    # Admission by cost refuses most at the door (503); of those admitted,
+    # the ones still queued when their deadline passed were dropped.
+    assert {b.status_code for b in burst} <= {503, 504, 200}
     assert small.status_code == 200 and small.json()["results"]
-    assert ran < n  # the ones still queued when their deadline passed were dropped
+    assert ran < n
 
 
 def det_stats(handle) -> dict:
@@ -296,3 +299,42 @@ def test_with_a_token_the_api_docs_need_it_and_readyz_stays_open(service):
     with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda _: requests.get(f"{url}/readyz", timeout=30).status_code, range(200)))
     assert codes == [200] * 200
+
+
+def test_a_burst_that_cannot_finish_in_time_is_refused_at_the_door_and_no_admitted_request_is_late(service):
+    """Admission by cost (serve_app/admission.py): 16 dense pages at once
+    with a 3 s deadline, more than the service reads in 3 s. Those not
+    expected to finish in time get 503 with a Retry-After at once; every one
+    admitted is answered within its deadline (no 504: no work spent on a
+    request that then times out)."""
+    url = service
+    for _ in range(3):  # one at a time: requests that ran alone teach the cost model, and set a drain rate
+        assert ocr(url, DENSE).status_code == 200
+    deadline_s = 3.0
+
+    def one(_):
+        t = time.monotonic()
+        r = ocr(url, DENSE, headers={**AUTH, "X-Request-Timeout": f"{deadline_s:g}"})
+        return r, time.monotonic() - t
+
+    with ThreadPoolExecutor(16) as pool:
+        burst = list(pool.map(one, range(16)))
+    codes = [r.status_code for r, _ in burst]
+    admission = requests.get(f"{url}/v1/stats", headers=AUTH, timeout=30).json()["ingress"]["admission"]
+    print(f"\nburst of 16 dense pages, {deadline_s:g} s deadline: {codes}, "
+          f"latencies {[round(s, 2) for _, s in burst]}; admission {admission}")
+    assert set(codes) <= {200, 503}, codes
+    assert 200 in codes and 503 in codes
+    lines = None
+    for r, seconds in burst:
+        if r.status_code == 503:
+            assert r.json()["error"]["code"] == "overloaded" and "deadline" in r.json()["error"]["message"]
+            assert 1 <= int(r.headers["retry-after"]) <= 30
+            assert seconds < 1.0  # refused at the door, not after waiting
+        else:
+            assert seconds <= deadline_s + 0.2
+            lines = lines or [x["text"] for x in r.json()["results"]]
+            assert [x["text"] for x in r.json()["results"]] == lines
+    assert len(lines) > 40  # the dense page's lines were read
+    assert admission["refused"]["deadline"] >= codes.count(503) and admission["drain_rate"] > 0
+    assert admission["queued_cost_s"] == 0 and admission["requests"] == 0  # all given back

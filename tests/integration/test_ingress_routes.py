@@ -19,6 +19,7 @@ from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 import serve_app.ingress as ingress
+from serve_app.admission import Admission, Size
 from serve_app.config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.paddlex import PaddleXDefaults
 from serve_app.http_body import BodyBudget
@@ -26,7 +27,7 @@ from serve_app.live_stats import RollingHistory
 from serve_app.errors import BadImage, BadRequest, Overloaded
 from serve_app.options import OcrOptions
 from serve_app.result_cache import Dedupe, ResultCache
-from serve_app.settings import IngressArgs, LaneArgs
+from serve_app.settings import AdmissionArgs, IngressArgs, LaneArgs
 
 
 class Metric:
@@ -115,6 +116,7 @@ def app():
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
     obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
+    obj.admission = Admission(obj.args.admission, default_retry_s=obj.args.retry_after_s)
     Fake.calls, Fake.jobs = [], {}
     ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
@@ -226,6 +228,26 @@ def test_the_lane_comes_from_x_priority_or_the_option_and_bulk_has_its_own_cap(a
     assert post(client, b"f").status_code == 200
     obj.bulk_in_flight = 0
     assert post(client, b"g", **{"X-Priority": "bulk"}).status_code == 200 and obj.bulk_in_flight == 0
+
+
+def test_work_queued_past_the_cost_bound_is_503_on_each_ocr_route_but_a_cache_hit_is_answered(app):
+    client, obj = app
+    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
+    assert post(client, b"cached").status_code == 200
+    obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
+                                            prior_s_per_line=0), default_retry_s=2)
+    held = obj.admission.admit(Size(1), None)  # 1 s of work queued: another 1 s passes the 1.5 s bound
+    r = post(client, b"new")
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
+    assert post(client, b"cached").headers["x-cache"] == "hit"  # costs nothing: never refused
+    batch = client.post("/v1/ocr/batch", json={"images": [{"base64": base64.b64encode(b"item").decode()}]})
+    assert batch.status_code == 200 and batch.json()["items"][0]["error"]["code"] == "overloaded"
+    with pytest.raises(Overloaded):
+        asyncio.run(obj.ocr(b"handle"))
+    assert [c[0] for c in Fake.calls] == [b"cached"]  # nothing refused reached the pipeline
+    obj.admission.finish(held, None)
+    assert post(client, b"new").status_code == 200 and obj.admission.queued_s == 0
+    assert obj.admission.refused == {"cost_bound": 3} and obj.in_flight == 0
 
 
 def test_bearer_token_on_v1_routes_only(app):

@@ -1,0 +1,452 @@
+"""Admission by cost, not count (issue 16, item 3), per ingress replica. No
+Ray import.
+
+A request's cost is an estimate of the seconds it takes the service to read
+it when alone ("seconds of work"), from its pixels (the image header; a PDF:
+its pages x its first page's pixels at the render DPI) before anything is
+decoded:
+
+    seconds = base + per_mp * megapixels + per_line * lines,
+    lines   = (lines per megapixel, learned) * megapixels at the door.
+
+The three coefficients are learned online from requests that ran alone
+(admitted to an empty ledger, none admitted while they ran: their latency
+is their cost, not their queueing), by least squares with exponential
+forgetting, starting from a prior. The lines each completed request read
+(its crops, near enough) feed both the per-line coefficient and the lines
+per megapixel.
+
+The ledger holds the cost of requests admitted here and not finished. The
+drain rate is the cost of requests that finished with an answer, per second
+of the time the ledger was not empty, over a sliding window: the service's
+throughput in the same units, whatever their scale. A new request is
+expected to finish after
+
+    slowdown x max(own cost, (ledger + own cost) / rate, own cost x (n + 1) / rate)
+
+seconds, n the requests in the ledger: the ledger drained first (Little's
+law: the ledger over the throughput is the time a request spends in the
+service), or its own work at a 1/(n + 1) share of the rate (the recogniser
+serves the requests it holds in turn, and admission keeps about n in
+flight while it runs: a large request among many small ones is slowed by
+those admitted after it). `slowdown` (1 to 3) is the measured bias of these
+estimates: a running 95th percentile of actual over expected seconds of
+the answered requests (and, for a 504, of the time it was given). It is
+refused with 503 and a Retry-After (the seconds until enough of the ledger
+drains at the measured rate) when
+
+- that is more than `deadline_share` of the time left to its deadline
+  (reason "deadline": it would be a 504 after spending work on it), or
+- the ledger would hold more than `max_queued_cost_s` (reason "cost_bound").
+
+A request is always admitted to an empty ledger (a poor estimate never
+starves a large request), and until a drain rate is measured only the cost
+bound applies. The count limit (ingress.max_in_flight) stays in front of
+this. Cached and shared answers never reach admission (they cost nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from .documents import PdfFile, is_pdf
+from .errors import DeadlineExceeded, Overloaded
+
+# When a request's size cannot be read from its header (junk: the pipeline
+# refuses it cheaply), it is costed as an image of this many pixels.
+UNKNOWN_PIXELS = 1_000_000
+
+
+# -- size at the door ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Size:
+    """What admission knows of a request before decoding it: pixels of one
+    page (an image is one page) and its pages."""
+
+    pixels: int
+    pages: int = 1
+
+    @property
+    def megapixels(self) -> float:
+        return self.pixels / 1e6
+
+
+def image_size(data: Any, documents: Any = None) -> Size:
+    """A request's Size from headers only: an encoded image's header, an
+    array's shape, a PDF's page count and first page (pdfium opens it, no
+    page is rendered). Anything unreadable is costed as UNKNOWN_PIXELS (it
+    will be refused cheaply by the pipeline)."""
+    try:
+        if isinstance(data, np.ndarray):
+            return Size(int(data.shape[0]) * int(data.shape[1]) if data.ndim >= 2 else UNKNOWN_PIXELS)
+        if documents is not None and is_pdf(data):
+            with PdfFile(bytes(data), documents) as pdf:
+                g = pdf.geometry(0)
+                return Size(g.width * g.height, pdf.pages)
+        from PIL import Image
+
+        source = data if isinstance(data, (str, Path)) else io.BytesIO(bytes(data))
+        with Image.open(source) as img:
+            w, h = img.size
+        return Size(max(1, w * h))
+    except Exception:
+        return Size(UNKNOWN_PIXELS)
+
+
+# -- the cost model ----------------------------------------------------------------
+
+
+class CostModel:
+    """seconds = base + per_mp * mp + per_line * lines, fitted online by
+    exponentially weighted least squares (each observation's weight decays
+    by `forget` per new one) over a prior given as pseudo-observations at a
+    few typical sizes, which fade as real ones arrive; a small fixed ridge
+    towards the prior keeps it solvable when every observation is the same
+    image. Lines per megapixel: the decayed ratio of sums."""
+
+    # (megapixels, lines) of the prior's pseudo-observations: a word, a
+    # receipt, a dense page, a photo.
+    PRIOR_POINTS = ((0.02, 1.0), (0.3, 15.0), (1.0, 60.0), (3.0, 20.0))
+
+    def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
+                 forget: float = 0.97, ridge: float = 1e-3):
+        self.prior = np.array([base_s, s_per_mp, s_per_line])
+        self.forget = forget
+        self.ridge = ridge * np.eye(3)
+        self.xx = np.zeros((3, 3))
+        self.xy = np.zeros(3)
+        for mp, lines in self.PRIOR_POINTS:
+            x = np.array([1.0, mp, lines])
+            self.xx += np.outer(x, x)
+            self.xy += x * float(x @ self.prior)
+        self.lines_sum = lines_per_mp
+        self.mp_sum = 1.0
+        self.observed = 0
+        self.theta = self.prior.copy()
+
+    def lines_per_mp(self) -> float:
+        return self.lines_sum / self.mp_sum
+
+    def estimate(self, size: Size) -> float:
+        """Seconds of work of a request of this size, alone (at least 10 ms)."""
+        mp = size.megapixels
+        base, per_mp, per_line = self.theta
+        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp
+        return max(0.01, page) * size.pages
+
+    def observe(self, size: Size, lines: int, seconds: float) -> None:
+        """One request (one image) that ran alone: its size, the lines it
+        read and its seconds."""
+        if size.pages != 1 or not math.isfinite(seconds) or seconds <= 0:
+            return
+        mp = size.megapixels
+        x = np.array([1.0, mp, float(lines)])
+        self.xx = self.forget * self.xx + np.outer(x, x)
+        self.xy = self.forget * self.xy + x * seconds
+        self.lines_sum = self.forget * self.lines_sum + lines
+        self.mp_sum = self.forget * self.mp_sum + mp
+        theta = np.linalg.solve(self.xx + self.ridge, self.xy + self.ridge @ self.prior)
+        self.theta = np.maximum(theta, 0.0)  # a negative coefficient (noise) would make some sizes cost nothing
+        self.observed += 1
+
+    def snapshot(self) -> dict[str, float]:
+        base, per_mp, per_line = self.theta
+        return {"base_s": round(float(base), 4), "s_per_mp": round(float(per_mp), 4),
+                "s_per_line": round(float(per_line), 5), "lines_per_mp": round(self.lines_per_mp(), 2),
+                "observed": self.observed}
+
+
+# -- the drain rate ------------------------------------------------------------------
+
+
+class DrainMeter:
+    """Seconds of work finished per second of busy time (the ledger not
+    empty), over the last `window_s` seconds. Until `min_done` requests and
+    `min_busy_s` of busy time are in the window, the last measured rate
+    stands (None before the first)."""
+
+    def __init__(self, window_s: float, min_done: int = 3, min_busy_s: float = 0.5):
+        self.window_s = window_s
+        self.min_done = min_done
+        self.min_busy_s = min_busy_s
+        self.done: deque[tuple[float, float]] = deque()  # (when, seconds of work)
+        self.spans: deque[tuple[float, float]] = deque()  # closed busy spans (start, end)
+        self.busy_since: Optional[float] = None
+        self.last: Optional[float] = None
+
+    def busy(self, now: float, is_busy: bool) -> None:
+        if is_busy and self.busy_since is None:
+            self.busy_since = now
+        elif not is_busy and self.busy_since is not None:
+            self.spans.append((self.busy_since, now))
+            self.busy_since = None
+
+    def finished(self, now: float, cost_s: float) -> None:
+        self.done.append((now, cost_s))
+
+    def _trim(self, now: float) -> None:
+        start = now - self.window_s
+        while self.done and self.done[0][0] < start:
+            self.done.popleft()
+        while self.spans and self.spans[0][1] < start:
+            self.spans.popleft()
+
+    def busy_seconds(self, now: float) -> float:
+        start = now - self.window_s
+        spans = list(self.spans) + ([(self.busy_since, now)] if self.busy_since is not None else [])
+        return sum(max(0.0, e - max(s, start)) for s, e in spans)
+
+    def rate(self, now: float) -> Optional[float]:
+        self._trim(now)
+        busy = self.busy_seconds(now)
+        if len(self.done) >= self.min_done and busy >= self.min_busy_s:
+            self.last = sum(c for _, c in self.done) / busy
+        return self.last
+
+
+# -- the decision -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    expected_s: float  # seconds until this request is expected to finish
+    reason: Optional[str] = None  # "deadline" | "cost_bound" when refused
+    retry_after_s: int = 0
+
+
+def retry_after(excess_s: float, rate: Optional[float], default_s: int, max_s: int) -> int:
+    """Seconds until `excess_s` of work has drained at `rate` (rounded up,
+    within 1..max_s); `default_s` while no rate is measured."""
+    if rate is None or rate <= 0:
+        return default_s
+    return int(min(max_s, max(1, math.ceil(excess_s / rate))))
+
+
+def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], others: int,
+                     slowdown: float = 1.0) -> float:
+    """When a request of `own_s` seconds of work is expected to finish,
+    `others` requests holding `queued_s` being ahead of it, the service
+    draining `rate` seconds of work per second (None: not measured). The
+    larger of: its own work; the ledger drained first (a FIFO service); its
+    own work served at a 1/(others + 1) share of the rate (the recogniser
+    serves the requests it holds in turn, and admission keeps about as
+    many in flight while this one runs, so a large request among many
+    small ones is slowed by those admitted after it). Times `slowdown`,
+    the measured bias of these estimates (Calibration)."""
+    if rate is None or rate <= 0:
+        return own_s * slowdown
+    return slowdown * max(own_s, (queued_s + own_s) / rate, own_s * (others + 1) / rate)
+
+
+def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
+           max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
+           others: int = 0, slowdown: float = 1.0) -> Decision:
+    """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
+    (`others` requests), the service draining `rate` seconds of work per
+    second (None: not yet measured), `time_left_s` before its deadline
+    (None: no deadline)?"""
+    if queued_s <= 0:
+        return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
+    expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
+    if time_left_s is not None:
+        budget = deadline_share * time_left_s
+        if own_s * slowdown > budget:  # too big for its deadline even alone: wait for an empty ledger
+            return Decision(False, expected, "deadline", retry_after(queued_s, rate, default_retry_s, max_retry_s))
+        if expected > budget:
+            # Work to drain before it fits: the ledger down to what the budget allows ahead of it.
+            excess = queued_s + own_s - budget * (rate or 0.0) / slowdown
+            return Decision(False, expected, "deadline", retry_after(excess, rate, default_retry_s, max_retry_s))
+    if queued_s + own_s > max_queued_s:
+        excess = queued_s + own_s - max_queued_s
+        return Decision(False, expected, "cost_bound", retry_after(excess, rate, default_retry_s, max_retry_s))
+    return Decision(True, expected)
+
+
+class Calibration:
+    """The bias of the expected finish times, measured: a running estimate
+    of a high quantile (`q`, 0.95) of actual / expected seconds over
+    answered requests, and over late ones (504) at least the time they were
+    given over their expectation (they did not finish in it). Used as a
+    factor of 1 to `cap` on the next estimates, so that admission keeps
+    most of the answers within their deadlines whatever the model misses
+    (stochastic approximation: up by step x q when above, down by step x
+    (1 - q) when below)."""
+
+    def __init__(self, q: float = 0.95, step: float = 0.05, cap: float = 3.0):
+        self.q, self.step, self.cap = q, step, cap
+        self.value = 1.0
+
+    def observe(self, ratio: float) -> None:
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        if ratio > self.value:
+            self.value += self.step * self.q
+        else:
+            self.value -= self.step * (1 - self.q)
+        self.value = min(self.cap, max(0.5, self.value))
+
+    @property
+    def factor(self) -> float:
+        return min(self.cap, max(1.0, self.value))
+
+
+# -- the ledger and its requests ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted request's place in the ledger."""
+
+    seq: int
+    size: Size
+    cost_s: float
+    expected_s: float  # before the calibration's factor
+    admitted_at: float
+    alone: bool  # admitted to an empty ledger
+    time_left_s: Optional[float] = None
+
+
+class Admission:
+    """The ledger, the model and the meter of one ingress replica.
+    `metrics` (optional) has .refusals (counter, tag reason), .queued_cost,
+    .drain_rate and .slowdown (gauges), .estimate_ratio (histogram)."""
+
+    def __init__(self, args: Any, metrics: Any = None, clock: Callable[[], float] = time.monotonic,
+                 default_retry_s: int = 1):
+        self.args = args
+        self.metrics = metrics
+        self.clock = clock
+        self.default_retry_s = default_retry_s
+        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line)
+        self.meter = DrainMeter(args.drain_window_s)
+        self.calibration = Calibration()
+        self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
+        self.queued_s = 0.0
+        self.seq = 0
+        self.refused: dict[str, int] = {}
+
+    def admit(self, size: Size, time_left_s: Optional[float]) -> Ticket:
+        """A Ticket for the request, or Overloaded (503) with Retry-After."""
+        now = self.clock()
+        cost = self.model.estimate(size)
+        rate = self.meter.rate(now)
+        slowdown = self.calibration.factor
+        if self.args.enabled:
+            d = decide(self.queued_s, cost, rate, time_left_s, self.args.max_queued_cost_s,
+                       self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s,
+                       len(self.held), slowdown)
+        else:
+            d = Decision(True, expected_seconds(self.queued_s, cost, rate, len(self.held), slowdown))
+        if not d.admit:
+            self.count_refusal(d.reason or "deadline")
+            if d.reason == "deadline":
+                why = (f"too much work is queued here to read this request (~{cost:.1f} s of work) before its "
+                       f"deadline (in {time_left_s:.1f} s): it would take ~{d.expected_s:.1f} s")
+            else:
+                why = (f"~{self.queued_s:.0f} s of work is queued here (limit {self.args.max_queued_cost_s:g} s, "
+                       f"this request ~{cost:.1f} s)")
+            raise Overloaded(f"{why}; retry after {d.retry_after_s} s", retry_after_s=d.retry_after_s)
+        self.seq += 1
+        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
+        self.held[ticket.seq] = cost
+        self._set_queued(now)
+        return ticket
+
+    def count_refusal(self, reason: str) -> None:
+        """A refusal by reason (deadline, cost_bound; the ingress adds in_flight)."""
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        if self.metrics is not None:
+            self.metrics.refusals.inc(tags={"reason": reason})
+
+    def finish(self, ticket: Optional[Ticket], result: Optional[dict], late: bool = False) -> None:
+        """The request left: with its result (a body with `results` or
+        `pages`) when it was answered, None otherwise (error, deadline,
+        cancelled: not drained work); `late`: its deadline passed (504)."""
+        if ticket is None or self.held.pop(ticket.seq, None) is None:
+            return
+        now = self.clock()
+        seconds = now - ticket.admitted_at
+        if result is not None:
+            self.meter.finished(now, ticket.cost_s)
+            if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
+                self.model.observe(ticket.size, count_lines(result), seconds)
+            if ticket.expected_s > 0:
+                self.calibration.observe(seconds / ticket.expected_s)
+                if self.metrics is not None:
+                    self.metrics.estimate_ratio.observe(seconds / ticket.expected_s)
+        elif late and ticket.expected_s > 0:
+            given = ticket.time_left_s if ticket.time_left_s is not None else seconds
+            self.calibration.observe(max(seconds, given) / ticket.expected_s)
+        self._set_queued(now)
+
+    def _set_queued(self, now: float) -> None:
+        self.queued_s = sum(self.held.values()) if self.held else 0.0
+        self.meter.busy(now, bool(self.held))
+        if self.metrics is not None:
+            self.metrics.queued_cost.set(self.queued_s)
+            self.metrics.slowdown.set(self.calibration.factor)
+            rate = self.meter.rate(now)
+            if rate is not None:
+                self.metrics.drain_rate.set(rate)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /v1/stats: the ledger, the rate, the model."""
+        rate = self.meter.rate(self.clock())
+        return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
+                "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
+                "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
+                "model": self.model.snapshot()}
+
+
+def count_lines(result: dict) -> int:
+    """Lines read in a result body (an image's results, or a document's pages')."""
+    if "pages" in result:
+        return sum(len(p.get("results", ())) for p in result["pages"])
+    return len(result.get("results", ()))
+
+
+class Gate:
+    """One request's way through admission: `await admit()` (before its
+    computation starts; Overloaded if refused), `done(result)` once
+    answered; leaving the `with` block gives its cost back either way."""
+
+    def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
+                 deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+        self.admission = admission
+        self.data = data
+        self.documents = documents
+        # Time left is taken when admit() runs: a request may wait (a batch's items, a shared flight).
+        self.deadline = None if time_left_s is None else clock() + time_left_s
+        self.clock = clock
+        self.ticket: Optional[Ticket] = None
+        self.result: Optional[dict] = None
+
+    async def admit(self) -> None:
+        if self.documents is not None and is_pdf(self.data):  # pdfium opens it: off the event loop
+            size = await asyncio.to_thread(image_size, self.data, self.documents)
+        else:
+            size = image_size(self.data)
+        left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
+        self.ticket = self.admission.admit(size, left)
+
+    def done(self, result: Any) -> None:
+        self.result = result if isinstance(result, dict) else None
+
+    def __enter__(self) -> "Gate":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        late = exc[0] is not None and issubclass(exc[0], DeadlineExceeded)
+        self.admission.finish(self.ticket, self.result if exc[0] is None else None, late)
+        self.ticket = None

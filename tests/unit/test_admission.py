@@ -1,0 +1,369 @@
+"""Admission by cost (serve_app.admission): the size read at the door, the
+cost model learned from requests that ran alone, the drain rate over busy
+time, Retry-After, the admit/refuse decision, the ledger, and the hook in
+the result cache's Dedupe (a hit or a shared answer is never admitted)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pdfs import blank_pdf
+from serve_app.admission import (
+    UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide,
+    expected_seconds, image_size, retry_after,
+)
+from serve_app.config import DocumentLimits
+from serve_app.errors import DeadlineExceeded, Overloaded
+from serve_app.options import OcrOptions
+from serve_app.result_cache import Dedupe, ResultCache
+from serve_app.settings import AdmissionArgs
+
+
+def png(w: int, h: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), "white").save(buf, "PNG")
+    return buf.getvalue()
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Seen:
+    """A stand-in metric recording what it was given."""
+
+    def __init__(self):
+        self.values: list = []
+
+    def inc(self, tags=None):
+        self.values.append(tags)
+
+    def set(self, v):
+        self.values.append(v)
+
+    def observe(self, v):
+        self.values.append(v)
+
+
+class FakeMetrics:
+    def __init__(self):
+        self.refusals, self.queued_cost, self.drain_rate, self.estimate_ratio = Seen(), Seen(), Seen(), Seen()
+        self.slowdown = Seen()
+
+
+# -- size at the door ----------------------------------------------------------------
+
+
+def test_size_comes_from_headers_arrays_and_pdf_pages_and_junk_gets_a_default():
+    assert image_size(png(640, 480)) == Size(640 * 480)
+    assert image_size(np.zeros((30, 40, 3), np.uint8)) == Size(1200)
+    assert image_size(b"not an image") == Size(UNKNOWN_PIXELS)
+    pdf = blank_pdf(3)
+    size = image_size(pdf, DocumentLimits(render_dpi=72))
+    with_dpi = image_size(pdf, DocumentLimits(render_dpi=144))
+    assert size.pages == with_dpi.pages == 3
+    assert with_dpi.pixels == pytest.approx(4 * size.pixels, rel=0.02)  # twice the DPI, four times the pixels
+    assert image_size(pdf) == Size(UNKNOWN_PIXELS)  # no document limits: not opened as a PDF
+
+
+# -- the cost model ---------------------------------------------------------------------
+
+
+def test_the_prior_costs_bigger_images_and_more_pages_more():
+    m = CostModel(0.1, 0.2, 0.01, lines_per_mp=30)
+    small, big = m.estimate(Size(10_000)), m.estimate(Size(2_000_000))
+    assert small == pytest.approx(0.1 + 0.2 * 0.01 + 0.01 * 30 * 0.01)
+    assert big == pytest.approx(0.1 + 0.2 * 2 + 0.01 * 30 * 2)
+    assert m.estimate(Size(2_000_000, pages=5)) == pytest.approx(5 * big)
+
+
+def test_the_model_learns_the_true_coefficients_and_lines_per_megapixel():
+    m = CostModel(0.5, 1.0, 0.05)  # a poor prior
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        mp = float(rng.uniform(0.01, 2.0))
+        lines = int(rng.integers(1, 80))
+        m.observe(Size(int(mp * 1e6)), lines, 0.05 + 0.3 * mp + 0.004 * lines)
+    base, per_mp, per_line = m.theta
+    assert base == pytest.approx(0.05, abs=0.01)
+    assert per_mp == pytest.approx(0.3, abs=0.02)
+    assert per_line == pytest.approx(0.004, abs=0.0005)
+    assert m.observed == 200 and m.snapshot()["observed"] == 200
+
+
+def test_one_image_seen_again_and_again_stays_solvable_and_fits_its_own_cost():
+    m = CostModel(0.15, 0.2, 0.006)
+    for _ in range(100):
+        m.observe(Size(110_000), 69, 0.6)  # a dense page: few pixels, many lines
+    assert m.estimate(Size(110_000)) == pytest.approx(0.6, rel=0.05)
+    assert all(np.isfinite(m.theta)) and (m.theta >= 0).all()
+
+
+def test_documents_and_nonsense_are_not_learned():
+    m = CostModel(0.15, 0.2, 0.006)
+    before = m.theta.copy()
+    m.observe(Size(1_000_000, pages=4), 10, 3.0)
+    m.observe(Size(1_000_000), 10, float("nan"))
+    m.observe(Size(1_000_000), 10, 0.0)
+    assert (m.theta == before).all() and m.observed == 0
+
+
+# -- the drain rate ------------------------------------------------------------------------
+
+
+def test_drain_rate_is_work_done_per_busy_second_and_keeps_its_last_value():
+    d = DrainMeter(window_s=10, min_done=3, min_busy_s=0.5)
+    assert d.rate(0.0) is None
+    d.busy(0.0, True)
+    for t in (1.0, 2.0, 3.0):
+        d.finished(t, 2.0)  # 6 s of work in 4 busy seconds
+    d.busy(4.0, False)
+    assert d.rate(4.0) == pytest.approx(6 / 4)
+    assert d.rate(8.0) == pytest.approx(6 / 4)  # idle time does not count against it
+    assert d.busy_seconds(8.0) == pytest.approx(4.0)
+    assert d.rate(30.0) == pytest.approx(6 / 4)  # window empty: the last measured rate stands
+    d.busy(30.0, True)
+    d.finished(31.0, 1.0)
+    assert d.rate(31.0) == pytest.approx(6 / 4)  # too little in the window to measure again
+
+
+# -- Retry-After and the decision ------------------------------------------------------------
+
+
+def test_retry_after_rounds_up_and_is_clamped():
+    assert retry_after(3.2, 2.0, 1, 30) == 2  # 1.6 s -> 2
+    assert retry_after(0.01, 2.0, 1, 30) == 1
+    assert retry_after(1000, 2.0, 1, 30) == 30
+    assert retry_after(3.0, None, 5, 30) == 5  # no rate measured: the configured default
+
+
+def test_an_empty_ledger_always_admits():
+    d = decide(0.0, 50.0, 1.0, 1.0, max_queued_s=10, deadline_share=0.8)
+    assert d.admit and d.expected_s == 50.0
+
+
+def test_refused_when_it_would_finish_past_its_deadline_with_retry_after_from_the_drain_rate():
+    # 6 s queued + 1 s own at 2 s of work per second: done in 3.5 s; 0.8 x 4 s = 3.2 s allowed.
+    d = decide(6.0, 1.0, 2.0, 4.0, max_queued_s=60, deadline_share=0.8)
+    assert not d.admit and d.reason == "deadline" and d.expected_s == pytest.approx(3.5)
+    # 7 - 3.2 * 2 = 0.6 s of work must drain first: 0.3 s at the rate -> 1 s.
+    assert d.retry_after_s == 1
+    assert decide(6.0, 1.0, 2.0, 5.0, max_queued_s=60, deadline_share=0.8).admit  # 3.5 <= 4.0
+    longer = decide(30.0, 1.0, 2.0, 4.0, max_queued_s=60, deadline_share=0.8)
+    assert longer.retry_after_s == 13  # (31 - 3.2 x 2) / 2 = 12.3 s -> 13
+
+
+def test_too_big_for_its_deadline_even_alone_waits_for_the_whole_queue():
+    d = decide(4.0, 5.0, 2.0, 3.0, max_queued_s=60, deadline_share=0.8)
+    assert not d.admit and d.reason == "deadline" and d.retry_after_s == 2  # 4 s of work at 2/s
+
+
+def test_the_cost_bound_refuses_and_without_a_rate_only_it_applies():
+    d = decide(9.5, 1.0, 2.0, None, max_queued_s=10, deadline_share=0.8)
+    assert not d.admit and d.reason == "cost_bound" and d.retry_after_s == 1  # 0.5 s over at 2/s
+    # Before any drain rate: a long queue is admitted up to the bound, whatever the deadline.
+    assert decide(8.0, 1.0, None, 2.0, max_queued_s=10, deadline_share=0.8).admit
+    assert decide(9.5, 1.0, None, 100.0, max_queued_s=10, deadline_share=0.8, default_retry_s=3).retry_after_s == 3
+
+
+def test_a_large_request_among_many_small_ones_expects_a_share_of_the_rate():
+    # 10 requests, 2 s of work queued, at 1 s of work per second.
+    assert expected_seconds(2.0, 0.1, 1.0, 10) == pytest.approx(2.1)  # a small one: the ledger first
+    assert expected_seconds(2.0, 0.5, 1.0, 10) == pytest.approx(5.5)  # a large one: 1/11 of the rate
+    assert expected_seconds(2.0, 0.5, 1.0, 10, slowdown=2.0) == pytest.approx(11.0)
+    assert expected_seconds(2.0, 0.5, None, 10, slowdown=1.5) == pytest.approx(0.75)  # no rate: its own work
+    d = decide(2.0, 0.5, 1.0, 4.0, max_queued_s=60, deadline_share=0.8, others=10)
+    assert not d.admit and d.reason == "deadline" and d.retry_after_s == 1  # the ledger is short: soon
+    assert decide(2.0, 0.1, 1.0, 4.0, max_queued_s=60, deadline_share=0.8, others=10).admit
+
+
+def test_calibration_tracks_a_high_quantile_of_the_estimates_bias():
+    c = Calibration(q=0.95, step=0.05, cap=3.0)
+    for _ in range(50):
+        c.observe(0.6)  # cautious estimates: no correction
+    assert c.factor == 1.0
+    rng = np.random.default_rng(5)
+    for _ in range(4000):
+        c.observe(float(rng.uniform(0.5, 2.5)))  # 95th percentile: 2.4
+    assert c.factor == pytest.approx(2.4, abs=0.15)
+    for _ in range(100):
+        c.observe(50.0)
+    assert c.factor == 3.0  # capped
+    c.observe(float("nan"))
+    assert c.factor == 3.0
+
+
+def test_a_late_request_raises_the_slowdown_and_an_answer_within_its_estimate_does_not():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(ONE, 1.5)  # expected 1 s
+    clock.t += 1.5
+    a.finish(t, None, late=True)  # 504 after 1.5 s: at least 1.5 x its estimate
+    assert a.calibration.value > 1.0
+    before = a.calibration.value
+    t = a.admit(ONE, 10.0)
+    clock.t += 0.5
+    a.finish(t, RESULT)
+    assert a.calibration.value < before and a.snapshot()["slowdown"] >= 1.0
+
+
+# -- the ledger -----------------------------------------------------------------------------
+
+
+def args(**kw) -> AdmissionArgs:
+    return AdmissionArgs(**{"prior_base_s": 1.0, "prior_s_per_mp": 0.0, "prior_s_per_line": 0.0, **kw})
+
+
+ONE = Size(1_000_000)
+RESULT = {"results": [{"text": "a"}, {"text": "b"}]}
+
+
+def test_the_ledger_holds_admitted_work_and_refuses_with_a_503_and_retry_after():
+    clock, metrics = Clock(), FakeMetrics()
+    a = Admission(args(max_queued_cost_s=3.5), metrics, clock)
+    tickets = [a.admit(ONE, None) for _ in range(3)]
+    assert a.queued_s == pytest.approx(3.0) and len(a.held) == 3
+    with pytest.raises(Overloaded) as e:
+        a.admit(ONE, None)  # 4 s of work over the 3.5 s bound
+    assert e.value.status == 503 and e.value.retry_after_s == 1  # no rate yet: the default
+    assert "queued here" in e.value.message
+    assert metrics.refusals.values == [{"reason": "cost_bound"}] and a.refused == {"cost_bound": 1}
+    clock.t += 1.5
+    for t in tickets:
+        a.finish(t, RESULT)
+    assert a.queued_s == 0 and not a.held
+    assert a.meter.rate(clock.t) == pytest.approx(3.0 / 1.5)  # 3 s of work drained in 1.5 busy seconds
+    assert metrics.queued_cost.values[-1] == 0 and metrics.drain_rate.values[-1] == pytest.approx(2.0)
+    assert metrics.estimate_ratio.values == [1.5] * 3  # each took 1.5 s, expected in 1 s (its own work)
+    assert metrics.slowdown.values[-1] == a.calibration.factor > 1.0
+
+
+def test_a_request_expected_past_its_deadline_is_refused_with_the_drain_time():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    a.meter.last = 2.0  # measured: 2 s of work per second
+    held = [a.admit(ONE, 10.0) for _ in range(6)]  # 6 s queued: done in 3 s
+    with pytest.raises(Overloaded) as e:
+        a.admit(ONE, 4.0)  # (6 + 1) / 2 = 3.5 s > 0.8 x 4 s
+    assert e.value.retry_after_s == 1 and "deadline" in e.value.message
+    assert a.admit(ONE, 5.0).expected_s == pytest.approx(3.5)
+    assert a.refused == {"deadline": 1} and len(held) == 6
+
+
+def test_failed_or_late_requests_leave_the_ledger_but_do_not_count_as_drained():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(ONE, None)
+    clock.t += 1
+    a.finish(t, None)
+    a.finish(t, RESULT)  # twice: no effect
+    assert a.queued_s == 0 and not a.meter.done
+
+
+def test_only_requests_that_ran_alone_teach_the_model():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    first = a.admit(ONE, None)
+    second = a.admit(ONE, None)  # ran alongside the first
+    clock.t += 2
+    a.finish(first, RESULT)
+    a.finish(second, RESULT)
+    assert a.model.observed == 0
+    alone = a.admit(ONE, None)
+    clock.t += 0.5
+    a.finish(alone, RESULT)
+    assert a.model.observed == 1 and a.snapshot()["model"]["observed"] == 1
+
+
+def test_disabled_admits_everything_but_still_measures():
+    clock = Clock()
+    a = Admission(args(enabled=False, max_queued_cost_s=1), None, clock)
+    tickets = [a.admit(ONE, 0.1) for _ in range(5)]
+    assert a.queued_s == pytest.approx(5.0) and not a.refused
+    clock.t += 1
+    for t in tickets:
+        a.finish(t, RESULT)
+    assert a.snapshot()["drain_rate"] == pytest.approx(5.0) and a.snapshot()["enabled"] is False
+
+
+def test_lines_of_images_and_documents_are_counted():
+    assert count_lines(RESULT) == 2
+    assert count_lines({"pages": [{"results": [1, 2, 3]}, {"results": []}, {"results": [4]}]}) == 4
+    assert count_lines({}) == 0
+
+
+# -- a request's gate, and the result cache's hook ------------------------------------------------
+
+
+def test_a_gate_admits_with_the_time_left_and_gives_the_cost_back_on_error():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        with pytest.raises(RuntimeError):
+            with Gate(a, png(100, 100), 10.0, DocumentLimits(), clock=clock) as gate:
+                await gate.admit()
+                assert a.queued_s == pytest.approx(1.0)
+                raise RuntimeError("the pipeline failed")
+        assert a.queued_s == 0 and not a.meter.done and a.calibration.value == 1.0
+        with pytest.raises(DeadlineExceeded):
+            with Gate(a, png(100, 100), 10.0, DocumentLimits(), clock=clock) as gate:
+                await gate.admit()
+                clock.t += 10.0
+                raise DeadlineExceeded("late")
+        assert a.queued_s == 0 and a.calibration.value > 1.0  # a 504 counts against the estimates
+        with Gate(a, blank_pdf(2), 10.0, DocumentLimits(), clock=clock) as gate:
+            await gate.admit()
+            assert gate.ticket.size.pages == 2 and a.queued_s == pytest.approx(2.0)
+            gate.done({"pages": []})
+        assert a.queued_s == 0 and len(a.meter.done) == 1
+
+    asyncio.run(go())
+
+
+def test_a_cache_hit_or_a_shared_computation_is_never_admitted():
+    async def go():
+        admitted: list = []
+
+        async def admit():
+            admitted.append(1)
+
+        async def compute():
+            await asyncio.sleep(0.05)
+            return {"results": []}
+
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True)
+        start = lambda deadline: asyncio.ensure_future(compute())  # noqa: E731
+        got = await asyncio.gather(*(d.read(b"img", OcrOptions(), 5, start, admit=admit) for _ in range(4)))
+        hit = await d.read(b"img", OcrOptions(), 5, start, admit=admit)
+        fresh = await d.read(b"img", OcrOptions(), 5, start, fresh=True, admit=admit)
+        return admitted, [h for _, h in got], hit[1], fresh[1]
+
+    admitted, how, hit, fresh = asyncio.run(go())
+    assert sorted(how) == ["miss", "shared", "shared", "shared"] and hit == "hit" and fresh == "bypass"
+    assert len(admitted) == 2  # the miss and the bypass
+
+
+def test_a_refused_admission_starts_no_computation():
+    async def go():
+        started: list = []
+
+        async def refuse():
+            raise Overloaded("full", retry_after_s=3)
+
+        d = Dedupe("m", None, share=False)
+        with pytest.raises(Overloaded):
+            await d.read(b"img", OcrOptions(), 5, lambda deadline: started.append(1), admit=refuse)
+        return started, d.flights
+
+    started, flights = asyncio.run(go())
+    assert started == [] and flights == {}
