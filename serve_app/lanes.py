@@ -109,6 +109,12 @@ class PriorityGate:
         now = self.clock()
         while self.waiters:
             best = min(self.waiters, key=lambda w: self._rank(w, now))
+            if best.future.done():
+                # Its caller was cancelled (deadline, client gone) and has not
+                # yet run its clean-up: it takes no turn (set_result on its
+                # future would raise, and the turn would never be given back).
+                self.waiters.remove(best)
+                continue
             if self.used > 0 and self.used + best.weight > self.capacity():
                 break
             if (best.lane == BULK and self.bulk_capacity is not None and self.bulk_used > 0

@@ -226,3 +226,26 @@ def test_ocr_client_map_sends_bulk_unless_the_options_name_a_lane():
     assert bulk(None) == {"priority": "bulk"}
     assert bulk({"cls": False}) == {"priority": "bulk", "cls": False}
     assert bulk({"priority": "interactive"}) == {"priority": "interactive"}
+
+
+def test_a_waiter_cancelled_in_the_same_turn_as_a_release_does_not_leak_the_place():
+    """A burst whose deadlines pass: a waiter's task is cancelled (its
+    future with it) and, before its clean-up runs, the holder leaves. The
+    place must go to the next live waiter, and come back after it."""
+
+    async def run():
+        gate = PriorityGate(1, 5.0)
+        assert await gate.enter(INTERACTIVE)
+        doomed = asyncio.ensure_future(gate.enter(INTERACTIVE))
+        later = asyncio.ensure_future(gate.enter(INTERACTIVE))
+        await asyncio.sleep(0)
+        doomed.cancel()  # its future is cancelled now; its except-branch runs on its next step
+        gate.leave(1, INTERACTIVE)  # must skip the cancelled waiter, not raise
+        assert await later and gate.used == 1
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        gate.leave(1, INTERACTIVE)
+        assert gate.used == 0 and not gate.waiters
+        assert await asyncio.wait_for(gate.enter(BULK), 1)  # the place is free again
+
+    asyncio.run(run())
