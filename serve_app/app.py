@@ -50,5 +50,8 @@ def build_app(args: Optional[dict] = None):
     jobs = JobStore.bind(pipeline, a.jobs)
     from .result_cache import model_identity
 
+    # With pipeline_in_ingress the ingress runs the OcrPipeline's code itself
+    # for sync reads (one hop less); jobs still go through the deployment.
+    here = (detector, classifier, recognizer, a.engine, a.recognizer) if a.ingress.pipeline_in_ingress else None
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
-                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine))
+                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), local_pipeline=here)

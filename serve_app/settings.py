@@ -133,6 +133,12 @@ class IngressArgs(_Args):
     # in-flight slot; the whole body is under the one body size limit).
     max_batch_items: int = Field(32, ge=1, le=1000)
     batch_concurrency: int = Field(4, ge=1)
+    # Synchronous reads (POST /v1/ocr, /v1/ocr/batch, /ocr, the handle API)
+    # run the pipeline's code in the ingress's own process, over the model
+    # deployments' handles, instead of calling the OcrPipeline deployment:
+    # one hop and one copy of the image less (docs/benchmarks.md, "Hop
+    # budget"). Jobs go through the OcrPipeline deployment either way.
+    pipeline_in_ingress: bool = True
 
 
 class CacheArgs(_Args):
