@@ -140,13 +140,6 @@ def service_rate(cores: float, model_cs: float, request_cs: float, node_cores: f
     return max(0.0, cores - node_cores) / (model_cs + request_cs)
 
 
-def simple_rate(rate_1: float, p: float, cores: float) -> float:
-    """img/s of the single-process server (one image at a time behind its
-    lock) with one inference thread per core: its 1-thread rate times
-    Amdahl's speedup; it cannot use cores beyond its threads' speedup."""
-    return rate_1 * amdahl_speedup(p, cores)
-
-
 def extrapolation(service: dict, simple: dict, rate_1: float, rate_2: float, cores: list[int]) -> list[dict]:
     """Rows of the extrapolation to `cores`, from measured figures only:
     `service` and `simple` are load_tests/cpu_by_process.py's --json output
@@ -167,7 +160,8 @@ def extrapolation(service: dict, simple: dict, rate_1: float, rate_2: float, cor
                            service["node_cores"])
         if proxy_cs > 0:
             svc = min(svc, 1.0 / proxy_cs)
-        smp = min(simple_rate(rate_1, p, n), n / simple_cs)
+        # anchored on its measured saturated rate on this machine's 2 cores
+        smp = min(simple["img_s"] * amdahl_speedup(p, n) / amdahl_speedup(p, 2), n / simple_cs)
         out.append({"cores": n, "service": svc, "simple": smp, "ratio": svc / smp if smp else float("nan")})
     return out
 

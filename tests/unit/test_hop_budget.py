@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from load_tests.hop_budget import (  # noqa: E402
     amdahl_fraction, amdahl_speedup, over_engine, process_group, request_parts, server_timing_ms, service_rate,
-    simple_rate, stage_compute_ms,
+    stage_compute_ms,
 )
 from serve_app.pipeline_here import PipelineHere  # noqa: E402
 
@@ -82,8 +82,8 @@ def test_amdahl_round_trip_and_rates():
     p = amdahl_fraction(1.6)
     assert amdahl_speedup(p, 2) == pytest.approx(1.6)
     assert amdahl_fraction(2.0) == 1.0 and amdahl_fraction(1.0) == 0.0 and amdahl_fraction(2.5) == 1.0
-    assert simple_rate(3.0, p, 1) == pytest.approx(3.0)
-    assert simple_rate(3.0, p, 1e9) == pytest.approx(3.0 / (1 - p))
+    assert amdahl_speedup(p, 1) == pytest.approx(1.0)
+    assert amdahl_speedup(p, 1e9) == pytest.approx(1 / (1 - p))
     # 0.5 core of per-node machinery, 0.4 + 0.1 core-s per image: 2 cores -> 3 img/s, 8 cores -> 15
     assert service_rate(2, 0.4, 0.1, 0.5) == pytest.approx(3.0)
     assert service_rate(8, 0.4, 0.1, 0.5) == pytest.approx(15.0)
@@ -119,11 +119,12 @@ def test_extrapolation_uses_measured_figures_and_caps():
 
     service = {"model_core_s_per_img": 0.4, "request_core_s_per_img": 0.1, "node_cores": 0.5, "answers": 100,
                "groups_cpu_s": {"proxy": 1.0}}  # 0.01 core-s per image in the proxy: at most 100 img/s
-    simple = {"system_core_s_per_img": 0.3}
+    simple = {"system_core_s_per_img": 0.3, "img_s": 4.0}
     rows = extrapolation(service, simple, 3.0, 4.8, [2, 8, 64, 1024])
     assert rows[0]["service"] == pytest.approx(3.0) and rows[1]["service"] == pytest.approx(15.0)
     assert rows[3]["service"] == pytest.approx(100.0)  # the one proxy per node
     p = amdahl_fraction(1.6)
-    assert rows[1]["simple"] == pytest.approx(3.0 * amdahl_speedup(p, 8))
-    assert rows[2]["simple"] < 3.0 / (1 - p) + 1e-9
+    assert rows[0]["simple"] == pytest.approx(4.0)  # its measured rate on 2 cores
+    assert rows[1]["simple"] == pytest.approx(4.0 * amdahl_speedup(p, 8) / 1.6)
+    assert rows[2]["simple"] < 4.0 / 1.6 / (1 - p) + 1e-9
     assert rows[1]["ratio"] == pytest.approx(rows[1]["service"] / rows[1]["simple"])
