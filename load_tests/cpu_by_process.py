@@ -1,16 +1,22 @@
-"""Where the CPU goes: deploys deployments.yaml on a local Ray, runs N
-closed-loop HTTP clients over the peer images, and prints the CPU seconds
-each process used in the window (from /proc), with core-seconds per image.
+"""Where the CPU goes: deploys deployments.yaml on a local Ray (or starts the
+single-process simple server, `--target simple`), runs N closed-loop HTTP
+clients over the peer images, and prints the CPU seconds each process used
+in the window (from /proc), with core-seconds per image, per process and
+per part of the service (load_tests/hop_budget.py's groups).
 
-    .venv/bin/python load_tests/cpu_by_process.py --clients 8 --seconds 30
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/cpu_by_process.py --clients 8 --seconds 30
+    ... cpu_by_process.py --target simple              # the baseline, same clients and images
+    ... cpu_by_process.py --pipeline-in-ingress false  # the pipeline in its own deployment
+    ... cpu_by_process.py --json out.json              # also write the figures
 
-Compare the total core-seconds per image with the simple server's (its
-process runs at ~1.84 cores for load_tests/bench.py's img/s)."""
+The load client (this process) is listed but is not part of either system."""
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
+import os
 import sys
 import threading
 import time
@@ -21,6 +27,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+from load_tests.baselines import SimpleServer  # noqa: E402
+from load_tests.hop_budget import PER_IMAGE_MODEL, PER_NODE, PER_REQUEST_RAY, process_group  # noqa: E402
 from load_tests.procfs import cmdline, process_table  # noqa: E402
 from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from peer import PEER  # noqa: E402
@@ -36,14 +44,29 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--n-images", type=int, default=20)
+    ap.add_argument("--target", choices=("service", "simple"), default="service")
+    ap.add_argument("--pipeline-in-ingress", choices=("true", "false"), help="override ingress.pipeline_in_ingress")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
 
     names = sorted(p.name for p in PEER.iterdir() if p.suffix in (".jpg", ".png"))
     names = names[:: max(1, len(names) // a.n_images)][: a.n_images]
     images = [(PEER / n).read_bytes() for n in names]
-    start_ray()
+    srv = None
+    if a.target == "simple":
+        srv = SimpleServer(free_port(), ROOT / "load_tests/out/cpu_simple_server.log")
+        srv.start(120)
+    else:
+        start_ray()
     try:
-        url = deploy_config(load_config(), free_port())
+        if srv is not None:
+            url = srv.url
+        else:
+            config = load_config()
+            if a.pipeline_in_ingress:
+                app = config["applications"][0]["args"]
+                app.setdefault("ingress", {})["pipeline_in_ingress"] = a.pipeline_in_ingress == "true"
+            url = deploy_config(config, free_port())
         hdr = {"Content-Type": "application/octet-stream"}
         for d in images:  # every shape seen once before measuring
             requests.post(f"{url}/v1/ocr", data=d, headers=hdr, timeout=120)
@@ -67,7 +90,10 @@ def main() -> None:
         for t in threads:
             t.join()
     finally:
-        stop_all()
+        if srv is not None:
+            srv.stop()
+        else:
+            stop_all()
     rows = sorted(((c - before.get(pid, (cmd, 0.0))[1], pid, cmd) for pid, (cmd, c) in after.items()), reverse=True)
     rows = [r for r in rows if r[0] > 0.2]
     total, n, w = sum(r[0] for r in rows), n1 - n0, t1 - t0
@@ -76,6 +102,25 @@ def main() -> None:
     print("| CPU s | core-s/img | pid | process |\n|---:|---:|---:|---|")
     for c, pid, cmd in rows[:25]:
         print(f"| {c:.2f} | {c / max(n, 1):.3f} | {pid} | {cmd.strip()} |")
+    groups: dict[str, float] = {}
+    for c, pid, cmd in rows:
+        g = "load client" if pid == os.getpid() else process_group(cmd)
+        groups[g] = groups.get(g, 0.0) + c
+    print("\n| part | CPU s | cores | core-s/img |\n|---|---:|---:|---:|")
+    for g, c in sorted(groups.items(), key=lambda x: -x[1]):
+        print(f"| {g} | {c:.2f} | {c / w:.2f} | {c / max(n, 1):.3f} |")
+    own = {g: c for g, c in groups.items() if g not in ("load client", "other")}
+    summary = {"target": a.target, "pipeline_in_ingress": a.pipeline_in_ingress, "clients": a.clients,
+               "seconds": w, "answers": n, "img_s": n / w, "groups_cpu_s": groups,
+               "system_core_s_per_img": sum(own.values()) / max(n, 1),
+               "model_core_s_per_img": sum(groups.get(g, 0.0) for g in PER_IMAGE_MODEL) / max(n, 1),
+               "request_core_s_per_img": sum(groups.get(g, 0.0) for g in PER_REQUEST_RAY) / max(n, 1),
+               "node_cores": sum(groups.get(g, 0.0) for g in PER_NODE) / w,
+               "others_cores": groups.get("other", 0.0) / w}
+    print("\n" + json.dumps(summary))
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from .lanes import BULK, INTERACTIVE
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import AdmissionMetrics, CacheMetrics, RequestMetrics
 from .options import FORMATS, OcrOptions, parse_options, with_format
+from .pipeline_here import PipelineHere
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs, LaneArgs
 from .stages.decode import decode_image
@@ -222,6 +223,14 @@ async def count_outcomes(request: Request, call_next):
     return response
 
 
+def pipeline_here(handle: DeploymentHandle, init_args: tuple) -> PipelineHere:
+    """The OcrPipeline's code as an object in this process (same class,
+    same stage calls), standing in for its handle's `ocr`."""
+    from .deployments import OcrPipeline
+
+    return PipelineHere(OcrPipeline.func_or_class(*init_args), handle)
+
+
 def _serve_host() -> Optional[str]:
     """The host Serve's HTTP proxies listen on (http_options.host); None if unknown."""
     try:
@@ -238,8 +247,11 @@ class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
-                 model_id: str = "", lanes: LaneArgs = LaneArgs()):
-        self.pipeline = pipeline
+                 model_id: str = "", lanes: LaneArgs = LaneArgs(), local_pipeline: Optional[tuple] = None):
+        # With ingress.pipeline_in_ingress, `local_pipeline` holds the
+        # OcrPipeline's own init args (the model deployments' handles...):
+        # sync reads run that pipeline here (serve_app/pipeline_here.py).
+        self.pipeline = pipeline if local_pipeline is None else pipeline_here(pipeline, local_pipeline)
         self.jobs = jobs
         self.limits = limits
         self.args = args
