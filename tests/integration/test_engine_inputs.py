@@ -82,18 +82,18 @@ def test_one_page_on_odd_aspect_ratios(engine, page, page_lines, ratio, min_same
     assert len(set(got) & page_lines) >= min_same
 
 
-@pytest.fixture(scope="module")
-def untiled():
-    from serve_app.config import EngineConfig, PipelineOptions
-    from serve_app.engine import OcrEngine
+def read_with(engine, img, **pipeline_options):
+    """The engine's reading with other pipeline settings, on the same
+    predictors (a second engine would hold ~1 GB more in this process for
+    the rest of the session: closing one does not give its memory back)."""
+    from serve_app.pipeline import Pipeline
 
-    eng = OcrEngine(EngineConfig(pipeline=PipelineOptions(tile_aspect=0, fine_text_px=0)))  # one pass, whole
-    yield eng
-    eng.close()
+    cfg = engine.config.model_copy(update={"pipeline": engine.config.pipeline.model_copy(update=pipeline_options)})
+    return engine._run(Pipeline(engine.pipeline.stages, cfg).read(img)).lines
 
 
 @pytest.mark.parametrize("name, copies, axis", [("mmocr_wildreceipt_1.jpeg", 6, 0), ("paddleocr_00006737.jpg", 4, 1)])
-def test_long_images_are_read_in_tiles(engine, untiled, name, copies, axis):
+def test_long_images_are_read_in_tiles(engine, name, copies, axis):
     """A long receipt (six WildReceipt scans stacked: 1600x7200) and a wide
     strip (four boarding passes side by side): read in overlapping tiles
     (serve_app.stages.tiling), about as many lines as the copies read one
@@ -103,7 +103,7 @@ def test_long_images_are_read_in_tiles(engine, untiled, name, copies, axis):
     single = [line.text for line in engine.read(one).lines]
     big = np.concatenate([one] * copies, axis=axis)
     got = [line.text for line in engine.read(big).lines]
-    shrunk = [line.text for line in untiled.read(big).lines]
+    shrunk = [line.text for line in read_with(engine, big, tile_aspect=0, fine_text_px=0)]  # one pass, whole
     want = len(single) * copies
     same = sum(min(got.count(t), single.count(t) * copies) for t in set(got))
     print(f"{name} x{copies} {big.shape[1]}x{big.shape[0]}: tiled {len(got)} lines ({same} as read alone), "
@@ -119,18 +119,11 @@ def test_small_text_on_a_large_image_is_detected_again_in_tiles(engine):
     together (about 20 read); the first pass's small boxes send it through
     a second detection in a grid of tiles at a larger scale
     (serve_app.stages.tiling.finer_scale), which reads most lines."""
-    from serve_app.config import EngineConfig, PipelineOptions
-    from serve_app.engine import OcrEngine
-
     page = cv2.imread(str(PEER / "mmocr_demo_densetext_det.jpg"))  # 221 lines alone
     small = cv2.resize(page, None, fx=0.75, fy=0.75, interpolation=cv2.INTER_AREA)
     img = np.concatenate([small, small], axis=0)
     got = engine.read(img).lines
-    one_pass = OcrEngine(EngineConfig(pipeline=PipelineOptions(fine_text_px=0)))
-    try:
-        before = one_pass.read(img).lines
-    finally:
-        one_pass.close()
+    before = read_with(engine, img, fine_text_px=0)
     print(f"two dense pages at 0.75, {img.shape[1]}x{img.shape[0]}: {len(got)} lines, one pass {len(before)}")
     assert len(got) >= 0.5 * 2 * 221
     assert len(before) < 0.25 * len(got)

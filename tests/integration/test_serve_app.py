@@ -53,14 +53,11 @@ def case_key(name: str, opts: dict) -> str:
 
 
 @pytest.fixture(scope="module")
-def engine_reads():
-    from serve_app.engine import OcrEngine
-
-    with OcrEngine() as eng:
-        reads = {n: [l.to_dict() for l in eng.read(PEER / n).lines] for n in IMAGES}
-        for name, opts in OPTION_CASES:
-            reads[case_key(name, opts)] = [l.to_dict() for l in eng.read(PEER / name, **opts).lines]
-        return reads
+def engine_reads(engine):  # the session's engine: each engine made in this process keeps ~1 GB
+    reads = {n: [l.to_dict() for l in engine.read(PEER / n).lines] for n in IMAGES}
+    for name, opts in OPTION_CASES:
+        reads[case_key(name, opts)] = [l.to_dict() for l in engine.read(PEER / name, **opts).lines]
+    return reads
 
 
 def post_file(url: str, name: str, **kw) -> requests.Response:
