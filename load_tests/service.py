@@ -9,6 +9,7 @@ tests/integration/serve_fixtures.py re-exports these functions."""
 from __future__ import annotations
 
 import copy
+import os
 import socket
 import subprocess
 import tempfile
@@ -58,7 +59,35 @@ def start_ray(**init_kwargs) -> None:
     ray.shutdown()
     # address="local": always a new cluster of our own, never one found running.
     init_kwargs = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
-    ray.init(address="local", **init_kwargs)
+    try:
+        ray.init(address="local", **init_kwargs)
+    except Exception as e:
+        # On a loaded 2-core machine a new cluster's GCS can miss Ray's start-up
+        # deadline while the previous cluster's processes are still exiting
+        # ("The current node timed out during startup"): once more, after they have.
+        print(f"ray.init failed ({e}); retrying once")
+        ray.shutdown()
+        wait_ray_gone()
+        ray.init(address="local", **init_kwargs)
+
+
+def wait_ray_gone(timeout_s: float = 30.0) -> None:
+    """Wait (bounded) until no Ray raylet or GCS process is left on this
+    machine: a stopped local cluster's processes take a while to exit, and a
+    new one started meanwhile competes with them for the cores."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        names = set()
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        names.add(f.read().strip())
+                except OSError:
+                    pass
+        if not names & {"raylet", "gcs_server"}:
+            return
+        time.sleep(0.5)
 
 
 def load_config(path: Path = DEFAULT_CONFIG, cache: bool = False) -> dict:
@@ -155,6 +184,7 @@ def stop_all(graceful: bool = True) -> None:
             serve.shutdown()
     finally:
         ray.shutdown()
+        wait_ray_gone()
 
 
 def replica_stats(handle, n: int, tries: int = 200) -> dict:
