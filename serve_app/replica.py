@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from .canary import Canary, CanaryResult
 from .config import PredictorOptions
 from .isolation import run_isolated
-from .lanes import PriorityGate
+from .lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from .predictor import Predictor
 from .settings import BatchKnobs, ModelArgs
 
@@ -59,16 +59,6 @@ def placed_options(options: PredictorOptions, cores: Optional[list[int]],
     if cores is not None:
         update.update(cpu_affinity=cores, cpu_math_library_num_threads=len(cores))
     return options.model_copy(update=update) if update else options
-
-
-class _Null:
-    """Metrics stand-in outside a Serve replica: every metric, every call a no-op."""
-
-    def __getattr__(self, name):
-        return self
-
-    def __call__(self, *args, **kwargs):
-        return None
 
 
 class ModelReplica:
