@@ -14,8 +14,9 @@ batch:
   with hundreds of lines no longer holds every later request's recognition
   until all of its lines are read (head-of-line blocking): a one-line image
   arriving behind it waits for the (at most two) batches already handed to
-  the predictor, then runs; and the big one still gets a turn every round,
-  so it never starves.
+  the predictor, then runs; and newcomers and requests in progress take
+  alternate batches while both wait, so the big one gets a turn every round
+  of the rotation however fast small ones arrive: it never starves.
 - Lanes (serve_app.lanes): interactive requests lead every batch while any
   has crops pending (fresh first, then in turns); bulk ones only when none
   has, or once a bulk request has waited `max_wait_s` since it came (then
@@ -100,6 +101,7 @@ class CropScheduler:
         self.promoted = 0  # bulk batches led by age while interactive crops were pending
         self.metrics: Any = _Null()  # serve_app.metrics.LaneMetrics
         self._ids = itertools.count()
+        self._fresh_led = False  # the last batch was led by a newcomer
         self._worker: Optional[asyncio.Task] = None
 
     @property
@@ -140,9 +142,11 @@ class CropScheduler:
         rotation; the leader picks the width bucket and fills the batch
         first, then unserved requests, then the rest in rotation order add
         their crops of that bucket. The leader then goes to the back of the
-        rotation. So a newcomer runs in the next batch (most images need
-        one to three batches), and every request in progress gets a turn
-        per round: no request starves, however many small ones arrive.
+        rotation. While both newcomers and requests in progress wait, they
+        lead alternate batches. So a newcomer runs in the next batch or the
+        one after (most images need one to three batches), and every request
+        in progress gets a turn per round of the rotation: no request
+        starves, however many small ones arrive.
         With lanes, all this among the urgent requests (interactive, or
         bulk waiting max_wait_s) while there are any, else among bulk."""
         now = time.time()
@@ -156,7 +160,12 @@ class CropScheduler:
         urgent = [r for r in waiting if self._urgent(r, mono)]
         pool = urgent or waiting
         fresh = [r for r in pool if r.pos == 0]
-        leader = fresh[0] if fresh else pool[0]
+        started = [r for r in pool if r.pos > 0]
+        # Newcomers and requests in progress alternate while both wait: a
+        # stream of newcomers (each needing a batch or two) never holds
+        # the rotation back for good.
+        leader = fresh[0] if fresh and not (started and self._fresh_led) else (started or pool)[0]
+        self._fresh_led = leader.pos == 0
         if leader.lane == BULK and self.lanes and urgent and any(r.lane != BULK for r in waiting):
             self.promoted += 1  # aged bulk ahead of interactive work
             self.metrics.promotions.inc()

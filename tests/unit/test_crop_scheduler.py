@@ -120,19 +120,66 @@ def test_a_cancelled_request_stops_taking_predictor_time():
     asyncio.run(go())
 
 
+class StepPredictor:
+    """A predictor that runs one batch each time the test says `step()`:
+    the test, not the machine's scheduler, decides what happens between
+    two batches."""
+
+    def __init__(self):
+        self.batches: list[list] = []
+        self.waiting = 0
+        self.free = False  # True: batches run without waiting for step()
+        self._go = asyncio.Semaphore(0)
+
+    async def __call__(self, items):
+        self.waiting += 1
+        if not self.free:
+            await self._go.acquire()
+        self.waiting -= 1
+        self.batches.append(list(items))
+        return [v * 2 for _, v in items]
+
+    async def step(self):
+        """Lets exactly one batch run, then lets every task settle."""
+        await settle()
+        assert self.waiting, "no batch was handed to the predictor"
+        self._go.release()
+        await settle()
+
+
+async def settle():
+    # No timers anywhere: a fixed number of loop turns lets every ready task run.
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
 def test_a_big_request_is_not_starved_by_a_stream_of_small_ones():
+    """One small request (2 batches of work) arrives before every predictor
+    batch: twice what the predictor can serve. Newcomers and requests in
+    progress lead alternate batches and those in progress take turns, so
+    the big request's k-th batch comes at most 2k batches after its
+    previous one (the rotation ahead of it grows by at most one request a
+    round) and it finishes within 10 x 11 batches. Newcomers always first
+    (the scheduler before this rule) gave it 2 of 200 batches."""
     async def go():
-        pred = FakePredictor(delay=0.001)
+        pred = StepPredictor()
         sched = make(pred, batch_size=2)
         big = asyncio.create_task(sched.submit([(1, v) for v in range(20)]))
-        await asyncio.sleep(0)
         smalls = []
-        while not big.done():
+        for _ in range(110):
             smalls.append(asyncio.create_task(sched.submit([(2, 1), (2, 2), (2, 3), (2, 4)])))
-            await asyncio.sleep(0.0015)
-            assert len(smalls) < 200, "the big request starved"
-        assert await big == [v * 2 for v in range(20)]
-        await asyncio.gather(*smalls)
+            await pred.step()
+            if big.done():
+                break
+        assert big.done(), f"the big request starved: {sum(b[0][0] == 1 for b in pred.batches)} of its 10 batches ran"
+        assert big.result() == [v * 2 for v in range(20)]
+        turns = [k for k, b in enumerate(pred.batches) if b[0][0] == 1]
+        assert len(turns) == 10
+        assert all(b - a <= 2 * k for k, (a, b) in enumerate(zip(turns, turns[1:]), start=1)), turns
+        pred.free = True  # the rest are served too
+        for _ in range(pred.waiting):
+            pred._go.release()
+        assert await asyncio.gather(*smalls) == [[2, 4, 6, 8]] * len(smalls)
     asyncio.run(go())
 
 
