@@ -115,7 +115,7 @@ def _builder(root: str, me: int, size: int, out) -> None:
     out.put((me, p.finish()))
 
 
-def _reader(root: str, size: int, stop, out) -> None:
+def _reader(root: str, size: int, stop, saw, out) -> None:
     seen = bad = 0
     final = os.path.join(root, "rec-openvino-k", "model.blob")
     while not stop.is_set():
@@ -125,14 +125,15 @@ def _reader(root: str, size: int, stop, out) -> None:
             continue
         seen += 1
         bad += len(data) != size or len(set(data)) != 1
+        saw.set()
     out.put((seen, bad))
 
 
 def test_concurrent_builders_publish_one_whole_entry_and_readers_never_see_part(tmp_path):
     size, n = 1 << 20, 6
     ctx = mp.get_context("fork")
-    out, reads, stop = ctx.Queue(), ctx.Queue(), ctx.Event()
-    reader = ctx.Process(target=_reader, args=(str(tmp_path), size, stop, reads))
+    out, reads, stop, saw = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
+    reader = ctx.Process(target=_reader, args=(str(tmp_path), size, stop, saw, reads))
     reader.start()
     builders = [ctx.Process(target=_builder, args=(str(tmp_path), k + 1, size, out)) for k in range(n)]
     for b in builders:
@@ -140,7 +141,7 @@ def test_concurrent_builders_publish_one_whole_entry_and_readers_never_see_part(
     for b in builders:
         b.join(30)
     results = [out.get(timeout=5) for _ in builders]
-    time.sleep(0.05)
+    assert saw.wait(30), "the reader never read the published entry"
     stop.set()
     reader.join(10)
     seen, bad = reads.get(timeout=5)

@@ -219,16 +219,20 @@ def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served(
 
 def test_interactive_crops_lead_every_batch_while_bulk_waits():
     async def go():
-        pred = FakePredictor(delay=0.002)
+        pred = StepPredictor()
         sched = make(pred, batch_size=2)
         bulk = asyncio.create_task(sched.submit([(1, v) for v in range(20)], lane="bulk"))
-        await asyncio.sleep(0.003)  # the bulk request is being read
+        await pred.step()  # the bulk request is being read: one batch done, the next handed over
         inter = asyncio.create_task(sched.submit([(1, 100 + v) for v in range(6)], lane="interactive"))
+        await settle()
+        pred.free = True
+        for _ in range(pred.waiting):
+            pred._go.release()
         assert await inter == [2 * (100 + v) for v in range(6)]
         first = next(k for k, b in enumerate(pred.batches) if (1, 100) in b)
         last = max(k for k, b in enumerate(pred.batches) if any(v >= 100 for _, v in b))
-        # behind at most the one bulk batch handed out before it came (bulk_depth 1), then its 3 batches in a row
-        assert first <= 3 and last == first + 2, pred.batches
+        # behind only the one bulk batch handed out before it came (bulk_depth 1), then its 3 batches in a row
+        assert first == 2 and last == first + 2, pred.batches
         assert not any(v < 100 for b in pred.batches[first:last + 1] for _, v in b)  # no bulk filling (bulk_fill off)
         assert await bulk == [v * 2 for v in range(20)]
     asyncio.run(go())

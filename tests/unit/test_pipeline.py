@@ -215,27 +215,33 @@ def test_route_tags_round_trip_and_stay_few():
     assert offsets <= set(range(PART_OFFSETS)) and len(offsets) > PART_OFFSETS // 2
 
 
-def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_the_stages():
+def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_the_stages(monkeypatch):
     import time
+    import types
 
+    import serve_app.pipeline as pipeline_module
     from serve_app.errors import DeadlineExceeded
     from serve_app.pipeline import current_deadline
 
+    # The pipeline's wall clock, moved by the test alone: no sleep races the deadline.
+    clock = types.SimpleNamespace(now=1_000.0)
+    monkeypatch.setattr(pipeline_module, "time", types.SimpleNamespace(
+        time=lambda: clock.now, perf_counter=time.perf_counter, monotonic=time.monotonic))
     seen = []
 
     class Slow(Calls):
         async def detect(self, work, params=None):
             seen.append(current_deadline())  # what the Serve pipeline passes on with the detector call
-            await asyncio.sleep(0.2)  # the deadline passes while detection runs
+            clock.now += 1.0  # the deadline passes while detection runs
             return await super().detect(work, params)
 
     calls = Slow([BOX_A])
-    deadline = time.time() + 0.1
+    deadline = clock.now + 0.5
     with pytest.raises(DeadlineExceeded, match="before cropping"):
         asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), deadline))
     assert seen == [deadline] and calls.seen["cls"] == [] and calls.seen["rec"] == []
     with pytest.raises(DeadlineExceeded, match="before decoding"):
-        asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), time.time() - 1))
+        asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), clock.now - 1))
     assert len(read(Calls([BOX_A]), png(100, 240)).lines) == 1  # no deadline: as before
 
 
