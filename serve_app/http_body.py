@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from .config import ImageLimits
 from .documents import is_pdf
-from .errors import BadRequest, OcrError, Overloaded, RequestTimeout, TooLarge, UnsupportedMediaType
+from .errors import BadRequest, OcrError, Overloaded, RequestTimeout, TooLarge, Unavailable, UnsupportedMediaType
 from .http_schema import OcrBatchJsonRequest, OcrJsonRequest
 from .options import OcrOptions, parse_options
 
@@ -76,7 +76,7 @@ async def read_body(request: Request, limit: int, timeout_s: Optional[float] = N
     `limit`: from Content-Length before reading, else by counting while
     streaming (a chunked upload has no Content-Length), so at most `limit`
     plus one chunk is ever held. 408 if it has not all arrived within
-    `timeout_s`. Bytes read are taken from `budget` and added to held[0]
+    `timeout_s`; 503 (retry) if not one byte of it has. Bytes read are taken from `budget` and added to held[0]
     (the caller gives them back when done with the request). The body is
     left in Starlette's cache, from which `request.form()` then parses."""
     length = content_length(request.headers)
@@ -99,6 +99,14 @@ async def read_body(request: Request, limit: int, timeout_s: Optional[float] = N
     try:
         await asyncio.wait_for(stream(), timeout_s)
     except asyncio.TimeoutError:
+        if size == 0:
+            # Not one byte: the body went to a replica that died after taking
+            # it from Serve's proxy, which then retried the request here
+            # without it (a client that sends headers and then nothing is
+            # told the same; it costs the service no more).
+            raise Unavailable(f"no part of the request body reached this replica within {timeout_s:g} s "
+                              "(the replica it was first sent to may have stopped); retry",
+                              retry_after_s=1) from None
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s "
                              f"({size} bytes received); send it at once") from None
     body = b"".join(chunks)

@@ -187,19 +187,29 @@ def test_other_media_types_are_415_before_the_body_is_read(ctype, needle):
 
 
 # -- hostile clients (issue 13) --------------------------------------------------------------
-def test_a_body_that_does_not_arrive_in_time_is_408():
-    from serve_app.errors import RequestTimeout
+def test_a_body_that_stops_arriving_is_408_and_one_that_never_reached_the_replica_is_503():
+    """A client that sent part of its body and stalls is slow: 408. Not one
+    byte within the deadline is what a replica sees when Serve's proxy
+    retried the request after the replica that took its body died (the
+    kill test met it): 503 with Retry-After, so the client retries."""
+    from serve_app.errors import RequestTimeout, Unavailable
     from serve_app.http_body import read_body
 
-    async def trickle():
-        await asyncio.Event().wait()  # the client never sends its body
-        return {"type": "http.request", "body": b"x", "more_body": False}
+    def stalling(first: list):
+        async def receive():
+            if first:
+                return {"type": "http.request", "body": first.pop(), "more_body": True}
+            await asyncio.Event().wait()  # nothing more ever comes
+        return receive
 
     scope = {"type": "http", "method": "POST", "path": "/v1/ocr", "query_string": b"",
              "headers": [(b"content-type", b"image/png")]}
-    with pytest.raises(RequestTimeout) as e:
-        asyncio.run(read_body(Request(scope, trickle), LIMIT, timeout_s=0.05))
-    assert e.value.status == 408 and e.value.code == "request_timeout"
+    with pytest.raises(RequestTimeout) as slow:
+        asyncio.run(read_body(Request(scope, stalling([b"x" * 100])), LIMIT, timeout_s=0.05))
+    assert slow.value.status == 408 and slow.value.code == "request_timeout" and "100 bytes" in slow.value.message
+    with pytest.raises(Unavailable) as lost:
+        asyncio.run(read_body(Request(scope, stalling([])), LIMIT, timeout_s=0.05))
+    assert lost.value.status == 503 and lost.value.retry_after_s == 1 and "retry" in lost.value.message
 
 
 def test_bodies_held_at_once_are_bounded_by_the_budget():
