@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ serve: $(STAMP)
 # test runs once. Exit 5 (no tests selected) is not a failure.
 test-quick: $(STAMP)
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
+
+# The unit tier 3 times in a row, each beside a busy core (tests/unit_stress.sh):
+# a test whose sleeps race the machine's scheduler fails here, not at random.
+test-stress: $(STAMP)
+	bash tests/unit_stress.sh 3
 
 # Debian packages some integration/e2e tests drive (tests/system/packages.txt).
 test-system:
