@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install serve test test-quick test-stress test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[cpu,test,bench]"
+	$(BIN)/pip install -q -e ".[cpu,test,bench]" -c constraints.txt
 	touch $(STAMP)
 
 install: $(STAMP)
