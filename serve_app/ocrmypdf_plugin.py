@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -89,9 +90,10 @@ def register_options():
 def check_options(options) -> None:
     """Fail before any page if the service is not there or not ready."""
     server = options.ocr_server
+    _auth_headers(server.base_url())  # a token that would travel in clear stops it here
     url = f"{server.base_url()}/readyz"
     try:
-        with urllib.request.urlopen(url, timeout=min(server.timeout, 30)) as r:
+        with _OPENER.open(url, timeout=min(server.timeout, 30)) as r:
             ready = json.loads(r.read()).get("ready")
     except urllib.error.HTTPError as e:
         ready = False if e.code == 503 else None
@@ -105,6 +107,43 @@ def check_options(options) -> None:
                                      f"when its models are loaded")
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is for this API, never
+    followed: urllib would send the Authorization header on to wherever
+    the redirect points."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def _auth_headers(base_url: str) -> dict:
+    """The bearer token's header; refused (before anything is sent) when the
+    token would cross a network in clear: plain http to a host that is not
+    this machine."""
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        return {}
+    u = urllib.parse.urlsplit(base_url)
+    if u.scheme != "https" and not _is_loopback(u.hostname or ""):
+        raise MissingDependencyError(f"${TOKEN_ENV} is set but {base_url} is plain http to another machine: the "
+                                     f"token would travel in clear; use an https:// URL (or a loopback address)")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def read_page(image: Path, server: OcrServerOptions) -> dict:
     """The service's JSON answer for one page image, with word boxes."""
     data = image.read_bytes()
@@ -112,13 +151,10 @@ def read_page(image: Path, server: OcrServerOptions) -> dict:
         data = _as_jpeg(image)
     payload = json.dumps({"image": {"base64": base64.b64encode(data).decode()},
                           "options": {"return_words": True}}).encode()
-    headers = {"Content-Type": "application/json"}
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", **_auth_headers(server.base_url())}
     req = urllib.request.Request(f"{server.base_url()}/v1/ocr", data=payload, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=server.timeout) as r:
+        with _OPENER.open(req, timeout=server.timeout) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         try:

@@ -93,3 +93,62 @@ def test_a_page_is_sent_with_word_boxes_and_the_bearer_token_and_written_as_hocr
     assert base64.b64decode(seen["body"]["image"]["base64"]) == page.read_bytes()
     assert (tmp_path / "p.txt").read_text() == "hi there\n"
     assert 'class="ocrx_word"' in (tmp_path / "p.hocr").read_text()
+
+
+def test_the_token_never_travels_in_clear_nor_follows_a_redirect(tmp_path, monkeypatch):
+    """A token with a plain-http URL to another machine stops OCRmyPDF
+    before anything is sent; a service that answers a redirect is an error,
+    and the token never reaches where it points."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ocrmypdf.exceptions import MissingDependencyError, SubprocessOutputError
+    from PIL import Image
+
+    from serve_app.ocrmypdf_plugin import OcrServerOptions, check_options, read_page
+
+    monkeypatch.setenv("OCR_SERVER_TOKEN", "s3cret")
+    for url in ("http://ocr.example:8000", "http://10.1.2.3:8000"):
+        with pytest.raises(MissingDependencyError, match="in clear; use an https:// URL"):
+            check_options(types.SimpleNamespace(ocr_server=OcrServerOptions(url=url, timeout=5)))
+    page = tmp_path / "page.png"
+    Image.new("RGB", (40, 20), "white").save(page)
+    with pytest.raises(MissingDependencyError, match="in clear"):
+        read_page(page, OcrServerOptions(url="http://ocr.example:8000"))
+
+    elsewhere: list = []
+
+    class Elsewhere(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            elsewhere.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+
+        do_POST = do_GET  # noqa: N815
+
+        def log_message(self, *args):
+            pass
+
+    target = ThreadingHTTPServer(("127.0.0.1", 0), Elsewhere)
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{target.server_port}/steal")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    for s in (server, target):
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(SubprocessOutputError, match="answered 302"):
+            read_page(page, OcrServerOptions(url=f"http://127.0.0.1:{server.server_port}"))
+    finally:
+        server.shutdown()
+        target.shutdown()
+    assert elsewhere == []
