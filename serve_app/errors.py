@@ -30,6 +30,11 @@ class Unauthorized(OcrError):
     code = "unauthorized"
 
 
+class Forbidden(OcrError):
+    status = 403
+    code = "forbidden"
+
+
 class NotFound(OcrError):
     status = 404
     code = "not_found"

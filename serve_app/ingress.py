@@ -11,6 +11,7 @@ import logging
 import os
 import time
 import uuid
+from urllib.parse import urlsplit
 from dataclasses import replace
 from typing import Annotated, Any, Optional
 
@@ -28,7 +29,7 @@ from .admission import Admission, Gate
 from .config import DocumentLimits, ImageLimits
 from .documents import PdfFile, check_pdf, is_pdf
 from .errors import (
-    BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized, Unavailable,
+    BadRequest, ConfigError, DeadlineExceeded, Forbidden, NotFound, OcrError, Overloaded, TooLarge, Unauthorized, Unavailable,
 )
 from .formats import render
 from .http_body import BodyBudget, batch_items, body_limit, check_media_type, parse_body, read_body
@@ -185,16 +186,49 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
 
 
 DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+# The page loads only its own script and style, shows pictures from data:
+# and blob: URLs (the answer's visualization, the chosen file) and talks
+# only to this service; nothing may frame it.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+                               "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+                               "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def app_path(request: Request) -> str:
+    """The request's path inside the app, without the route prefix the app
+    is mounted under (Serve's `route_prefix`, given as the ASGI root_path)."""
+    path, root = request.url.path, request.scope.get("root_path") or ""
+    return path[len(root):] or "/" if root and path.startswith(root) else path
 
 
 @api.middleware("http")
 async def docs_behind_token(request: Request, call_next):
-    """With a token, the API docs (/docs, /openapi.json) need it too."""
-    if request.url.path in DOC_PATHS:
-        token = _ingress().token
+    """With a token, the API docs (/docs, /openapi.json) need it too,
+    whatever route prefix the app is mounted under. Without a token (an
+    anonymous local service), a browser's POST from another site's page
+    (its Origin is not this service) is refused: a page elsewhere must not
+    be able to drive the service through its visitor's browser."""
+    token = _ingress().token
+    if app_path(request) in DOC_PATHS:
         if token is not None and not bearer_matches(request.headers.get("authorization"), token):
             return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+    elif token is None and request.method == "POST" and cross_origin(request):
+        return await domain_error(request, Forbidden(
+            f"a POST from the page of another origin ({request.headers['origin']}) is refused by a service "
+            "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls"))
     return await call_next(request)
+
+
+def cross_origin(request: Request) -> bool:
+    """A browser's request from a page whose origin is not this service's."""
+    origin = request.headers.get("origin")
+    if not origin:
+        return False  # not a browser's cross-site request (curl, clients, same-origin GET-style forms)
+    return urlsplit(origin).netloc.lower() != (request.headers.get("host") or "").lower()
 
 
 @api.middleware("http")
@@ -587,7 +621,7 @@ class OcrIngress:
         if found is None:
             raise NotFound(f"no page file {name!r}")
         content, media = found
-        return Response(content, media_type=media, headers={"Cache-Control": "no-cache"})
+        return Response(content, media_type=media, headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
 
     async def _gather_stats(self) -> dict:
         """Replica states from Serve's controller, and each model stage's

@@ -320,6 +320,32 @@ def test_with_a_token_the_api_docs_need_it_too(app):
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
     assert client.get("/openapi.json", headers={"Authorization": "Bearer tok"}).status_code == 200
     assert client.get("/docs", headers={"Authorization": "Bearer tok"}).status_code == 200
+    # Mounted under another route prefix (Serve passes it as the ASGI root_path): still behind the token.
+    mounted = TestClient(ingress.api, root_path="/ocr-app")
+    for path in ("/ocr-app/docs", "/ocr-app/openapi.json"):
+        r = mounted.get(path)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
+
+
+def test_without_a_token_a_post_from_another_sites_page_is_refused_and_the_page_has_a_csp(app):
+    client, obj = app
+    assert obj.token is None
+    png = b"img"  # the stand-in pipeline reads the bytes as text
+    foreign = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "https://evil.example"})
+    assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden"
+    assert "ingress.auth_token_env" in foreign.json()["error"]["message"]
+    assert not Fake.calls  # nothing was read
+    same = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "http://testserver"})
+    plain = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png"})  # curl: no Origin
+    assert same.status_code == 200 and plain.status_code == 200
+    obj.token = b"tok"  # with a token, the token decides
+    r = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "https://evil.example",
+                                                      "Authorization": "Bearer tok"})
+    assert r.status_code == 200
+    page = client.get("/ui")
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert page.headers["x-content-type-options"] == "nosniff"
 
 
 def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app):
