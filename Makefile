@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench-engine: $(STAMP)
 # deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
 rayservice: $(STAMP)
 	$(BIN)/python -m serve_app.tools.rayservice
+
+# docs/configuration.md's reference from the config models (a test checks it is current).
+config-doc: $(STAMP)
+	$(BIN)/python -m serve_app.tools.config_doc
 
 # GPU: a separate environment (.venv-gpu), so that `make serve` / `make test`
 # keep the CPU build (both builds provide the `paddle` module; one per env).

@@ -54,6 +54,7 @@ sys.path.insert(0, str(REPO / "tests"))  # pdfs.py: the PDF builder the tests us
 from pdfs import image_pdf  # noqa: E402
 
 from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from serve_app.settings import AppArgs  # noqa: E402
 
 PEER = REPO / "tests" / "data" / "peer"
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
@@ -148,7 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--replicas", default="1,2", help="recogniser replica counts to run the service with")
     args = p.parse_args(argv)
-    dpi = load_config()["applications"][0]["args"]["engine"]["documents"]["render_dpi"]
+    dpi = AppArgs.model_validate(load_config()["applications"][0]["args"]).engine.documents.render_dpi
     images = page_images(args.pages)
     pdf = image_pdf([img for _, img in images], dpi=dpi, jpeg_quality=90)
     print(f"PDF: {args.pages} pages at {dpi} DPI, {len(pdf) / 1e6:.1f} MB, from "

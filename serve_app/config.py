@@ -16,14 +16,14 @@ class _Strict(BaseModel):
 class TensorRTOptions(_Strict):
     """Paddle Inference `enable_tensorrt_engine` and friends (GPU only)."""
 
-    workspace_size: int = 1 << 30
+    workspace_size: int = 1 << 30  # TensorRT's builder workspace in bytes
     # The largest batch the engine takes. In a Serve replica it is set from
     # the stage's closed set of input shapes (serve_app.shape_ranges), so it
     # always equals the batch dimension's max.
     max_batch_size: int = 8
-    min_subgraph_size: int = 3
-    precision: Literal["fp32", "fp16", "int8"] = "fp16"
-    use_static: bool = True
+    min_subgraph_size: int = 3  # subgraphs with fewer ops than this stay on Paddle's GPU kernels instead of TensorRT
+    precision: Literal["fp32", "fp16", "int8"] = "fp16"  # the engines' precision (int8 needs calibration data)
+    use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
     # Serialized engines and the tuned shape-range file land here
     # (`set_optim_cache_dir`). Keep it node-local: replicas of a stage on one
     # node take a file lock in it, so one at a time builds and writes while
@@ -48,8 +48,8 @@ class TensorRTOptions(_Strict):
 class PredictorOptions(_Strict):
     """Paddle Inference options, named as Paddle names them."""
 
-    device: Literal["cpu", "gpu"] = "cpu"
-    gpu_device_id: int = 0
+    device: Literal["cpu", "gpu"] = "cpu"  # where the predictor runs; gpu needs paddlepaddle-gpu (or allow_cpu_fallback)
+    gpu_device_id: int = 0  # the GPU's index among those visible to the process (Ray sets CUDA_VISIBLE_DEVICES: 0 is the GPU it gave)
     # Paddle's `memory_pool_init_size_mb`. Under Paddle's default allocator
     # (auto_growth) it bounds nothing: Paddle only turns it into
     # FLAGS_fraction_of_gpu_memory_to_use, which auto_growth does not read
@@ -68,19 +68,19 @@ class PredictorOptions(_Strict):
     # load_tests/gpu_run.sh prints each replica's real GPU memory next to
     # its limit, which is the figure to set this from.
     gpu_memory_reserve_mb: int = Field(768, ge=0)
-    cpu_math_library_num_threads: int = Field(1, ge=1, le=256)
-    enable_mkldnn: bool = True
+    cpu_math_library_num_threads: int = Field(1, ge=1, le=256)  # inference threads (a replica with cpu_cores gets one per core it is given)
+    enable_mkldnn: bool = True  # oneDNN (MKLDNN) kernels on the CPU when the OpenVINO engine is off
     mkldnn_cache_capacity: int = Field(
         20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
     )
-    enable_openvino_engine: bool = False
+    enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN here: docs/bench_engine.md)
     # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
-    # (speed and accuracy of each: README, "Design choices"). fp32 for
+    # (speed and accuracy of each: docs/architecture.md, "Why the choices"). fp32 for
     # bit-for-bit reproducibility across machines.
     openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
-    switch_ir_optim: bool = True
-    enable_memory_optim: bool = True
-    tensorrt: Optional[TensorRTOptions] = None
+    switch_ir_optim: bool = True  # Paddle's IR graph optimisation passes
+    enable_memory_optim: bool = True  # Paddle's memory reuse between tensors
+    tensorrt: Optional[TensorRTOptions] = None  # TensorRT engine options (section below); null: no TensorRT
     # Compiled engines kept between replica starts (serve_app/compile_cache.py):
     # OpenVINO's compiled model on the CPU, TensorRT engines on a GPU (under
     # tensorrt.cache_dir when that is set). One folder per (model files' sha256,
@@ -91,7 +91,7 @@ class PredictorOptions(_Strict):
     # Cores this process's inference threads may run on (os.sched_setaffinity).
     # None leaves the process's affinity as it is.
     cpu_affinity: Optional[list[int]] = None
-    enable_profile: bool = False
+    enable_profile: bool = False  # Paddle's profiler (prints per-op timings)
     # With the CPU build of paddle, a GPU config is refused unless this is set,
     # in which case the predictor falls back to the CPU with a warning.
     allow_cpu_fallback: bool = False
@@ -121,22 +121,22 @@ class DetOptions(_Strict):
     # short_steps with `pad` (masked out of the output). 21 input shapes by
     # default; how these were chosen: docs/reliability.md.
     side_ladder: list[int] = [640, 960, 1280]
-    min_side: int = Field(256, ge=1)
-    short_steps: int = Field(4, ge=1, le=64)
-    pad: Literal["replicate", "zero", "mean"] = "mean"
+    min_side: int = Field(256, ge=1)  # "ladder": the short side is scaled up to at least this first
+    short_steps: int = Field(4, ge=1, le=64)  # "ladder": the short side is padded to a multiple of rung / short_steps
+    pad: Literal["replicate", "zero", "mean"] = "mean"  # "ladder": what the padding is filled with (masked out of the output)
     # Images of one input shape run as one predictor batch of at most this
     # many; each batch size is its own input shape to warm (on the CPU a
     # batch gains little, so 1; the GPU profile raises it).
     batch_size: int = Field(1, ge=1)
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    thresh: float = Field(0.3, gt=0, lt=1)
-    box_thresh: float = Field(0.5, gt=0, lt=1)
-    max_candidates: int = Field(1000, ge=1)
-    unclip_ratio: float = Field(1.6, gt=0)
-    use_dilation: bool = True
-    score_mode: Literal["fast", "slow"] = "fast"
-    min_size: float = 3.0
+    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # per-channel normalisation mean
+    std: tuple[float, float, float] = (0.5, 0.5, 0.5)  # per-channel normalisation standard deviation
+    thresh: float = Field(0.3, gt=0, lt=1)  # binarisation threshold of the probability map
+    box_thresh: float = Field(0.5, gt=0, lt=1)  # a box's mean probability must reach this
+    max_candidates: int = Field(1000, ge=1)  # contours of the map considered at most
+    unclip_ratio: float = Field(1.6, gt=0)  # how far a box is grown around its text
+    use_dilation: bool = True  # dilate the binary map before finding contours (PaddleOCR's option)
+    score_mode: Literal["fast", "slow"] = "fast"  # a box's score: mean over its bounding rectangle (fast) or its polygon (slow)
+    min_size: float = 3.0  # boxes with a shorter side (px of the detector's input) are dropped
 
     @model_validator(mode="after")
     def _ladder(self) -> "DetOptions":
@@ -147,23 +147,23 @@ class DetOptions(_Strict):
 
 
 class ClsOptions(_Strict):
-    enabled: bool = True
-    image_shape: tuple[int, int, int] = (3, 48, 192)
-    batch_size: int = Field(6, ge=1)
-    thresh: float = Field(0.9, ge=0, le=1)
-    labels: tuple[str, ...] = ("0", "180")
+    enabled: bool = True  # run the 0/180 direction classifier (a request may override it with the option cls)
+    image_shape: tuple[int, int, int] = (3, 48, 192)  # the classifier's input (C, H, W)
+    batch_size: int = Field(6, ge=1)  # crops per classifier predictor batch
+    thresh: float = Field(0.9, ge=0, le=1)  # a crop is turned when it is judged 180 with a score above this
+    labels: tuple[str, ...] = ("0", "180")  # the classifier's output classes
     # A line longer than window_aspect times its height is judged on up to
     # max_windows windows of it at its own proportions, not squashed whole
     # into the 48x192 input (serve_app.stages.direction.cls_views); 0: squash
     # every crop, as PaddleOCR does.
     window_aspect: float = Field(8.0, ge=0)
-    max_windows: int = Field(3, ge=1, le=16)
+    max_windows: int = Field(3, ge=1, le=16)  # windows a long line is judged on at most
 
 
 class RecOptions(_Strict):
-    image_height: int = 48
+    image_height: int = 48  # crops are resized to this height
     image_width: int = 320  # minimum padded width
-    batch_size: int = Field(6, ge=1)
+    batch_size: int = Field(6, ge=1)  # crops per recogniser predictor batch at most (also bounded by batch_columns)
     # Widths are padded up to a multiple of this: fewer distinct shapes to
     # warm, and with batch_padding "bucket" a crop's input (so its reading)
     # does not depend on what it is batched with.
@@ -179,9 +179,9 @@ class RecOptions(_Strict):
     # width), at least one crop: wide buckets run in smaller batches, which
     # bounds both the shapes to warm and the batch's memory.
     batch_columns: int = Field(6144, ge=1)
-    batch_padding: Literal["bucket", "batch_max"] = "bucket"
+    batch_padding: Literal["bucket", "batch_max"] = "bucket"  # "bucket": each crop padded to its own width bucket (reads the same whatever it is batched with); "batch_max": to the batch's widest
     max_width: int = Field(3200, ge=48, description="wider crops are squeezed to this width")
-    use_space_char: bool = True
+    use_space_char: bool = True  # the space is a character of the dictionary (words are separated)
 
     @model_validator(mode="after")
     def _ladder(self) -> "RecOptions":
@@ -193,8 +193,8 @@ class RecOptions(_Strict):
 
 
 class ImageLimits(_Strict):
-    max_bytes: int = Field(20 * 1024 * 1024, ge=1)
-    max_pixels: int = Field(40_000_000, ge=1)
+    max_bytes: int = Field(20 * 1024 * 1024, ge=1)  # an image's or PDF's bytes at most (more: 413)
+    max_pixels: int = Field(40_000_000, ge=1)  # an image's pixels at most, read from its header before decoding (more: 413)
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
 
 
@@ -229,8 +229,8 @@ class PipelineOptions(_Strict):
     # Pad top and bottom of very flat images (h <= min_height or w/h > ratio)
     # so the detector sees context; RapidOCR's letterbox.
     letterbox: bool = True
-    letterbox_min_height: int = 30
-    letterbox_ratio: float = 8.0
+    letterbox_min_height: int = 30  # letterbox images at most this high
+    letterbox_ratio: float = 8.0  # letterbox images wider than this many times their height
     # Long images (a long receipt, a full-page screenshot, a banner) are
     # detected in overlapping tiles along their long side instead of being
     # shrunk whole onto the detector's input (serve_app.stages.tiling): when
@@ -239,9 +239,9 @@ class PipelineOptions(_Strict):
     # max_side_len and all of it within tile_max_pixels; neighbouring tiles
     # share tile_overlap of a tile's length.
     tile_aspect: float = Field(2.0, ge=0)
-    tile_min_long: int = Field(1920, ge=32)
-    tile_max_pixels: int = Field(16_000_000, ge=10_000)
-    tile_overlap: float = Field(0.15, ge=0.02, le=0.5)
+    tile_min_long: int = Field(1920, ge=32)  # tile only images whose long side is over this (px)
+    tile_max_pixels: int = Field(16_000_000, ge=10_000)  # a tiled image's working size at most (px)
+    tile_overlap: float = Field(0.15, ge=0.02, le=0.5)  # share of a tile's length that neighbouring tiles share
     # Small text on a large image (a dense scan, a newspaper page): when the
     # detector saw the image shrunk below fine_max_scale of its size, found
     # at least fine_min_boxes lines and their median height in its input is
@@ -249,27 +249,27 @@ class PipelineOptions(_Strict):
     # of tiles at the scale that makes that median fine_target_px (at most
     # fine_max_upscale times the original's size, within tile_max_pixels).
     fine_text_px: float = Field(16.0, ge=0)
-    fine_target_px: float = Field(22.0, ge=8)
-    fine_max_scale: float = Field(1.0, gt=0, le=1)
-    fine_max_upscale: float = Field(2.0, ge=1, le=4)
-    fine_min_boxes: int = Field(8, ge=1)
-    drop_score: float = Field(0.5, ge=0, le=1)
-    exif_transpose: bool = True
+    fine_target_px: float = Field(22.0, ge=8)  # the median text height (px) the fine grid is detected at
+    fine_max_scale: float = Field(1.0, gt=0, le=1)  # detect again only when the detector saw the image below this share of its size
+    fine_max_upscale: float = Field(2.0, ge=1, le=4)  # the fine grid at most this many times the original's size
+    fine_min_boxes: int = Field(8, ge=1)  # detect again only when at least this many lines were found
+    drop_score: float = Field(0.5, ge=0, le=1)  # lines read with a lower score are dropped
+    exif_transpose: bool = True  # turn an image upright by its EXIF orientation before reading
     # The `visualize` picture: its longest side (both halves) at most this many
     # pixels; the font its text is written in (None: the first found of
     # serve_app.visualize.FONT_CANDIDATES, else Pillow's built-in).
     visualize_max_side: int = Field(1600, ge=64, le=8192)
-    visualize_font: Optional[str] = None
+    visualize_font: Optional[str] = None  # (see visualize_max_side)
 
 
 class EngineConfig(_Strict):
-    """Everything the in-process engine needs. `preset` picks a named set of
-    stage parameters; explicit fields override it."""
+    """Everything the in-process engine needs: model files, stage
+    parameters, limits and the default predictor options."""
 
     det_model: Optional[str] = None  # directory; None = the default model set
-    cls_model: Optional[str] = None
-    rec_model: Optional[str] = None
-    rec_dict: Optional[str] = None
+    cls_model: Optional[str] = None  # directory; None = the default model set
+    rec_model: Optional[str] = None  # directory; None = the default model set
+    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the default model set's
     det: DetOptions = DetOptions()
     cls: ClsOptions = ClsOptions()
     rec: RecOptions = RecOptions()

@@ -1,5 +1,5 @@
 """Prometheus metrics through `ray.serve.metrics` (exported by each Ray node's
-metrics agent, scraped at http://NODE:8080 by default; see README). Created in
+metrics agent, scraped at http://NODE:8080 by default; see docs/operations.md, "Metrics"). Created in
 constructors, never at import."""
 
 from __future__ import annotations

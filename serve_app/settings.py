@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .config import EngineConfig, PredictorOptions
 from .errors import ConfigError
@@ -28,13 +28,15 @@ class _Args(BaseModel):
 class ModelArgs(_Args):
     """How one model deployment's replicas run its predictor."""
 
-    # Predictor options for this stage; None = the engine's.
+    # Predictor options for this stage, laid over engine.predictor inside
+    # AppArgs (only what differs is written here: `tensorrt: {...}` alone
+    # keeps the engine's `device: gpu`); None = the engine's.
     predictor: Optional[PredictorOptions] = None
     # Cores this stage's replicas pin their inference threads to. Replica k on
     # a node takes `threads` consecutive entries starting at k * threads
     # (wrapping), so replicas of one stage spread over the listed cores.
     cpu_cores: Optional[list[int]] = None
-    threads: int = Field(1, ge=1)
+    threads: int = Field(1, ge=1)  # cores (and inference threads) each replica takes from cpu_cores; no effect without cpu_cores
     # The correctness canary (serve_app.canary): each replica reads its
     # golden input before it is ready, after every reconfigure, and every
     # this many seconds (checked within Serve's health checks, so at most
@@ -63,7 +65,7 @@ class RecognizerArgs(ModelArgs):
     # Answers are the same either way (crops are batched by width bucket
     # wherever they are read).
     fan_out: int = Field(1, ge=1)
-    fan_out_min_items: int = Field(12, ge=2)
+    fan_out_min_items: int = Field(12, ge=2)  # (see fan_out)
 
 
 class BatchKnobs(_Args):
@@ -71,8 +73,8 @@ class BatchKnobs(_Args):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    max_batch_size: int = Field(ge=1)
-    batch_wait_timeout_s: float = Field(0.0, ge=0)
+    max_batch_size: int = Field(ge=1)  # requests per @serve.batch call at most
+    batch_wait_timeout_s: float = Field(0.0, ge=0)  # seconds a batch waits to fill (0: it runs with what is there)
 
     def updated(self, user_config: Optional[dict[str, Any]]) -> "BatchKnobs":
         """These knobs with a user_config's values laid over them; a bad key
@@ -115,12 +117,12 @@ class AdmissionArgs(_Args):
     deadline_share: float = Field(0.8, gt=0, le=1)
     # The drain rate: work finished per second of busy time over this window.
     drain_window_s: float = Field(10.0, gt=0)
-    max_retry_after_s: int = Field(30, ge=1)
+    max_retry_after_s: int = Field(30, ge=1)  # the largest Retry-After it sends (seconds)
     # The cost model's prior (seconds alone = base + per_mp * megapixels +
     # per_line * lines), replaced as requests that ran alone are measured.
     prior_base_s: float = Field(0.15, ge=0)
-    prior_s_per_mp: float = Field(0.2, ge=0)
-    prior_s_per_line: float = Field(0.006, ge=0)
+    prior_s_per_mp: float = Field(0.2, ge=0)  # (see prior_base_s)
+    prior_s_per_line: float = Field(0.006, ge=0)  # (see prior_base_s)
 
 
 class IngressArgs(_Args):
@@ -129,38 +131,38 @@ class IngressArgs(_Args):
     # Synchronous requests one ingress replica works on at once; more get 503
     # with Retry-After instead of waiting in an unbounded queue.
     max_in_flight: int = Field(32, ge=1)
-    retry_after_s: int = Field(1, ge=1)
+    retry_after_s: int = Field(1, ge=1)  # Retry-After (seconds) of the count limit's and the body budget's 503s
     # Job submits one ingress replica works on at once (reading is not
     # counted: see body_timeout_s); more get 503.
     max_submits_in_flight: int = Field(64, ge=1)
     # Deadline for a request that names none (X-Request-Timeout, seconds).
     default_timeout_s: float = Field(120.0, gt=0)
-    max_timeout_s: float = Field(600.0, gt=0)
+    max_timeout_s: float = Field(600.0, gt=0)  # the longest X-Request-Timeout accepted (more: 400)
     # Bearer-token authentication for /v1/* and the API docs: the name of an
     # environment variable (in the ingress replica) holding the token. None =
     # off, which the ingress accepts only when Serve listens on loopback
     # (127.0.0.1, localhost, ::1) or allow_anonymous is true.
     auth_token_env: Optional[str] = None
-    allow_anonymous: bool = False
+    allow_anonymous: bool = False  # (see auth_token_env)
     # A request body must arrive within this many seconds (or the request's
     # own deadline, if shorter), else 408; a body being read holds no
     # in-flight slot. Bodies being read or worked on hold at most
     # max_body_bytes in all (more: 503).
     body_timeout_s: float = Field(10.0, gt=0)
-    max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)
+    max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)  # (see body_timeout_s)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
     # GET /v1/stats (the page's live view): answered from figures gathered at
     # most this many seconds ago; its request history is kept per bucket of
     # stats_bucket_s seconds over the last stats_span_s.
     stats_cache_s: float = Field(1.0, ge=0)
-    stats_bucket_s: float = Field(5.0, gt=0)
-    stats_span_s: float = Field(600.0, gt=0)
+    stats_bucket_s: float = Field(5.0, gt=0)  # (see stats_cache_s)
+    stats_span_s: float = Field(600.0, gt=0)  # (see stats_cache_s)
     # POST /v1/ocr/batch: items per request at most (more: 413), and items
     # of one request sent to the pipeline at once (the batch holds one
     # in-flight slot; the whole body is under the one body size limit).
     max_batch_items: int = Field(32, ge=1, le=1000)
-    batch_concurrency: int = Field(4, ge=1)
+    batch_concurrency: int = Field(4, ge=1)  # (see max_batch_items)
     # Admission by cost, inside the count limit above (serve_app.admission).
     admission: AdmissionArgs = AdmissionArgs()
     # Synchronous reads (POST /v1/ocr, /v1/ocr/batch, /ocr, the handle API)
@@ -224,6 +226,29 @@ class LaneArgs(_Args):
                                     "once (more: 503); the rest of ingress.max_in_flight stays for interactive")
 
 
+STAGES = ("detector", "classifier", "recognizer")
+
+
+def _given(value: Any) -> dict[str, Any]:
+    """The settings a config wrote (a dict as written, or a model's
+    explicitly set fields)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    return dict(value)
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` laid over `base`, nested mappings (tensorrt) key by key."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        if isinstance(value, (dict, BaseModel)) and isinstance(below, dict):
+            out[key] = _overlay(below, _given(value))
+        else:
+            out[key] = value.model_dump() if isinstance(value, BaseModel) else value
+    return out
+
+
 class AppArgs(_Args):
     """The `args:` block of an application in deployments.yaml."""
 
@@ -235,3 +260,32 @@ class AppArgs(_Args):
     classifier: ClassifierArgs = ClassifierArgs()
     recognizer: RecognizerArgs = RecognizerArgs()
     lanes: LaneArgs = LaneArgs()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_predictors_overlay(cls, data: Any) -> Any:
+        """A stage's `predictor` is laid over engine.predictor, so a value
+        has one home (the GPU profile says `device: gpu` once). The merged
+        options are validated as a whole: `tensorrt` in a stage is valid
+        when the engine's device is gpu."""
+        if not isinstance(data, dict) or not any(
+                isinstance(data.get(s), (dict, BaseModel)) and _given(data[s]).get("predictor") is not None
+                for s in STAGES):
+            return data
+        engine = data.get("engine", cls.model_fields["engine"].default)
+        try:
+            engine = engine if isinstance(engine, EngineConfig) else EngineConfig.model_validate(engine)
+        except ValidationError:
+            return data  # reported by the field's own validation, with its path
+        base = engine.predictor.model_dump()
+        out = dict(data)
+        for stage in STAGES:
+            block = data.get(stage)
+            if not isinstance(block, (dict, BaseModel)):
+                continue
+            given = _given(block)
+            top = given.get("predictor")
+            if top is None or not isinstance(top, (dict, BaseModel)):
+                continue
+            out[stage] = {**given, "predictor": _overlay(base, _given(top))}
+        return out

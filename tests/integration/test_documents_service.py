@@ -19,6 +19,7 @@ import requests
 from pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
 from peer import PEER
 from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from serve_app.settings import AppArgs
 
 PAGES = ["rapidocr_ch_en_num.jpg", "paddleocr_00006737.jpg", "rapidocr_issue_170.png"]
 
@@ -40,7 +41,7 @@ def page_images() -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def pdf3(service, page_images) -> bytes:
-    dpi = service[1]["applications"][0]["args"]["engine"]["documents"]["render_dpi"]
+    dpi = AppArgs.model_validate(service[1]["applications"][0]["args"]).engine.documents.render_dpi
     return image_pdf(page_images, dpi=dpi)
 
 

@@ -38,7 +38,7 @@ def service():
     cfg = load_config()
     app = cfg["applications"][0]
     app["runtime_env"] = {"env_vars": {"OCR_HOSTILE_TOKEN": TOKEN}}
-    app["args"]["ingress"] = {**app["args"]["ingress"], "auth_token_env": "OCR_HOSTILE_TOKEN", "max_in_flight": 16,
+    app["args"]["ingress"] = {**app["args"].get("ingress", {}), "auth_token_env": "OCR_HOSTILE_TOKEN", "max_in_flight": 16,
                               "body_timeout_s": BODY_TIMEOUT_S}
     app["args"]["jobs"] = {**app["args"]["jobs"], "capacity": 100, "max_finished": 200}
     try:

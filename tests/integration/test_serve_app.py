@@ -412,3 +412,62 @@ def test_handle_and_job_give_a_format(service):
     assert status["status"] == "succeeded" and status["results"][0]["words"][0]["text"] == "TEST"
     r = requests.get(f"{url}/v1/ocr/jobs/{job['job_id']}?format=text", timeout=30)
     assert r.text == "TEST\n"
+
+
+# --- the README's examples, run as a newcomer runs them (tests/unit/test_readme.py checks the rest)
+
+
+def test_readme_examples_curl_answers_200_with_the_text_shown(service):
+    """Each `$ curl` of the README, as written but sent to this service's
+    port: 200 and the lines the README shows under it."""
+    import subprocess
+
+    from readme_blocks import URL, commands, texts
+
+    url, _ = service
+    curls = [c for c in commands() if c.line.startswith("curl ")]
+    assert curls
+    for c in curls:
+        line = c.line.replace(URL, url) + " -w '\\n%{http_code}'"
+        done = subprocess.run(["bash", "-c", line], cwd=REPO, capture_output=True, text=True, timeout=120)
+        body, _, status = done.stdout.rpartition("\n")
+        assert (done.returncode, status) == (0, "200"), (c.line, done.stdout[-500:], done.stderr[-500:])
+        assert [r["text"] for r in json.loads(body)["results"]] == texts(c.shown), c.line
+
+
+def test_readme_examples_handle_reads_what_the_readme_curl_shows(service, monkeypatch, capsys):
+    """The README's handle example, run in this driver (already connected to
+    the cluster, so its `ray.init(address="auto")` is the one line not run)."""
+    import ray
+
+    from readme_blocks import blocks, commands, texts
+
+    handle_code = next(b.text for b in blocks() if b.lang == "python" and "get_app_handle" in b.text)
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: None)
+    monkeypatch.chdir(REPO)
+    exec(compile(handle_code, "README.md", "exec"), {})
+    shown = next(c.shown for c in commands() if c.line.startswith("curl "))
+    assert capsys.readouterr().out.strip() == repr(texts(shown))
+
+
+def test_readme_examples_cli_prints_what_the_readme_shows():
+    """The README's `python -m serve_app ...`, in a process of its own (no
+    Ray): one line per image, each the image's lines or its error, as shown."""
+    import subprocess
+    import sys
+
+    from readme_blocks import commands, error_codes, texts
+
+    clis = [c for c in commands() if " -m serve_app " in c.line]
+    assert clis
+    for c in clis:
+        argv = [sys.executable] + c.line.split()[1:]
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        got, want = done.stdout.splitlines(), c.shown.splitlines()
+        assert len(got) == len(want), (done.stdout, done.stderr[-1000:])
+        for g, w in zip(got, want):
+            answer = json.loads(g)
+            assert f'"image": "{answer["image"]}"' in w
+            assert [r["text"] for r in answer.get("results", [])] == texts(w)
+            assert ([answer["error"]["code"]] if "error" in answer else []) == error_codes(w)
