@@ -36,6 +36,16 @@ class FakePipeline:
         return {"results": [{"text": bytes(image).decode()}]}
 
 
+async def until(condition, timeout_s=30.0) -> None:
+    """Lets the loop run until condition() holds (the explicit step a test
+    waits for), instead of a sleep that must outrun the code under test."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the condition never held")
+        await asyncio.sleep(0.005)
+
+
 async def settle(book, ids, timeout_s=30.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from jobfakes import FakePipeline, settle
+from jobfakes import FakePipeline, settle, until
 from serve_app.errors import Overloaded, Unavailable
 from serve_app.job_book import JobBook
 from serve_app.job_journal import JobJournal, journal_path
@@ -62,7 +62,7 @@ def test_capacity_counts_unfinished_jobs_and_their_bytes():
             await book.submit(b"y" * 600, OcrOptions())
         await book.submit(b"z" * 300, OcrOptions())
         pipeline.gate.set()
-        await asyncio.sleep(0.05)
+        await until(lambda: book.unfinished == 0)
         after = book.held_bytes
         await book.submit(b"y" * 600, OcrOptions())  # room again once the first ones are done
         book.close()
@@ -149,9 +149,10 @@ def test_recovery_streams_the_journal_and_loads_an_image_only_when_its_job_runs(
     path = tmp_path / "j.sqlite"
 
     async def first():
-        book = await started(FakePipeline(open_gate=False).run, journal=str(path), concurrency=1)
+        pipeline = FakePipeline(open_gate=False)
+        book = await started(pipeline.run, journal=str(path), concurrency=1)
         ids = [(await book.submit(f"img-{i}".encode(), OcrOptions()))["job_id"] for i in range(6)]
-        await asyncio.sleep(0.05)
+        await until(lambda: len(pipeline.calls) == 1)  # the first is running when the store dies
         book.close()
         return ids
 
@@ -160,7 +161,7 @@ def test_recovery_streams_the_journal_and_loads_an_image_only_when_its_job_runs(
     async def second():
         pipeline = FakePipeline(open_gate=False)
         book = await started(pipeline.run, journal=str(path), concurrency=1)
-        await asyncio.sleep(0.05)
+        await until(lambda: len(pipeline.calls) == 1)  # the one worker took the first recovered job
         in_memory = [book.jobs[i].image is not None for i in ids]
         pipeline.gate.set()
         views = await settle(book, ids)

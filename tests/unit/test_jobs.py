@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from jobfakes import FakePipeline, settle
+from jobfakes import FakePipeline, settle, until
 from serve_app.errors import IdempotencyConflict, Overloaded
 from serve_app.job_book import JobBook
 from serve_app.job_state import Job, JobStatus
@@ -95,8 +95,7 @@ def test_idempotency_key_returns_the_same_job_and_capacity_refuses_with_503():
         await book.submit(b"b", OcrOptions())
         with pytest.raises(Overloaded) as full:
             await book.submit(b"c", OcrOptions())
-        await asyncio.sleep(0.05)  # the workers pick both up
-        assert book.counts() == {"running": 2}
+        await until(lambda: book.counts() == {"running": 2})  # the workers pick both up
         book.close()
         return full.value
 

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from jobfakes import FakePipeline, settle
+from jobfakes import FakePipeline, settle, until
 from serve_app.errors import BadRequest
 from serve_app.http_headers import priority
 from serve_app.job_book import JobBook, fingerprint
@@ -177,7 +177,7 @@ def test_job_book_runs_interactive_jobs_before_bulk_jobs_queued_earlier():
         book = JobBook(pipe.run, JobArgs(concurrency=1), LaneArgs())
         await book.start()
         first = await book.submit(b"first", OcrOptions(priority=BULK))  # taken by the one worker at once
-        await asyncio.sleep(0.01)
+        await until(lambda: len(pipe.calls) == 1)
         bulk = [await book.submit(f"b{k}".encode(), OcrOptions(priority=BULK)) for k in range(3)]
         urgent = await book.submit(b"urgent", OcrOptions(priority=INTERACTIVE))
         old = await book.submit(b"old", OcrOptions())  # no lane (a job journaled before lanes): bulk
@@ -201,7 +201,7 @@ def test_a_restarted_store_keeps_each_jobs_lane_and_runs_interactive_first(tmp_p
         await book.start()
         ids = [(await book.submit(f"b{k}".encode(), OcrOptions(priority=BULK)))["job_id"] for k in range(3)]
         ids.append((await book.submit(b"i", OcrOptions(priority=INTERACTIVE)))["job_id"])
-        await asyncio.sleep(0.01)  # b0 is running, the store dies
+        await until(lambda: len(pipe.calls) == 1)  # b0 is running, the store dies
         book.close()
         return ids
 
