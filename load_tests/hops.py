@@ -81,10 +81,10 @@ class Engine:
             if fn is None:
                 return None
 
-            async def call(*a):
+            async def call(*a, **kw):
                 t = time.perf_counter()
                 try:
-                    return await fn(*a)
+                    return await fn(*a, **kw)
                 finally:
                     self.current[stage] = self.current.get(stage, 0.0) + (time.perf_counter() - t) * 1000
 
