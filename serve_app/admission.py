@@ -59,6 +59,7 @@ import numpy as np
 
 from .documents import PdfFile, is_pdf
 from .errors import DeadlineExceeded, Overloaded
+from .upload import Upload
 
 # When a request's size cannot be read from its header (junk: the pipeline
 # refuses it cheaply), it is costed as an image of this many pixels.
@@ -433,10 +434,12 @@ class Gate:
         self.result: Optional[dict] = None
 
     async def admit(self) -> None:
-        if self.documents is not None and is_pdf(self.data):  # pdfium opens it: off the event loop
-            size = await asyncio.to_thread(image_size, self.data, self.documents)
+        data = getattr(self.data, "data", self.data)  # an Upload (serve_app.upload): its kind is known
+        document = self.data.is_document if isinstance(self.data, Upload) else is_pdf(data)
+        if self.documents is not None and document:  # pdfium opens it: off the event loop
+            size = await asyncio.to_thread(image_size, data, self.documents)
         else:
-            size = image_size(self.data)
+            size = image_size(data)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left)
 

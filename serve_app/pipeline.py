@@ -188,6 +188,8 @@ class Pipeline:
         """A document (its kind decided at the door: serve_app.upload) ->
         read_document; an image -> read."""
         upload = upload_of(data, self.config.limits)
+        if isinstance(upload.data, (str, Path)):  # a name, not content: its kind is read where its file is
+            upload = upload_of(upload.data)
         if upload.is_document:
             return await self.read_document(upload.data, options, ctx, progress)
         return await self.read(upload.data, options, ctx)
