@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
 from .documents import PdfFile
-from .errors import BadImage, TooLarge
+from .errors import BadImage
 from .options import DetParams, OcrOptions
 from .request_context import RequestContext
 from .results import (
@@ -362,9 +362,7 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
 def read_file(path: Path, limits: ImageLimits) -> bytes:
     if not path.is_file():
         raise BadImage(f"{path}: no such file")
-    size = path.stat().st_size
-    if size > limits.max_bytes:
-        raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
+    limits.check_bytes(path.stat().st_size, str(path))
     return path.read_bytes()
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from .config import ImageLimits
 from .documents import is_pdf
-from .errors import BadImage, TooLarge
+from .errors import BadImage
 
 IMAGE = "image"
 DOCUMENT = "document"
@@ -74,10 +74,9 @@ def upload_of(data: Any, limits: Optional[ImageLimits] = None, what: str = "imag
         raise BadImage(f"an image is bytes, a path or a numpy array, not {type(data).__name__}")
     if isinstance(data, (bytearray, memoryview)):
         data = bytes(data)
-    if limits is not None and isinstance(data, bytes) and len(data) > limits.max_bytes:
-        kind = "PDF" if document_format(data) == "pdf" else what
-        raise TooLarge(f"{kind} is {len(data)} bytes, over the limit of {limits.max_bytes}")
     fmt = document_format(data)
+    if limits is not None and isinstance(data, bytes):
+        limits.check_bytes(len(data), "PDF" if fmt == "pdf" else what)
     return Upload(data, DOCUMENT if fmt else IMAGE, fmt)
 
 
