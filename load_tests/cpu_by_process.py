@@ -45,7 +45,6 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--n-images", type=int, default=20)
     ap.add_argument("--target", choices=("service", "simple"), default="service")
-    ap.add_argument("--pipeline-in-ingress", choices=("true", "false"), help="override ingress.pipeline_in_ingress")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     a = ap.parse_args()
 
@@ -62,11 +61,7 @@ def main() -> None:
         if srv is not None:
             url = srv.url
         else:
-            config = load_config()
-            if a.pipeline_in_ingress:
-                app = config["applications"][0]["args"]
-                app.setdefault("ingress", {})["pipeline_in_ingress"] = a.pipeline_in_ingress == "true"
-            url = deploy_config(config, free_port())
+            url = deploy_config(load_config(), free_port())
         hdr = {"Content-Type": "application/octet-stream"}
         for d in images:  # every shape seen once before measuring
             requests.post(f"{url}/v1/ocr", data=d, headers=hdr, timeout=120)
@@ -110,7 +105,7 @@ def main() -> None:
     for g, c in sorted(groups.items(), key=lambda x: -x[1]):
         print(f"| {g} | {c:.2f} | {c / w:.2f} | {c / max(n, 1):.3f} |")
     own = {g: c for g, c in groups.items() if g not in ("load client", "other")}
-    summary = {"target": a.target, "pipeline_in_ingress": a.pipeline_in_ingress, "clients": a.clients,
+    summary = {"target": a.target, "clients": a.clients,
                "seconds": w, "answers": n, "img_s": n / w, "groups_cpu_s": groups,
                "system_core_s_per_img": sum(own.values()) / max(n, 1),
                "model_core_s_per_img": sum(groups.get(g, 0.0) for g in PER_IMAGE_MODEL) / max(n, 1),

@@ -1,16 +1,16 @@
 """The hop budget at one client (issue #17 item 4): the in-process engine,
 the single-process HTTP server (load_tests/simple_server.py) and the
-service, with the pipeline in its own deployment and in the ingress
-(`ingress.pipeline_in_ingress`), side by side in one run, one request at a
-time, over the same images; and the engine's speedup from 1 to 2 threads.
+service side by side in one run, one request at a time, over the same
+images; and the engine's speedup from 1 to 2 threads. (Until issue #23 the
+service could also run the pipeline in the ingress; that placement was
+measured against this one and removed: docs/request-path.md.)
 
     flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/hops.py
 
-Both service modes are deployed at once as two applications of one local
-Ray cluster (`/` and `/here`; Ray is told 4 logical CPUs so that both sets
-of replicas fit: every replica still pins its inference threads to the
-cores deployments.yaml names, the same two cores the engine and the simple
-server use). Each round sends every image once to each system, the systems'
+The service is deployed as in deployments.yaml on a local Ray cluster
+(Ray is told 4 logical CPUs; every replica still pins its inference
+threads to the cores deployments.yaml names, the same two cores the engine
+and the simple server use). Each round sends every image once to each system, the systems'
 order rotating per round; nothing else of ours runs meanwhile.
 
 Per request: client latency; for the service the ingress's own time
@@ -48,7 +48,7 @@ from peer import PEER  # noqa: E402
 IMAGES = {"receipt": "mmocr_wildreceipt_1.jpeg", "word crop": "mmocr_word_1036169.jpg",
           "phone photo": "mmocr_icdar15_img_1.jpg", "short page": "rapidocr_en.jpg",
           "dense page": "mmocr_demo_densetext_det.jpg"}
-MODES = {"service": ("/", False), "service, pipeline in ingress": ("/here", True)}
+MODES = {"service": ("/", False)}  # name: (route prefix, unused)
 SYSTEMS = ("engine", "simple server", *MODES)
 
 
@@ -81,10 +81,10 @@ class Engine:
             if fn is None:
                 return None
 
-            async def call(*a):
+            async def call(*a, **kw):
                 t = time.perf_counter()
                 try:
-                    return await fn(*a)
+                    return await fn(*a, **kw)
                 finally:
                     self.current[stage] = self.current.get(stage, 0.0) + (time.perf_counter() - t) * 1000
 
@@ -130,8 +130,8 @@ def model_batches(app: str) -> dict[str, list[dict]]:
 
 
 def two_apps(port_config: dict) -> dict:
-    """deployments.yaml as two applications: the pipeline in its deployment
-    at `/`, in the ingress at `/here` (no job journal for the second)."""
+    """deployments.yaml as one application per entry of MODES (one since
+    issue #23; a second mode would get no job journal)."""
     import copy
 
     config = copy.deepcopy(port_config)
@@ -141,7 +141,6 @@ def two_apps(port_config: dict) -> dict:
         app = copy.deepcopy(base)
         app["name"] = "ocr" if prefix == "/" else "ocrhere"
         app["route_prefix"] = prefix
-        app["args"].setdefault("ingress", {})["pipeline_in_ingress"] = here
         if prefix != "/":
             app["args"].setdefault("jobs", {})["journal"] = None
         apps.append(app)
@@ -163,7 +162,6 @@ def measure(repeats: int, port: int, simple_port: int, log_dir: Path) -> dict:
         engine = Engine()
         start_ray(num_cpus=4)
         url = deploy_config(two_apps(load_config()), port)
-        wait_ready(f"{url}/here", 300)
         urls = {"simple server": srv.url, **{m: url.rstrip("/") + (p if p != "/" else "") for m, (p, _) in MODES.items()}}
         apps = {m: ("ocr" if p == "/" else "ocrhere") for m, (p, _) in MODES.items()}
         sessions = {s: requests.Session() for s in urls}

@@ -57,8 +57,9 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .documents import PdfFile, is_pdf
+from .documents import PdfFile
 from .errors import DeadlineExceeded, Overloaded
+from .upload import upload_of
 
 # When a request's size cannot be read from its header (junk: the pipeline
 # refuses it cheaply), it is costed as an image of this many pixels.
@@ -87,9 +88,11 @@ def image_size(data: Any, documents: Any = None) -> Size:
     page is rendered). Anything unreadable is costed as UNKNOWN_PIXELS (it
     will be refused cheaply by the pipeline)."""
     try:
+        upload = upload_of(data)
+        data = upload.data
         if isinstance(data, np.ndarray):
             return Size(int(data.shape[0]) * int(data.shape[1]) if data.ndim >= 2 else UNKNOWN_PIXELS)
-        if documents is not None and is_pdf(data):
+        if documents is not None and upload.is_document:
             with PdfFile(bytes(data), documents) as pdf:
                 g = pdf.geometry(0)
                 return Size(g.width * g.height, pdf.pages)
@@ -433,10 +436,11 @@ class Gate:
         self.result: Optional[dict] = None
 
     async def admit(self) -> None:
-        if self.documents is not None and is_pdf(self.data):  # pdfium opens it: off the event loop
-            size = await asyncio.to_thread(image_size, self.data, self.documents)
+        upload = upload_of(self.data)  # the door's Upload (serve_app.upload): its kind is known
+        if self.documents is not None and upload.is_document:  # pdfium opens it: off the event loop
+            size = await asyncio.to_thread(image_size, upload, self.documents)
         else:
-            size = image_size(self.data)
+            size = image_size(upload)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left)
 

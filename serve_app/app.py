@@ -50,9 +50,7 @@ def build_app(args: Optional[dict] = None):
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from .result_cache import model_identity
 
-    # With pipeline_in_ingress the ingress runs the OcrPipeline's code itself
-    # for sync reads (one hop less); jobs still go through the deployment.
-    here = (detector, classifier, recognizer, a.engine, a.recognizer, a.lanes) if a.ingress.pipeline_in_ingress else None
+    # One pipeline placement: the OcrPipeline deployment serves sync reads
+    # and jobs alike (docs/request-path.md, "Where the pipeline runs").
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
-                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), a.lanes,
-                           local_pipeline=here)
+                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), a.lanes)

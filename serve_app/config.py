@@ -197,6 +197,14 @@ class ImageLimits(_Strict):
     max_pixels: int = Field(40_000_000, ge=1)  # an image's pixels at most, read from its header before decoding (more: 413)
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
 
+    def check_bytes(self, size: int, what: str = "image") -> None:
+        """The byte limit, the one place it is checked (the door's Upload,
+        the decoder, a file read by path): TooLarge naming both sizes."""
+        if size > self.max_bytes:
+            from .errors import TooLarge
+
+            raise TooLarge(f"{what} is {size} bytes, over the limit of {self.max_bytes}")
+
 
 class DocumentLimits(_Strict):
     """PDF input (serve_app.documents). A PDF's bytes count against

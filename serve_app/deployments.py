@@ -23,10 +23,10 @@ from .canary import classifier_probe, detector_probe, recognizer_probe
 from .config import EngineConfig
 from .crop_scheduler import CropScheduler
 from .errors import DeadlineExceeded
-from .lanes import INTERACTIVE, PriorityGate, current_lane, lane_of
+from .lanes import INTERACTIVE, PriorityGate, lane_of
 from .metrics import LaneMetrics, LaneRequestMetrics
 from .options import DetParams, OcrOptions, parse_options
-from .pipeline import Pipeline, Stages, current_deadline, fanned_out, route_tag
+from .pipeline import Context, Pipeline, Stages, fanned_out, route_tag
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
 from .runners import DirectionClassifier, TextDetector, TextRecognizer
@@ -141,17 +141,27 @@ class DirectionClassifierDeployment(_Replica):
     def reconfigure(self, user_config: dict) -> None:
         self.replica.reconfigure(user_config, self._classify_batch)
 
-    async def classify(self, crops: list[np.ndarray], lane: Optional[str] = None) -> list[Direction]:
+    async def classify(self, crops: list[np.ndarray], deadline: Optional[float] = None,
+                       lane: Optional[str] = None) -> list[Direction]:
         """One call per image with all its crops; crops of every image in a
-        batch are classified together (interactive calls first)."""
+        batch are classified together (interactive calls first). An image
+        whose deadline (time.time()) has passed by the time its batch runs
+        is not classified (504 to its caller, as at the detector)."""
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._classify_batch, c, lane_of(lane), c.weight)
+        return await self.replica.queued(self._classify_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)),
+                                         lane_of(lane), c.weight)
 
     @_batch("cls", batch_size_fn=crops_weight)
     async def _classify_batch(self, items: list[Crops]) -> list:
         t0 = time.perf_counter()
-        out = await self.replica.isolated(self.classifier.classify, [i.crops for i in items])
-        self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
+        now = time.time()
+        live = [k for k, i in enumerate(items) if getattr(i, "deadline", None) is None or now <= i.deadline]
+        out: list = [_expired("direction classifier") for _ in items]
+        if live:
+            got = await self.replica.isolated(self.classifier.classify, [items[k].crops for k in live])
+            for k, o in zip(live, got):
+                out[k] = o
+            self.replica.record(len(live), sum(len(items[k].crops) for k in live), time.perf_counter() - t0)
         return out
 
 
@@ -242,16 +252,16 @@ class OcrPipeline:
         self.bulk_gate = (PriorityGate(lanes.bulk_in_stages, lanes.bulk_max_wait_s, bypass=(INTERACTIVE,),
                                        metrics=LaneMetrics("pipeline")) if lanes.enabled else None)
         self.lane_metrics = LaneRequestMetrics()
-        # Each stage call carries the request's deadline and lane (Pipeline.read
-        # sets them in the request's own task), so the replicas drop work
-        # queued for a request that is gone and serve interactive work first.
+        # Each stage call is given the request's context (serve_app.request_context)
+        # and passes on its deadline and lane, so the replicas drop work queued
+        # for a request that is gone and serve interactive work first.
         # Positional: the stage methods' arguments (lists of items are batched below them).
         self.pipeline = Pipeline(Stages(
-            detect=lambda image, params: detector.detect.remote(image, current_deadline(), params, current_lane()),
-            classify=(lambda crops: classifier.classify.remote(crops, current_lane())) if classifier is not None
-            else None,
-            recognize=fanned_out(lambda crops, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
-                                 .recognize.remote(crops, current_deadline(), current_lane()),
+            detect=lambda image, params, ctx: detector.detect.remote(image, ctx.deadline, params, ctx.lane),
+            classify=(lambda crops, ctx: classifier.classify.remote(crops, ctx.deadline, ctx.lane))
+            if classifier is not None else None,
+            recognize=fanned_out(lambda crops, ctx=None, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
+                                 .recognize.remote(crops, ctx.deadline, ctx.lane),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
         ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
 
@@ -261,22 +271,24 @@ class OcrPipeline:
         self.lane_metrics.requests.inc(tags={"lane": opts.priority})
         return opts
 
-    async def ocr(self, image: Any, options: Optional[OcrOptions] = None, deadline: Optional[float] = None) -> dict:
+    async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
         the document body (pages in order) for a PDF, as JSON whatever
         options.format says (the ingress renders it); options come parsed
-        from the ingress (a dict is parsed here). With a deadline
-        (time.time()), work not started by then is not done
-        (DeadlineExceeded, 504).
+        from the ingress (a dict is parsed here). `image`: an Upload (its
+        kind decided at the door, serve_app.upload), bytes, an array or a
+        path. `ctx`: the request's context (serve_app.request_context), or
+        just a deadline (time.time()); work not started by the deadline is
+        not done (DeadlineExceeded, 504).
 
         A PDF comes here as its bytes (put once in the object store by the
         caller) and its pages are rendered here, in a worker thread, a few
         at a time: a page's bitmap goes from here to the detector only, as
         a decoded image does."""
-        return (await self.pipeline.read_any(image, self._options(options), deadline)).to_dict()
+        return (await self.pipeline.read_any(image, self._options(options), ctx)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
-                           deadline: Optional[float] = None) -> AsyncIterator[dict]:
+                           ctx: Context = None) -> AsyncIterator[dict]:
         """`ocr` as a stream (handle.options(stream=True)), for the job
         store: {"pages_done", "pages_total"} as a document's pages are read
         (the latest only, when several finished meanwhile), then
@@ -288,7 +300,7 @@ class OcrPipeline:
             latest.update(pages_done=done, pages_total=total)
             changed.set()
 
-        task = asyncio.ensure_future(self.pipeline.read_any(image, self._options(options), deadline, progress))
+        task = asyncio.ensure_future(self.pipeline.read_any(image, self._options(options), ctx, progress))
         try:
             while not task.done():
                 waiter = asyncio.ensure_future(changed.wait())

@@ -54,15 +54,15 @@ class OcrEngine:
             raise
         self.load_seconds = time.perf_counter() - t0
 
-        async def detect(work, params):
+        async def detect(work, params, ctx=None):  # in process: nothing queued to drop
             return (await det.call_async(self.detector.detect, [work], [params]))[0]
 
         classify = None
         if self.classifier is not None:
-            async def classify(crops):
+            async def classify(crops, ctx=None):
                 return await cls.call_async(self.classifier.classify, crops)
 
-        async def recognize(crops):
+        async def recognize(crops, ctx=None):
             return await rec.call_async(self.recognizer.recognize, crops)
 
         self.pipeline = Pipeline(Stages(detect, classify, recognize), config)

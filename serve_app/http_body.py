@@ -15,10 +15,10 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from .config import ImageLimits
-from .documents import is_pdf
 from .errors import BadRequest, OcrError, Overloaded, RequestTimeout, TooLarge, Unavailable, UnsupportedMediaType
 from .http_schema import OcrBatchJsonRequest, OcrJsonRequest
 from .options import OcrOptions, parse_options
+from .upload import Upload, upload_of
 
 MULTIPART = "multipart/form-data"
 JSON = "application/json"
@@ -69,16 +69,37 @@ class BodyBudget:
     def give(self, n: int) -> None:
         self.held -= n
 
+    def hold(self) -> "BodyHold":
+        """One request's share of the budget (given back by its release())."""
+        return BodyHold(self)
+
+
+class BodyHold:
+    """The bytes of the budget one request holds: taken as its body
+    streams in, all given back at once when the request is done."""
+
+    def __init__(self, budget: BodyBudget):
+        self.budget = budget
+        self.bytes = 0
+
+    def take(self, n: int) -> None:
+        self.budget.take(n)
+        self.bytes += n
+
+    def release(self) -> None:
+        self.budget.give(self.bytes)
+        self.bytes = 0
+
 
 async def read_body(request: Request, limit: int, timeout_s: Optional[float] = None,
-                    budget: Optional[BodyBudget] = None, held: Optional[list[int]] = None) -> bytes:
+                    hold: Optional[BodyHold] = None) -> bytes:
     """The whole body, refused with 413 as soon as it is known to be over
     `limit`: from Content-Length before reading, else by counting while
     streaming (a chunked upload has no Content-Length), so at most `limit`
     plus one chunk is ever held. 408 if it has not all arrived within
-    `timeout_s`; 503 (retry) if not one byte of it has. Bytes read are taken from `budget` and added to held[0]
-    (the caller gives them back when done with the request). The body is
-    left in Starlette's cache, from which `request.form()` then parses."""
+    `timeout_s`; 503 (retry) if not one byte of it has. Bytes read are taken into `hold` (the caller releases it
+    when done with the request). The body is left in Starlette's cache,
+    from which `request.form()` then parses."""
     length = content_length(request.headers)
     if length is not None and length > limit:
         raise TooLarge(f"request body is {length} bytes, over the limit of {limit}")
@@ -90,10 +111,8 @@ async def read_body(request: Request, limit: int, timeout_s: Optional[float] = N
             size += len(chunk)
             if size > limit:
                 raise TooLarge(f"request body is over the limit of {limit} bytes")
-            if budget is not None and chunk:
-                budget.take(len(chunk))
-                if held is not None:
-                    held[0] += len(chunk)
+            if hold is not None and chunk:
+                hold.take(len(chunk))
             chunks.append(chunk)
 
     try:
@@ -115,20 +134,27 @@ async def read_body(request: Request, limit: int, timeout_s: Optional[float] = N
     return body
 
 
-def check_media_type(headers: Mapping[str, str]) -> str:
-    """The request's media type if it is one of the accepted ones; 415 otherwise."""
+OCR_TYPES = (MULTIPART, JSON, *RAW_TYPES, "image/*")  # what the /v1 routes take
+JSON_ONLY = (JSON,)  # PaddleX's /ocr: its request is a JSON object
+
+
+def check_media_type(headers: Mapping[str, str], accepted: tuple[str, ...] = OCR_TYPES) -> str:
+    """The request's media type if it is one of `accepted` ("image/*": any
+    image type); 415 otherwise."""
     ctype = media_type(headers)
+    what = ACCEPTED if accepted == OCR_TYPES else " or ".join(accepted)
     if not ctype:
-        raise UnsupportedMediaType(f"missing Content-Type; send {ACCEPTED}")
-    if ctype not in (MULTIPART, JSON, *RAW_TYPES) and not ctype.startswith("image/"):
-        raise UnsupportedMediaType(f"unsupported Content-Type {ctype!r}; send {ACCEPTED}")
+        raise UnsupportedMediaType(f"missing Content-Type; send {what}")
+    if ctype not in accepted and not (ctype.startswith("image/") and "image/*" in accepted):
+        raise UnsupportedMediaType(f"unsupported Content-Type {ctype!r}; send {what}")
     return ctype
 
 
-async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tuple[bytes, OcrOptions]:
-    """The image's bytes and the parsed options from a body `read_body`
-    has read; 400 or 413 otherwise. JSON is parsed in a worker thread, so a
-    large body never blocks the event loop."""
+async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tuple[Upload, OcrOptions]:
+    """The upload (serve_app.upload: its kind and byte limit decided here)
+    and the parsed options from a body `read_body` has read; 400 or 413
+    otherwise. JSON is parsed in a worker thread, so a large body never
+    blocks the event loop."""
     ctype = media_type(request.headers)
     if ctype == MULTIPART:
         data, options = await multipart_image(request)
@@ -136,15 +162,14 @@ async def parse_body(request: Request, body: bytes, limits: ImageLimits) -> tupl
         data, options = await asyncio.to_thread(json_image, body)
     else:
         data, options = body, None
-        if ctype == PDF and not is_pdf(data):
-            raise BadRequest("the body is sent as application/pdf but is not a PDF (no %PDF- header)")
-    if len(data) > limits.max_bytes:
-        raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
-    return data, parse_options(options)
+    upload = upload_of(data, limits)
+    if ctype == PDF and upload.format != "pdf":
+        raise BadRequest("the body is sent as application/pdf but is not a PDF (no %PDF- header)")
+    return upload, parse_options(options)
 
 
 async def image_and_options(request: Request, limits: ImageLimits,
-                            timeout_s: Optional[float] = None) -> tuple[bytes, OcrOptions]:
+                            timeout_s: Optional[float] = None) -> tuple[Upload, OcrOptions]:
     """The image's bytes and the parsed options, from any of the three
     request shapes; 400, 408, 413 or 415 otherwise."""
     check_media_type(request.headers)
@@ -215,7 +240,7 @@ def _json_object(raw: str, what: str) -> dict[str, Any]:
 
 # -- POST /v1/ocr/batch: many images (or PDFs) in one request -------------------
 BATCH_JSON_SHAPE = '{"images": [{"base64": "..."}, ...], "options": {...}}'
-Item = Union[bytes, OcrError]  # an item's bytes, or why it cannot be read
+Item = Union[Upload, OcrError]  # an item, or why it cannot be read
 
 
 async def batch_items(request: Request, body: bytes, limits: ImageLimits,
@@ -237,8 +262,11 @@ async def batch_items(request: Request, body: bytes, limits: ImageLimits,
         raise TooLarge(f"the batch has {len(items)} items, over the limit of {max_items}")
     out: list[Item] = []
     for item in items:
-        if isinstance(item, bytes) and len(item) > limits.max_bytes:
-            item = TooLarge(f"item is {len(item)} bytes, over the limit of {limits.max_bytes}")
+        if isinstance(item, bytes):
+            try:
+                item = upload_of(item, limits, "item")
+            except OcrError as e:  # over the byte limit: this item only
+                item = e
         out.append(item)
     return out, parse_options(options)
 

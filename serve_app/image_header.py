@@ -18,8 +18,7 @@ def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
     would raise them. Reads the header only: no pixel is decoded."""
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
-    if len(data) > limits.max_bytes:
-        raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
+    limits.check_bytes(len(data))
     try:
         with Image.open(io.BytesIO(data), formats=FORMATS) as img:
             w, h = img.size

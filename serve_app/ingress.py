@@ -7,13 +7,14 @@ body, and one middleware counts every /v1 request's outcome. Reading the
 request is serve_app.http_body and serve_app.http_headers (no Ray there)."""
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 import uuid
 from urllib.parse import urlsplit
 from dataclasses import replace
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, AsyncIterator, Optional
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,12 +28,14 @@ from starlette.exceptions import HTTPException
 from . import paddlex
 from .admission import Admission, Gate
 from .config import DocumentLimits, ImageLimits
-from .documents import PdfFile, check_pdf, is_pdf
+from .documents import PdfFile, check_pdf
 from .errors import (
-    BadRequest, ConfigError, DeadlineExceeded, Forbidden, NotFound, OcrError, Overloaded, TooLarge, Unauthorized, Unavailable,
+    BadRequest, ConfigError, DeadlineExceeded, Forbidden, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
 from .formats import render
-from .http_body import BodyBudget, batch_items, body_limit, check_media_type, parse_body, read_body
+from .http_body import (
+    JSON_ONLY, OCR_TYPES, BodyBudget, BodyHold, batch_items, body_limit, check_media_type, parse_body, read_body,
+)
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key, priority
 from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
@@ -40,11 +43,12 @@ from .lanes import BULK, INTERACTIVE
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import AdmissionMetrics, CacheMetrics, RequestMetrics
 from .options import FORMATS, OcrOptions, parse_options, with_format
-from .pipeline_here import PipelineHere
+from .request_context import RequestContext
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs, LaneArgs
 from .stages.decode import decode_image
 from .ui import page_config, static_file
+from .upload import Upload, upload_of
 
 log = logging.getLogger("ray.serve")
 
@@ -108,14 +112,20 @@ def authorized(request: Request, _: RequestId) -> None:
 
 V1 = [Depends(authorized)]
 
+
+def paddlex_shape(request: Request) -> None:
+    """PaddleX's route: its log id, and its error shape for every error of
+    the request (the exception handlers read request.state.api)."""
+    request.state.api = "paddlex"
+    request.state.log_id = str(uuid.uuid4())
+
+
+# The same token check as /v1, its refusal in PaddleX's error shape.
+PADDLEX = [Depends(paddlex_shape), Depends(authorized)]
+
 # `?format=json|text|hocr|alto` on the OCR routes (serve_app.formats); it
 # wins over the options' own `format`.
 Format = Annotated[Optional[str], Query(alias="format", description=f"one of {', '.join(FORMATS)} (default json)")]
-
-
-def with_format_of(parsed: tuple, fmt: Optional[str]) -> tuple:
-    data, opts = parsed
-    return data, with_format(opts, fmt).for_pipeline()
 
 
 def with_lane(opts: OcrOptions, request: Request, default: str) -> OcrOptions:
@@ -159,10 +169,15 @@ def _request_id_of(request: Request) -> str:
 async def domain_error(request: Request, exc: Exception) -> JSONResponse:
     e = unwrap(exc)
     rid = _request_id_of(request)
+    paddlex_route = getattr(request.state, "api", None) == "paddlex"
     if not isinstance(e, OcrError):
         log.error("request %s failed", rid, exc_info=exc)
-        e = OcrError("internal error; the request was not completed")
+        e = OcrError("Internal server error" if paddlex_route else "internal error; the request was not completed")
     request.state.error_code = e.code  # counted by the middleware
+    if paddlex_route:
+        retry = getattr(e, "retry_after_s", None)
+        return JSONResponse(paddlex.failure(request.state.log_id, e.status, e.message), status_code=e.status,
+                            headers={"Retry-After": str(retry)} if retry is not None else {})
     return error_response(e, rid)
 
 
@@ -257,12 +272,29 @@ async def count_outcomes(request: Request, call_next):
     return response
 
 
-def pipeline_here(handle: DeploymentHandle, init_args: tuple) -> PipelineHere:
-    """The OcrPipeline's code as an object in this process (same class,
-    same stage calls), standing in for its handle's `ocr`."""
-    from .deployments import OcrPipeline
+class Lease:
+    """One HTTP request's hold on the ingress (OcrIngress.lease): its share
+    of the body budget, its body, its deadline and whether it holds a bulk
+    slot."""
 
-    return PipelineHere(OcrPipeline.func_or_class(*init_args), handle)
+    def __init__(self, ingress: "OcrIngress", hold: BodyHold, timeout_s: Optional[float]):
+        self.ingress = ingress
+        self.hold = hold
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else time.time() + timeout_s  # wall clock, as the replicas get it
+        self.body = b""
+        self.bulk = False
+
+    def take_lane(self, opts: OcrOptions) -> OcrOptions:
+        """The request's lane is known: a bulk request takes a bulk slot too."""
+        self.bulk = self.ingress._take_bulk_slot(opts)
+        return opts
+
+    def context(self, request_id: str, opts: OcrOptions) -> RequestContext:
+        return RequestContext(request_id, self.deadline, opts.priority or INTERACTIVE)
+
+    def late(self) -> str:
+        return f"not done within the {self.timeout_s:g} s deadline"
 
 
 def _serve_host() -> Optional[str]:
@@ -281,11 +313,11 @@ class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
-                 model_id: str = "", lanes: LaneArgs = LaneArgs(), local_pipeline: Optional[tuple] = None):
-        # With ingress.pipeline_in_ingress, `local_pipeline` holds the
-        # OcrPipeline's own init args (the model deployments' handles...):
-        # sync reads run that pipeline here (serve_app/pipeline_here.py).
-        self.pipeline = pipeline if local_pipeline is None else pipeline_here(pipeline, local_pipeline)
+                 model_id: str = "", lanes: LaneArgs = LaneArgs()):
+        # The OcrPipeline deployment serves every read (sync, jobs) and
+        # answers readiness and stats: one placement, one bulk gate per
+        # pipeline replica (docs/request-path.md).
+        self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
         self.args = args
@@ -317,33 +349,83 @@ class OcrIngress:
             self.token = token.encode()
         check_exposure(_serve_host(), self.token is not None, args.allow_anonymous)
 
-    # -- handle API (other Ray jobs and deployments) -------------------------
-    async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
-        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)` (or
-        a PDF's bytes): the same dict as the HTTP body; with options `format`
-        text, hocr or alto, that document as a str instead. Domain errors raise."""
-        opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
+    # -- the one read path -----------------------------------------------------
+    async def read(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
+                   fresh: bool = False) -> tuple[dict, str]:
+        """Every synchronous door's read (POST /v1/ocr, each item of
+        /v1/ocr/batch, PaddleX's /ocr, the handle's `ocr`): admission by
+        cost, the result cache and in-flight sharing, the deadline (the
+        context's: past it a 504, and the pipeline's call is cancelled
+        with its pending stage calls unless another identical request
+        still waits on it) and the error mapping (a Ray error raised as
+        the domain error behind it). -> (the result body, how the cache
+        answered: hit | shared | miss | bypass). `fresh`: computed alone,
+        not looked up (Cache-Control: no-cache)."""
+        late = late or "not done within the request's deadline"
+        popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
         try:
-            popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
-            with Gate(self.admission, image, None, self.documents) as gate:
+            left = ctx.time_left()
+            if left is not None and left <= 0:
+                raise DeadlineExceeded(late)
+            # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
+            with Gate(self.admission, upload, left, self.documents) as gate:
                 result, cache = await self.dedupe.read(
-                    image, popts, None, lambda deadline: self.pipeline.ocr.remote(image, popts, deadline),
-                    admit=gate.admit)
+                    upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
+                    late, fresh, admit=gate.admit)
                 gate.done(result)
         except Exception as e:
             raise unwrap(e) from None
-        body = {"request_id": uuid.uuid4().hex, **result, "cache": cache}
+        if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
+            for step, ms in result.get("timings_ms", {}).items():
+                self.metrics.stage_latency.observe(ms, tags={"step": step})
+        return result, cache
+
+    # -- handle API (other Ray jobs and deployments) -------------------------
+    async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
+        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)` (or
+        a PDF's bytes): the same dict as the HTTP body, with `cache`; with
+        options `format` text, hocr or alto, that document as a str instead.
+        Domain errors raise. No slot or body budget (those are HTTP's): a
+        handle caller is bounded by Serve's max_ongoing_requests."""
+        opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
+        upload = upload_of(image, self.limits)
+        ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
+        result, cache = await self.read(upload, opts, ctx)
+        body = {"request_id": ctx.request_id, **result, "cache": cache}
         return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
 
     # -- HTTP -----------------------------------------------------------------
-    async def _body(self, request: Request, deadline: float, held: list[int]) -> bytes:
-        """The request's body, read before the request takes an in-flight
-        slot: within ingress.body_timeout_s (or what is left of the
-        request's deadline) else 408, under the size limit else 413, and
-        within the ingress's budget of body bytes else 503."""
-        check_media_type(request.headers)
-        timeout = min(self.args.body_timeout_s, max(0.001, deadline - time.monotonic()))
-        return await read_body(request, body_limit(self.limits), timeout, self.bodies, held)
+    @contextlib.asynccontextmanager
+    async def lease(self, request: Request, media: tuple[str, ...] = OCR_TYPES,
+                    submit: bool = False) -> AsyncIterator["Lease"]:
+        """What one HTTP request holds of this ingress while it is served,
+        taken in this order and all given back on leaving: its deadline
+        (X-Request-Timeout; a job submit has none), its media type (else
+        415), its body, read within ingress.body_timeout_s (or what is left
+        of the deadline) else 408, under the size limit else 413 and within
+        the ingress's budget of body bytes else 503, then an in-flight slot
+        (ingress.max_in_flight; a job submit: max_submits_in_flight) else
+        503, and once its lane is known a bulk slot (`lease.take_lane`)."""
+        timeout = None if submit else deadline_s(request.headers, self.args)
+        lease = Lease(self, self.bodies.hold(), timeout)
+        try:
+            check_media_type(request.headers, media)
+            wait = self.args.body_timeout_s if timeout is None else min(self.args.body_timeout_s, timeout)
+            lease.body = await read_body(request, body_limit(self.limits), wait, lease.hold)
+            if submit:
+                self._take_submit_slot()
+            else:
+                self._take_slot()
+            try:
+                yield lease
+            finally:
+                if submit:
+                    self.submitting -= 1
+                else:
+                    self.in_flight -= 1
+                self.bulk_in_flight -= lease.bulk
+        finally:
+            lease.hold.release()
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
@@ -371,192 +453,100 @@ class OcrIngress:
 
     @api.post("/v1/ocr", dependencies=V1, openapi_extra=ocr_request_body(), summary="Read the text in one image")
     async def http_ocr(self, request: Request, rid: RequestId, fmt: Format = None):
-        timeout = deadline_s(request.headers, self.args)
-        deadline = time.monotonic() + timeout
-        held = [0]
-        try:
-            body = await self._body(request, deadline, held)
-            self._take_slot()
-            bulk = False
-            try:
-                data, opts = await parse_body(request, body, self.limits)
-                opts = with_lane(with_format(opts, fmt), request, INTERACTIVE)
-                bulk = self._take_bulk_slot(opts)
-                del body
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
-                # Past the deadline: 504, and the pipeline's call is cancelled
-                # (with its pending stage calls) unless another identical
-                # request still waits on it; the replicas also get the
-                # deadline (wall-clock) of a computation no one shares.
-                popts = opts.for_pipeline()
-                fresh = wants_fresh(request.headers.get("cache-control"))
-                with Gate(self.admission, data, left, self.documents) as gate:  # admitted if it starts a computation
-                    result, cache = await self.dedupe.read(
-                        data, popts, left, lambda d: self.pipeline.ocr.remote(data, popts, d),
-                        f"not done within the {timeout:g} s deadline", fresh, admit=gate.admit)
-                    gate.done(result)
-            finally:
-                self.in_flight -= 1
-                self.bulk_in_flight -= bulk
-        finally:
-            self.bodies.give(held[0])
-        if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
-            for step, ms in result.get("timings_ms", {}).items():
-                self.metrics.stage_latency.observe(ms, tags={"step": step})
+        async with self.lease(request) as lease:
+            upload, opts = await parse_body(request, lease.body, self.limits)
+            opts = lease.take_lane(with_lane(with_format(opts, fmt), request, INTERACTIVE))
+            result, cache = await self.read(upload, opts, lease.context(rid, opts), lease.late(),
+                                            wants_fresh(request.headers.get("cache-control")))
         request.state.timings_ms = result.get("timings_ms")
         response = await formatted({"request_id": rid, **result}, opts.format)
         response.headers["X-Cache"] = cache
         return response
 
-    async def _read(self, data: bytes, opts: OcrOptions, deadline: float, timeout: float) -> dict:
-        """One image or PDF through the pipeline, within the deadline
-        (time.monotonic()): past it a 504, and the pipeline's call is
-        cancelled."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise DeadlineExceeded(f"not done within the {timeout:g} s deadline")
-        with Gate(self.admission, data, left, self.documents) as gate:
-            await gate.admit()
-            left = deadline - time.monotonic()
-            # The replicas get the deadline as wall-clock time: work still
-            # queued for this request when it passes is dropped there.
-            response = self.pipeline.ocr.remote(data, opts, time.time() + left)
-            try:
-                result = await downstream(asyncio.wait_for(asyncio.shield(response), left))
-            except asyncio.TimeoutError:
-                response.cancel()  # cancels the pipeline's task and its pending stage calls
-                raise DeadlineExceeded(f"not done within the {timeout:g} s deadline") from None
-            gate.done(result)
-        for step, ms in result.get("timings_ms", {}).items():
-            self.metrics.stage_latency.observe(ms, tags={"step": step})
-        return result
-
     @api.post("/v1/ocr/batch", dependencies=V1, openapi_extra=batch_request_body(),
               summary="Read several images (or PDFs) in one request; one result or error per item, in order")
     async def http_ocr_batch(self, request: Request, rid: RequestId):
-        timeout = deadline_s(request.headers, self.args)
-        deadline = time.monotonic() + timeout
-        held = [0]
-        try:
-            body = await self._body(request, deadline, held)
-            self._take_slot()  # one slot per batch; its items go to the pipeline batch_concurrency at a time
-            bulk = False
-            try:
-                items, opts = await batch_items(request, body, self.limits, self.args.max_batch_items)
-                opts = with_lane(opts, request, INTERACTIVE).for_pipeline()
-                bulk = self._take_bulk_slot(opts)
-                del body
-                gate = asyncio.Semaphore(self.args.batch_concurrency)
+        """An adapter on the read path: the items in, one result (with its
+        `cache`) or error per item out. One slot per batch; its items go to
+        the read path batch_concurrency at a time, under the batch's deadline."""
+        async with self.lease(request) as lease:
+            items, opts = await batch_items(request, lease.body, self.limits, self.args.max_batch_items)
+            opts = lease.take_lane(with_lane(opts, request, INTERACTIVE).for_pipeline())
+            ctx, late = lease.context(rid, opts), lease.late()
+            fresh = wants_fresh(request.headers.get("cache-control"))
+            gate = asyncio.Semaphore(self.args.batch_concurrency)
 
-                async def one(index: int, item) -> dict:
-                    if isinstance(item, OcrError):
-                        return _item_error(index, item)
-                    async with gate:
-                        try:
-                            return {"index": index, **await self._read(item, opts, deadline, timeout)}
-                        except Exception as exc:  # this item's failure only; cancellation propagates
-                            e = unwrap(exc)
-                            if not isinstance(e, OcrError):
-                                log.error("request %s item %d failed", rid, index, exc_info=exc)
-                                e = OcrError("internal error; this item was not completed")
-                            return _item_error(index, e)
+            async def one(index: int, item) -> dict:
+                if isinstance(item, OcrError):
+                    return _item_error(index, item)
+                async with gate:
+                    try:
+                        result, cache = await self.read(item, opts, ctx, late, fresh)
+                        return {"index": index, **result, "cache": cache}
+                    except Exception as exc:  # this item's failure only; cancellation propagates
+                        e = exc if isinstance(exc, OcrError) else None
+                        if e is None:
+                            log.error("request %s item %d failed", rid, index, exc_info=exc)
+                            e = OcrError("internal error; this item was not completed")
+                        return _item_error(index, e)
 
-                out = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
-            finally:
-                self.in_flight -= 1
-                self.bulk_in_flight -= bulk
-        finally:
-            self.bodies.give(held[0])
+            out = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
         return JSONResponse({"request_id": rid, "items": out})
 
-    @api.post("/ocr", summary="PaddleX-compatible OCR (PaddleX's serving API: file as base64, fileType 0 PDF / 1 image)",
-              openapi_extra={"requestBody": {"required": True, "content": {
+    @api.post("/ocr", dependencies=PADDLEX, summary="PaddleX-compatible OCR (PaddleX's serving API: file as base64, "
+              "fileType 0 PDF / 1 image)", openapi_extra={"requestBody": {"required": True, "content": {
                   "application/json": {"schema": paddlex.PaddleXOcrRequest.model_json_schema()}}}})
-    async def paddlex_ocr(self, request: Request):
-        """PaddleX's request and response shapes (serve_app/paddlex.py),
-        errors included: HTTP status + {"logId", "errorCode", "errorMsg"}."""
-        log_id = str(uuid.uuid4())
-        held = [0]
-        try:
-            if self.token is not None and not bearer_matches(request.headers.get("authorization"), self.token):
-                raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
-            timeout = deadline_s(request.headers, self.args)
-            deadline = time.monotonic() + timeout
-            body = await read_body(request, body_limit(self.limits),
-                                   min(self.args.body_timeout_s, timeout), self.bodies, held)
-            self._take_slot()
-            bulk = False
-            try:
-                req = await asyncio.to_thread(paddlex.parse_request, body)
-                del body
-                data, opts = await asyncio.to_thread(paddlex.to_call, req)
-                opts = with_lane(opts, request, INTERACTIVE)
-                bulk = self._take_bulk_slot(opts)
-                if len(data) > self.limits.max_bytes:
-                    raise TooLarge(f"file is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
-                result = await self._read(data, opts, deadline, timeout)
-                images = None
-                if req.visualize is not False:  # PaddleX visualizes unless told not to
-                    images = await asyncio.to_thread(self._visualize, data, result)
-            finally:
-                self.in_flight -= 1
-                self.bulk_in_flight -= bulk
-            return JSONResponse(paddlex.success(log_id, paddlex.result(result, opts, self.paddlex, images)))
-        except Exception as exc:
-            e = unwrap(exc)
-            if not isinstance(e, OcrError):
-                log.error("PaddleX request %s failed", log_id, exc_info=exc)
-                e = OcrError("Internal server error")
-            retry = getattr(e, "retry_after_s", None)
-            return JSONResponse(paddlex.failure(log_id, e.status, e.message), status_code=e.status,
-                                headers={"Retry-After": str(retry)} if retry is not None else {})
-        finally:
-            self.bodies.give(held[0])
+    async def paddlex_ocr(self, request: Request, rid: RequestId):
+        """An adapter on the read path: PaddleX's request in, its response
+        shape out (serve_app/paddlex.py); errors, the token's included, as
+        HTTP status + {"logId", "errorCode", "errorMsg"} (the exception
+        handler renders them so for this route)."""
+        async with self.lease(request, JSON_ONLY) as lease:
+            req = await asyncio.to_thread(paddlex.parse_request, lease.body)
+            data, opts = await asyncio.to_thread(paddlex.to_call, req)
+            upload = upload_of(data, self.limits, "file")
+            del data
+            opts = lease.take_lane(with_lane(opts, request, INTERACTIVE))
+            result, cache = await self.read(upload, opts, lease.context(rid, opts), lease.late(),
+                                            wants_fresh(request.headers.get("cache-control")))
+            images = None
+            if req.visualize is not False:  # PaddleX visualizes unless told not to
+                images = await asyncio.to_thread(self._visualize, upload, result)
+        response = JSONResponse(paddlex.success(request.state.log_id, paddlex.result(result, opts, self.paddlex, images)))
+        response.headers["X-Cache"] = cache
+        return response
 
-    def _visualize(self, data: bytes, result: dict) -> list[dict[str, str]]:
+    def _visualize(self, upload: Upload, result: dict) -> list[dict[str, str]]:
         """Each page's ocrImage and inputImage (a worker thread; one page
         bitmap at a time)."""
         pages = paddlex.pages_of(result)
-        if not is_pdf(data):
-            image = decode_image(data, self.limits, self.paddlex.exif_transpose)
+        if not upload.is_document:
+            image = decode_image(upload.data, self.limits, self.paddlex.exif_transpose)
             return [paddlex.visualization(image, pages[0]["results"])]
-        with PdfFile(data, self.documents, self.limits.max_pixels) as pdf:
+        with PdfFile(upload.data, self.documents, self.limits.max_pixels) as pdf:
             return [paddlex.visualization(pdf.render(k), page["results"]) for k, page in enumerate(pages)]
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")
     async def http_submit_job(self, request: Request, fmt: Format = None):
         key = idempotency_key(request.headers)
-        held = [0]
-        try:
-            body = await self._body(request, time.monotonic() + self.args.body_timeout_s, held)
-            self._take_submit_slot()  # a gate of their own: a submit is short, a sync request long
-            try:
-                # A format is kept with the job (its pipeline run then makes
-                # word boxes for hOCR/ALTO); the job's result stays JSON.
-                data, opts = with_format_of(await parse_body(request, body, self.limits), fmt)
-                opts = with_lane(opts, request, BULK)  # a job is bulk unless it asks otherwise
-                del body
-                # Junk is a 400 now, not a failed job later (header only, off
-                # the loop); a PDF is opened, its pages counted, none rendered.
-                await asyncio.to_thread(self._check_upload, data)
-                job = await downstream(self.jobs.submit.remote(data, opts, key))
-            finally:
-                self.submitting -= 1
-        finally:
-            self.bodies.give(held[0])
+        async with self.lease(request, submit=True) as lease:  # a gate of their own: a submit is short, a sync request long
+            # A format is kept with the job (its pipeline run then makes
+            # word boxes for hOCR/ALTO); the job's result stays JSON.
+            upload, opts = await parse_body(request, lease.body, self.limits)
+            opts = with_lane(with_format(opts, fmt).for_pipeline(), request, BULK)  # a job is bulk unless it asks otherwise
+            # Junk is a 400 now, not a failed job later (header only, off
+            # the loop); a document is opened, its pages counted, none rendered.
+            await asyncio.to_thread(self._check_upload, upload)
+            job = await downstream(self.jobs.submit.remote(upload.data, opts, key))
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
-    def _check_upload(self, data: bytes) -> None:
-        if is_pdf(data):
-            if len(data) > self.limits.max_bytes:
-                raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
-            check_pdf(data, self.documents)
+    def _check_upload(self, upload: Upload) -> None:
+        if upload.is_document:
+            check_pdf(upload.data, self.documents)
         else:
-            check_image_header(data, self.limits)
+            check_image_header(upload.data, self.limits)
 
     @api.get("/v1/ocr/jobs/{job_id}", dependencies=V1, summary="A job's status, and its result once done")
     async def http_get_job(self, job_id: str, fmt: Format = None):

@@ -20,7 +20,6 @@ What a careless or hostile client can cost is bounded here:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
@@ -36,6 +35,7 @@ from .job_state import Job, JobStatus
 from .lanes import BULK, LaneQueue, lane_of
 from .options import OcrOptions
 from .settings import JobArgs, LaneArgs
+from .upload import content_key
 
 log = logging.getLogger("ray.serve")
 
@@ -51,19 +51,13 @@ def image_nbytes(image: Any) -> int:
 
 
 def fingerprint(image: Any, options: OcrOptions) -> str:
-    """What an Idempotency-Key stands for: the image's bytes and the options."""
-    h = hashlib.sha256()
-    if isinstance(image, (bytes, bytearray, memoryview)):
-        h.update(b"bytes:")
-        h.update(image)
-    else:  # an array (handle API)
-        import numpy as np
-
-        a = np.ascontiguousarray(image)
-        h.update(f"array:{a.dtype.str}:{a.shape}:".encode())
-        h.update(a.data)
-    h.update(json.dumps(options.key_dict(), sort_keys=True).encode())  # the lane is not the payload
-    return h.hexdigest()
+    """What an Idempotency-Key stands for: the image's content and the
+    options (the one content hash, serve_app.upload.content_key; the lane
+    is not the payload)."""
+    key = content_key(image, options)
+    if key is None:
+        raise ValueError(f"a job's image is bytes or an array, not {type(image).__name__}")
+    return key
 
 
 class JobBook:

@@ -16,12 +16,13 @@ from typing import Any, Callable, Optional
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from .documents import is_pdf
 from .job_book import JobBook
 from .job_journal import journal_path
-from .lanes import BULK
+from .lanes import BULK, lane_of
 from .options import OcrOptions, parse_options
+from .request_context import RequestContext
 from .settings import JobArgs, LaneArgs
+from .upload import upload_of
 
 
 # One replica, always: the store holds the jobs (a second replica would not
@@ -44,10 +45,11 @@ class JobStore:
         # The attempt's deadline goes along: what is still queued for it in
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
-        deadline = time.time() + self.args.job_timeout_s
-        if not is_pdf(image):
-            return await self.pipeline.ocr.remote(image, options, deadline)
-        stream = self.pipeline.options(stream=True).ocr_progress.remote(image, options, deadline)
+        upload = upload_of(image)  # what it is was decided when it was submitted; bytes from the journal: again
+        ctx = RequestContext("", time.time() + self.args.job_timeout_s, lane_of(options.priority, BULK))
+        if not upload.is_document:
+            return await self.pipeline.ocr.remote(upload, options, ctx)
+        stream = self.pipeline.options(stream=True).ocr_progress.remote(upload, options, ctx)
         try:
             async for event in stream:
                 if "result" in event:

@@ -4,8 +4,8 @@ capacity, and a bulk item that has waited longer than `bulk_max_wait_s` at
 one queue is served as if it were interactive (so bulk never starves).
 
 The lane travels with a request in its options (`OcrOptions.priority`; None
-until the entry point resolves it) and, inside the pipeline, as a context
-variable read by the stage calls. It never changes a result and is not part
+until the entry point resolves it) and in its RequestContext
+(serve_app.request_context), which every stage call is given. It never changes a result and is not part
 of the result cache's key.
 
 The two queues every lane-aware place uses, pure (no Ray), unit-tested:
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import itertools
 import time
 from collections import deque
@@ -30,15 +29,6 @@ INTERACTIVE = "interactive"
 BULK = "bulk"
 LANES = (INTERACTIVE, BULK)
 Lane = Literal["interactive", "bulk"]
-
-# The lane of the request the pipeline is reading in this task (set by
-# Pipeline.read, like its deadline); the stage calls pass it on.
-LANE: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ocr_lane", default=None)
-
-
-def current_lane() -> str:
-    return LANE.get() or INTERACTIVE
-
 
 def lane_of(priority: Optional[str], default: str = INTERACTIVE) -> str:
     """A request's lane: its own `priority`, else its entry point's default."""

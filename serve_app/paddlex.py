@@ -48,9 +48,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .config import EngineConfig
-from .documents import is_pdf
 from .errors import BadRequest, OcrError
 from .options import OcrOptions, parse_options
+from .upload import document_format
 
 
 class PaddleXOcrRequest(BaseModel):
@@ -113,7 +113,7 @@ def to_call(req: PaddleXOcrRequest) -> tuple[bytes, OcrOptions]:
     """The file's bytes and this service's options; BadRequest for what
     cannot be honoured."""
     data = file_bytes(req.file)
-    pdf = is_pdf(data)
+    pdf = document_format(data) == "pdf"
     if req.fileType == 0 and not pdf:
         raise BadRequest("fileType is 0 (PDF) but file is not a PDF")
     if req.fileType == 1 and pdf:

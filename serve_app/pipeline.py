@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import random
 import time
 from dataclasses import dataclass
@@ -19,10 +18,10 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .documents import PdfFile, is_pdf
-from .errors import BadImage, DeadlineExceeded, TooLarge
-from .lanes import LANE
+from .documents import PdfFile
+from .errors import BadImage
 from .options import DetParams, OcrOptions
+from .request_context import RequestContext
 from .results import (
     CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,
 )
@@ -34,33 +33,30 @@ from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
 from .stages.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
 from .stages.words import split_words
+from .upload import Upload, upload_of
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 
 # What the pipeline needs from each model: awaitables (a coroutine, or a
-# Serve DeploymentResponse) of the stage's answer.
+# Serve DeploymentResponse) of the stage's answer. Every call is given the
+# request's context as `ctx=` (serve_app.request_context: its deadline and
+# lane, so that a model replica drops work whose request is gone and serves
+# the interactive lane first).
 # working image, the request's detection options -> boxes (N,4,2)
-Detect = Callable[[np.ndarray, DetParams], Awaitable[np.ndarray]]
-Classify = Callable[[list[np.ndarray]], Awaitable[list[Direction]]]  # crops -> directions
-Recognize = Callable[[list[np.ndarray]], Awaitable[list[Recognition]]]  # crops -> readings
+Detect = Callable[..., Awaitable[np.ndarray]]  # (work, params, *, ctx)
+Classify = Callable[..., Awaitable[list[Direction]]]  # (crops, *, ctx) -> directions
+Recognize = Callable[..., Awaitable[list[Recognition]]]  # (crops, *, ctx) -> readings
 Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
 
 
-# The deadline (wall-clock time.time()) of the request being read, or None.
-# Set by Pipeline.read for its own task; stage callables that can pass it on
-# (the Serve pipeline's handles) read it here, so that a model replica drops
-# work whose request is gone.
-DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("ocr_deadline", default=None)
+Context = Union[RequestContext, float, None]  # a context, or just a deadline (time.time())
 
 
-def current_deadline() -> Optional[float]:
-    """The deadline of the request this task is reading (see DEADLINE)."""
-    return DEADLINE.get()
-
-
-def check_deadline(deadline: Optional[float], where: str) -> None:
-    if deadline is not None and time.time() > deadline:
-        raise DeadlineExceeded(f"the request's deadline passed before {where}; nothing more was done for it")
+def context_of(ctx: Context, options: OcrOptions) -> RequestContext:
+    """The request's context; a bare deadline (or None) with the options' lane."""
+    if isinstance(ctx, RequestContext):
+        return ctx
+    return RequestContext("", ctx, options.priority or "interactive")
 
 
 @dataclass(frozen=True)
@@ -82,41 +78,39 @@ class Pipeline:
         # pipeline's cap on bulk work in the stages (serve_app.lanes.PriorityGate.hold).
         self.admit = admit
 
-    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(),
-                   deadline: Optional[float] = None) -> OcrResult:
-        """With a deadline (time.time()), a step not started when it has
-        passed is not started: DeadlineExceeded instead. The options' lane
-        (priority) goes to the stage calls (serve_app.lanes.LANE)."""
-        DEADLINE.set(deadline)  # this task's context only
-        LANE.set(options.priority)
+    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
+        """With a deadline (the context's, time.time()), a step not started
+        when it has passed is not started: DeadlineExceeded instead. The
+        context goes to every stage call."""
+        ctx = context_of(ctx, options)
         if self.admit is None:
-            return await self._read(image, options, deadline)
-        async with self.admit(options.priority or "interactive"):
-            return await self._read(image, options, deadline)
+            return await self._read(image, options, ctx)
+        async with self.admit(ctx.lane):
+            return await self._read(image, options, ctx)
 
-    async def _read(self, image: ImageInput, options: OcrOptions, deadline: Optional[float]) -> OcrResult:
+    async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
         cfg = self.config
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        check_deadline(deadline, "decoding")
+        ctx.check("decoding")
         img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
         h, w = img.shape[:2]
         timings["decode"] = _ms(t0)
 
         t = time.perf_counter()
         if options.det:
-            check_deadline(deadline, "detection")
+            ctx.check("detection")
             if wants_tiles(h, w, cfg.pipeline):
-                work, geometry, boxes = await self._detect_long(img, options)
+                work, geometry, boxes = await self._detect_long(img, options, ctx)
             else:
                 work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
-                boxes = await self.stages.detect(work, options.det_params())
+                boxes = await self.stages.detect(work, options.det_params(), ctx=ctx)
                 finer = finer_scale(boxes_to_original(boxes, geometry), self._det_scale(work, geometry, options),
                                     (h, w), cfg.pipeline)
                 if finer:
-                    check_deadline(deadline, "detecting small text again in tiles")
-                    work, geometry, boxes = await self._detect_fine(img, options, finer)
-            check_deadline(deadline, "cropping")
+                    ctx.check("detecting small text again in tiles")
+                    work, geometry, boxes = await self._detect_fine(img, options, finer, ctx)
+            ctx.check("cropping")
             boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
         else:
             geometry = Geometry(1.0, 1.0, 0, w, h)
@@ -127,15 +121,15 @@ class Pipeline:
         flipped = [False] * len(crops)
         use_cls = options.cls is not False and self.stages.classify is not None
         if use_cls and crops:
-            check_deadline(deadline, "direction classification")
-            dirs = await self.stages.classify(crops)
+            ctx.check("direction classification")
+            dirs = await self.stages.classify(crops, ctx=ctx)
             flipped = [is_flipped(d, cfg.cls) for d in dirs]
             crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
         timings["cls"] = _ms(t)
 
         t = time.perf_counter()
-        check_deadline(deadline, "recognition")
-        recs = await self.stages.recognize(crops) if crops else []
+        ctx.check("recognition")
+        recs = await self.stages.recognize(crops, ctx=ctx) if crops else []
         timings["rec"] = _ms(t)
         drop_score = cfg.pipeline.drop_score if options.drop_score is None else options.drop_score
         lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
@@ -157,23 +151,25 @@ class Pipeline:
         (rh, rw), _ = det_layout(work.shape[0], work.shape[1], options.det_params().apply(self.config.det))
         return max(rh, rw) / max(1, geometry.orig_h, geometry.orig_w)
 
-    async def _detect_long(self, img: np.ndarray, options: OcrOptions) -> tuple[np.ndarray, Geometry, np.ndarray]:
+    async def _detect_long(self, img: np.ndarray, options: OcrOptions,
+                           ctx: RequestContext) -> tuple[np.ndarray, Geometry, np.ndarray]:
         """A long image's boxes from overlapping tiles along its long side
         (serve_app.stages.tiling): (working image, its geometry, boxes in
         working coordinates)."""
         work, (sx, sy), tiles = await asyncio.to_thread(prepare_tiled, img, self.config.pipeline,
                                                         self._top_rung(options))
-        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options)
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options, ctx)
 
-    async def _detect_fine(self, img: np.ndarray, options: OcrOptions,
-                           scale: float) -> tuple[np.ndarray, Geometry, np.ndarray]:
+    async def _detect_fine(self, img: np.ndarray, options: OcrOptions, scale: float,
+                           ctx: RequestContext) -> tuple[np.ndarray, Geometry, np.ndarray]:
         """Small text on a large image, detected again at `scale` of the
         original in a grid of tiles of the detector's largest input."""
         work, (sx, sy), tiles = await asyncio.to_thread(prepare_grid, img, scale, self.config.pipeline,
                                                         self._top_rung(options))
-        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options)
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options, ctx)
 
-    async def _detect_tiles(self, work: np.ndarray, tiles: list[Tile], options: OcrOptions) -> np.ndarray:
+    async def _detect_tiles(self, work: np.ndarray, tiles: list[Tile], options: OcrOptions,
+                            ctx: RequestContext) -> np.ndarray:
         """Each tile prepared and detected as an image of its own,
         concurrently; boxes moved back and merged where tiles overlap."""
         cfg, params = self.config, options.det_params()
@@ -181,33 +177,35 @@ class Pipeline:
         async def one(tile: Tile) -> np.ndarray:
             sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
             tile_work, geo = await asyncio.to_thread(prepare_image, sub, cfg.pipeline)
-            boxes = boxes_to_original(await self.stages.detect(tile_work, params), geo)
+            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=ctx), geo)
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
         found = await all_or_none([one(t) for t in tiles])
         return await asyncio.to_thread(merge_tile_boxes, tiles, found)
 
-    async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
+    async def read_any(self, data: Union[ImageInput, Upload], options: OcrOptions = OcrOptions(), ctx: Context = None,
                        progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
-        """A PDF (by its magic bytes) -> read_document; anything else -> read."""
-        if is_pdf(data):
-            return await self.read_document(data, options, deadline, progress)
-        return await self.read(data, options, deadline)
+        """A document (its kind decided at the door: serve_app.upload) ->
+        read_document; an image -> read."""
+        upload = upload_of(data, self.config.limits)
+        if isinstance(upload.data, (str, Path)):  # a name, not content: its kind is read where its file is
+            upload = upload_of(upload.data)
+        if upload.is_document:
+            return await self.read_document(upload.data, options, ctx, progress)
+        return await self.read(upload.data, options, ctx)
 
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
-                            deadline: Optional[float] = None, progress: Optional[Progress] = None) -> DocumentResult:
+                            ctx: Context = None, progress: Optional[Progress] = None) -> DocumentResult:
         """Every page of a PDF, in order. Pages are rendered here (in a
         worker thread, from the PDF's bytes) and read concurrently, at most
         documents.page_concurrency at a time, so a page's bitmap exists only
         while it is read. `progress(done, total)` after each page."""
         cfg = self.config
-        DEADLINE.set(deadline)
-        LANE.set(options.priority)
+        ctx = context_of(ctx, options)
         t0 = time.perf_counter()
         if isinstance(data, (str, Path)):
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
-        if len(data) > cfg.limits.max_bytes:
-            raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {cfg.limits.max_bytes}")
+        data = upload_of(data, cfg.limits).data  # the byte limit (serve_app.upload)
         pdf = await asyncio.to_thread(PdfFile, data, cfg.documents, cfg.limits.max_pixels)
         try:
             total = pdf.pages
@@ -219,7 +217,7 @@ class Pipeline:
             async def one(index: int) -> PageResult:
                 nonlocal done
                 async with gate:
-                    page = await self._read_page(pdf, index, options, deadline)
+                    page = await self._read_page(pdf, index, options, ctx)
                 done += 1
                 if progress is not None:
                     progress(done, total)
@@ -230,8 +228,7 @@ class Pipeline:
             await asyncio.to_thread(pdf.close)
         return DocumentResult(tuple(pages), {"total": _ms(t0)})
 
-    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions,
-                         deadline: Optional[float]) -> PageResult:
+    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext) -> PageResult:
         t0 = time.perf_counter()
         if options.pdf_text_layer:
             got = await asyncio.to_thread(pdf.text_lines, index, options.return_chars)
@@ -240,10 +237,10 @@ class Pipeline:
                 ms = _ms(t0)
                 return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
                                   "text_layer")
-        check_deadline(deadline, f"rendering page {index + 1}")
+        ctx.check(f"rendering page {index + 1}")
         image = await asyncio.to_thread(pdf.render, index)
         render_ms = _ms(t0)
-        result = await self.read(image, options, deadline)
+        result = await self.read(image, options, ctx)
         del image
         timings = {"render": render_ms, **result.timings_ms}
         timings["total"] = _ms(t0)
@@ -331,14 +328,14 @@ def fanned_out(recognize: Callable[..., Awaitable[list[Recognition]]], fan_out: 
     parts of one page on distinct replicas. Answers are the same either
     way: crops are batched by width bucket wherever they are read."""
 
-    async def call(crops: list[np.ndarray]) -> list[Recognition]:
+    async def call(crops: list[np.ndarray], ctx: Optional[RequestContext] = None) -> list[Recognition]:
         parts = fan_out_parts(len(crops), fan_out, min_items)
         if parts <= 1:
-            return await recognize(crops)
+            return await recognize(crops, ctx=ctx)
         shares = deal_by_width(crops, parts)
         offset = random.randrange(PART_OFFSETS)
         answers = await asyncio.gather(*(
-            recognize([crops[i] for i in idx], **({"part": (offset, k)} if tag_parts else {}))
+            recognize([crops[i] for i in idx], ctx=ctx, **({"part": (offset, k)} if tag_parts else {}))
             for k, idx in enumerate(shares)))
         return merge_shares(shares, list(answers), len(crops))
 
@@ -365,9 +362,7 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
 def read_file(path: Path, limits: ImageLimits) -> bytes:
     if not path.is_file():
         raise BadImage(f"{path}: no such file")
-    size = path.stat().st_size
-    if size > limits.max_bytes:
-        raise TooLarge(f"{path} is {size} bytes, over the limit of {limits.max_bytes}")
+    limits.check_bytes(path.stat().st_size, str(path))
     return path.read_bytes()
 
 

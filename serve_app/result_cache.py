@@ -25,6 +25,7 @@ from typing import Any, Awaitable, Callable, Optional
 import numpy as np
 
 from .errors import DeadlineExceeded
+from .upload import content_key, upload_of  # the one content hash (serve_app.upload)
 
 # Hash bigger inputs off the event loop (hashlib releases the GIL on them).
 _HASH_INLINE_BYTES = 256 * 1024
@@ -58,31 +59,8 @@ def model_identity(engine: Any) -> str:
     return h.hexdigest()
 
 
-def _image_digest(image: Any) -> Optional[str]:
-    if isinstance(image, (bytes, bytearray, memoryview)):
-        return hashlib.sha256(image).hexdigest()
-    if isinstance(image, np.ndarray):
-        h = hashlib.sha256(f"{image.shape}|{image.dtype.str}|".encode())
-        h.update(np.ascontiguousarray(image).data)
-        return h.hexdigest()
-    return None  # a path: its file may change under the same name
-
-
-def content_key(image: Any, options: Any, model_id: str) -> Optional[str]:
-    """The cache key of a request; None when it is not cacheable."""
-    digest = _image_digest(image)
-    if digest is None:
-        return None
-    # every option but the lane (`priority`: it orders work, never changes a result)
-    opts = options.key_dict() if hasattr(options, "key_dict") else options
-    if isinstance(opts, dict) and "priority" in opts:
-        opts = {k: v for k, v in opts.items() if k != "priority"}
-    return hashlib.sha256(f"{digest}|{json.dumps(opts, sort_keys=True, default=str)}|{model_id}".encode()).hexdigest()
-
-
 async def content_key_async(image: Any, options: Any, model_id: str) -> Optional[str]:
-    size = image.nbytes if isinstance(image, (np.ndarray, memoryview)) else len(image) \
-        if isinstance(image, (bytes, bytearray)) else 0
+    size = upload_of(image).nbytes if isinstance(image, (bytes, bytearray, memoryview, np.ndarray)) else 0
     if size > _HASH_INLINE_BYTES:
         return await asyncio.to_thread(content_key, image, options, model_id)
     return content_key(image, options, model_id)

@@ -165,12 +165,6 @@ class IngressArgs(_Args):
     batch_concurrency: int = Field(4, ge=1)  # (see max_batch_items)
     # Admission by cost, inside the count limit above (serve_app.admission).
     admission: AdmissionArgs = AdmissionArgs()
-    # Synchronous reads (POST /v1/ocr, /v1/ocr/batch, /ocr, the handle API)
-    # run the pipeline's code in the ingress's own process, over the model
-    # deployments' handles, instead of calling the OcrPipeline deployment:
-    # one hop and one copy of the image less (docs/benchmarks.md, "Hop
-    # budget"). Jobs go through the OcrPipeline deployment either way.
-    pipeline_in_ingress: bool = True
 
 
 class CacheArgs(_Args):

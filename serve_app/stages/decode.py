@@ -28,8 +28,7 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
         raise BadImage(f"image must be bytes, got {type(data).__name__}")
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
-    if len(data) > limits.max_bytes:
-        raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
+    limits.check_bytes(len(data))
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers

@@ -58,8 +58,10 @@ def _ray_task_error(cause: Exception) -> Exception:
         return RayTaskError("ocr", "traceback", e).as_instanceof_cause()
 
 
-async def pipeline_ocr(data: bytes, options, deadline=None):
+async def pipeline_ocr(upload, options, ctx=None):
+    data = upload.data  # the door's typed Upload (serve_app.upload)
     Fake.calls.append((data, options))
+    Fake.contexts.append(ctx)
     failures = {
         b"bad": BadImage("not an image"),
         b"wrapped-bad": _ray_task_error(BadImage("not an image, from a replica")),
@@ -79,6 +81,7 @@ async def pipeline_ocr(data: bytes, options, deadline=None):
 
 class Fake:
     calls: list = []
+    contexts: list = []
     jobs: dict = {}
 
 
@@ -98,8 +101,8 @@ def app():
     # What the routes use of their `self`; not the real class, whose
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
-    for name in ("ocr", "_body", "_take_slot", "_take_bulk_slot", "_take_submit_slot", "_probe_ready", "_static",
-                 "_gather_stats", "_read", "_check_upload", "_visualize"):
+    for name in ("ocr", "read", "lease", "_take_slot", "_take_bulk_slot", "_take_submit_slot", "_probe_ready",
+                 "_static", "_gather_stats", "_check_upload", "_visualize"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
@@ -117,7 +120,7 @@ def app():
     obj.token = None
     obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
     obj.admission = Admission(obj.args.admission, default_retry_s=obj.args.retry_after_s)
-    Fake.calls, Fake.jobs = [], {}
+    Fake.calls, Fake.contexts, Fake.jobs = [], [], {}
     ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
     with mock.patch.object(serve, "get_replica_context", lambda: ctx):
         yield TestClient(ingress.api), obj
@@ -491,9 +494,9 @@ def paddlex_post(client, **fields):
 def test_paddlex_route_answers_in_paddlex_shape(app):
     client, obj = app
 
-    async def with_boxes(data, options, deadline=None):
+    async def with_boxes(upload, options, ctx=None):
         return {"image": {"width": 1, "height": 1}, "timings_ms": {},
-                "results": [{"text": data.decode(), "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}]}
+                "results": [{"text": upload.data.decode(), "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}]}
 
     obj.pipeline = types.SimpleNamespace(ocr=Method(with_boxes))
     r = paddlex_post(client, file=base64.b64encode(b"hello").decode(), fileType=1, visualize=False)
@@ -530,3 +533,144 @@ def test_job_submit_checks_a_pdf_before_accepting_it(app):
     assert not Fake.calls
     r = client.post("/v1/ocr/jobs", content=blank_pdf(3), headers={"Content-Type": "application/pdf"})
     assert r.status_code == 202 and Fake.calls[0][0][:5] == b"%PDF-"
+
+
+# -- one read path (issue 23) ------------------------------------------------------------
+def paddlex_file(data: bytes, **fields) -> dict:
+    return {"file": base64.b64encode(data).decode(), "fileType": 1, "visualize": False, **fields}
+
+
+async def boxed_ocr(upload, options, ctx=None):
+    """pipeline_ocr's answer with a box on each line (what PaddleX's shape reads)."""
+    body = await pipeline_ocr(upload, options, ctx)
+    return {**body, "results": [{**r, "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]} for r in body["results"]]}
+
+
+def test_every_door_says_how_the_cache_answered_and_shares_one_cache(app):
+    client, obj = app
+    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
+    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
+    assert post(client, b"same").headers["x-cache"] == "miss"
+    items = [{"base64": base64.b64encode(b).decode()} for b in (b"same", b"other", b"other")]
+    batch = client.post("/v1/ocr/batch", json={"images": items}).json()["items"]
+    # The first item is the /v1/ocr answer's; of two identical new items one computes, the other waits on it.
+    assert batch[0]["cache"] == "hit" and sorted(i["cache"] for i in batch[1:]) == ["miss", "shared"]
+    assert [[r["text"] for r in i["results"]] for i in batch] == [["same"], ["other"], ["other"]]
+    px = client.post("/ocr", json=paddlex_file(b"other"))
+    assert px.status_code == 200 and px.headers["x-cache"] == "hit"
+    assert px.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == ["other"]
+    assert asyncio.run(obj.ocr(b"other"))["cache"] == "hit"
+    fresh = client.post("/v1/ocr/batch", json={"images": items[:1]}, headers={"Cache-Control": "no-cache"})
+    assert fresh.json()["items"][0]["cache"] == "bypass"
+    assert [c[0] for c in Fake.calls] == [b"same", b"other", b"same"]  # each content computed once, and the fresh one
+
+
+def test_paddlex_goes_through_the_same_token_check_in_its_error_shape(app):
+    client, obj = app
+    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
+    obj.token = b"tok"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        r = client.post("/ocr", json=paddlex_file(b"hello"), headers=headers)
+        assert r.status_code == 401
+        body = r.json()
+        assert set(body) == {"logId", "errorCode", "errorMsg"} and body["errorCode"] == 401
+        assert "bearer token" in body["errorMsg"]
+    ok = client.post("/ocr", json=paddlex_file(b"hello"), headers={"Authorization": "Bearer tok"})
+    assert ok.status_code == 200 and ok.json()["errorCode"] == 0
+    assert [c[0] for c in Fake.calls] == [b"hello"]  # refused requests reached nothing
+    assert {"route": "/ocr", "code": "401"} in obj.metrics.requests.seen and {"code": "unauthorized"} in obj.metrics.errors.seen
+
+
+def test_paddlex_goes_through_the_same_media_type_check_body_budget_byte_limit_and_slot(app):
+    client, obj = app
+    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
+    body = json.dumps(paddlex_file(b"hello")).encode()
+    r = client.post("/ocr", content=body, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["errorCode"] == 415 and "application/json" in r.json()["errorMsg"]
+    assert client.post("/ocr", content=body).status_code == 415  # no Content-Type at all
+    obj.bodies = BodyBudget(len(body) - 1, retry_after_s=2)  # this body would take the ingress over its budget
+    r = client.post("/ocr", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 503 and r.json()["errorCode"] == 503 and r.headers["retry-after"] == "2"
+    assert obj.bodies.held == 0  # the refused body's bytes were given back
+    obj.bodies = BodyBudget(obj.args.max_body_bytes)
+    obj.limits = ImageLimits(max_bytes=4)
+    r = client.post("/ocr", json=paddlex_file(b"hello"))
+    assert r.status_code == 413 and r.json()["errorMsg"] == "file is 5 bytes, over the limit of 4"
+    obj.limits = ImageLimits()
+    obj.in_flight = obj.args.max_in_flight
+    r = client.post("/ocr", json=paddlex_file(b"hello"))
+    assert r.status_code == 503 and r.json()["errorCode"] == 503 and r.headers["retry-after"] == "2"
+    assert not Fake.calls and obj.bodies.held == 0
+
+
+def test_the_pipeline_gets_the_requests_context_its_id_deadline_and_lane(app):
+    import time
+
+    client, _ = app
+    before = time.time()
+    assert post(client, b"a", **{"X-Request-ID": "rid-1", "X-Request-Timeout": "30"}).status_code == 200
+    assert post(client, b"b", **{"X-Request-ID": "rid-2", "X-Priority": "bulk"}).status_code == 200
+    first, second = Fake.contexts
+    assert (first.request_id, first.lane) == ("rid-1", "interactive") and before < first.deadline <= time.time() + 30
+    assert (second.request_id, second.lane) == ("rid-2", "bulk")
+    assert Fake.calls[1][1].priority == "bulk"  # the lane resolved once: options and context agree
+
+
+def test_a_batch_holds_one_slot_and_gives_every_byte_back(app):
+    client, obj = app
+    items = [{"base64": base64.b64encode(b).decode()} for b in (b"one", b"two")]
+    r = client.post("/v1/ocr/batch", json={"images": items})
+    assert r.status_code == 200 and [i["cache"] for i in r.json()["items"]] == ["bypass", "bypass"]
+    assert obj.in_flight == 0 and obj.bulk_in_flight == 0 and obj.bodies.held == 0
+    obj.in_flight = obj.args.max_in_flight
+    r = client.post("/v1/ocr/batch", json={"images": items})
+    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and obj.bodies.held == 0
+
+
+def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_classifier_included():
+    """The OcrPipeline deployment's own class (not a stand-in) over stand-in
+    model handles: every stage call carries the request's deadline and lane."""
+    import time
+
+    import cv2
+    import numpy as np
+
+    from serve_app.deployments import OcrPipeline
+    from serve_app.request_context import RequestContext
+    from serve_app.results import Direction, Recognition
+    from serve_app.settings import RecognizerArgs
+
+    seen: dict[str, list] = {}
+    answers = {"detect": lambda args: np.array([[[10, 10], [110, 10], [110, 40], [10, 40]]], np.float32),
+               "classify": lambda args: [Direction("0", 1.0)] * len(args[0]),
+               "recognize": lambda args: [Recognition("word", 0.9, ((0.0, 1.0),))] * len(args[0])}
+
+    class Handle:
+        def __init__(self, method):
+            self.method = method
+
+        def options(self, **kw):
+            return self
+
+        def __getattr__(self, name):
+            assert name == self.method
+
+            def remote(*args):
+                seen[name] = args
+
+                async def answer():
+                    return answers[name](args)
+
+                return answer()
+
+            return types.SimpleNamespace(remote=remote)
+
+    pipe = OcrPipeline.func_or_class(Handle("detect"), Handle("classify"), Handle("recognize"), EngineConfig(),
+                                     RecognizerArgs(), LaneArgs(enabled=False))
+    png = cv2.imencode(".png", np.full((100, 240, 3), 255, np.uint8))[1].tobytes()
+    ctx = RequestContext("rid", time.time() + 60, "bulk")
+    body = asyncio.run(pipe.ocr(png, OcrOptions(priority="bulk"), ctx))
+    assert [r["text"] for r in body["results"]] == ["word"]
+    assert seen["detect"][1] == ctx.deadline and seen["detect"][3] == "bulk"  # (image, deadline, params, lane)
+    assert seen["classify"][1:] == (ctx.deadline, "bulk")  # (crops, deadline, lane)
+    assert seen["recognize"][1:] == (ctx.deadline, "bulk")

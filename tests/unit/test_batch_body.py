@@ -10,6 +10,7 @@ import pytest
 
 from serve_app.errors import BadRequest, TooLarge, UnsupportedMediaType
 from serve_app.http_body import batch_items, read_body
+from serve_app.upload import Upload
 from serve_app.options import OcrOptions
 from test_http_body import LIMIT, LIMITS, b64, js, multipart, request
 
@@ -19,7 +20,8 @@ def items_of(body: bytes, ctype: str, max_items: int = 4):
 
     async def go():
         raw = await read_body(req, LIMIT)
-        return await batch_items(req, raw, LIMITS, max_items)
+        items, opts = await batch_items(req, raw, LIMITS, max_items)
+        return [i.data if isinstance(i, Upload) else i for i in items], opts  # an item's bytes, or its error
 
     return asyncio.run(go())
 
@@ -67,9 +69,12 @@ def test_an_empty_or_wrong_batch_is_refused_whole(body, ctype, error):
 
 
 def test_a_raw_pdf_body_is_checked_against_its_content_type():
-    from test_http_body import read
+    from test_http_body import read, read_upload
 
     data, _ = read(b"%PDF-1.7 ...", "application/pdf")
     assert data == b"%PDF-1.7 ..."
+    upload, _ = read_upload(b"%PDF-1.7 ...", "application/octet-stream")  # known by its bytes, whatever the type
+    assert (upload.kind, upload.format) == ("document", "pdf")
+    assert read_upload(b"\x89PNG....", "application/octet-stream")[0].kind == "image"
     with pytest.raises(BadRequest, match="not a PDF"):
         read(b"\x89PNG....", "application/pdf")

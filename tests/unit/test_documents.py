@@ -113,7 +113,7 @@ class Stand:
         self.active = 0
         self.most = 0
 
-    async def detect(self, work, params=None):
+    async def detect(self, work, params=None, ctx=None):
         self.active += 1
         self.most = max(self.most, self.active)
         await asyncio.sleep(random.uniform(0, 0.02))
@@ -122,7 +122,7 @@ class Stand:
         self.level = None
         return np.array([[[5, 5], [w - 5, 5], [w - 5, h - 5], [5, h - 5]]], dtype=np.float32)
 
-    async def recognize(self, crops):
+    async def recognize(self, crops, ctx=None):
         return [Recognition(f"grey{int(round(float(c.mean())))}", 0.99) for c in crops]
 
 
@@ -165,7 +165,7 @@ def test_a_passed_deadline_reads_no_page():
     stand = Stand()
     pipe = Pipeline(Stages(stand.detect, None, stand.recognize), EngineConfig())
     with pytest.raises(DeadlineExceeded):
-        asyncio.run(pipe.read_document(grey_pdf([10, 20]), OcrOptions(), deadline=1.0))
+        asyncio.run(pipe.read_document(grey_pdf([10, 20]), OcrOptions(), 1.0))
     assert stand.most == 0
 
 

@@ -1,13 +1,10 @@
-"""The hop budget's arithmetic (load_tests/hop_budget.py) and the ingress's
-stand-in for the pipeline handle (serve_app/pipeline_here.py): pure, no
-Ray, no models."""
+"""The hop budget's arithmetic (load_tests/hop_budget.py): pure, no Ray,
+no models."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,6 @@ from load_tests.hop_budget import (  # noqa: E402
     amdahl_fraction, amdahl_speedup, over_engine, process_group, request_parts, server_timing_ms, service_rate,
     stage_compute_ms,
 )
-from serve_app.pipeline_here import PipelineHere  # noqa: E402
 
 
 def test_server_timing_reads_the_named_duration():
@@ -89,29 +85,6 @@ def test_amdahl_round_trip_and_rates():
     assert service_rate(8, 0.4, 0.1, 0.5) == pytest.approx(15.0)
     assert service_rate(0.2, 0.4, 0.1, 0.5) == 0.0
     assert not math.isnan(service_rate(4, 0.3, 0.0, 0.0))
-
-
-def test_pipeline_here_runs_ocr_locally_and_passes_the_rest_to_the_handle():
-    calls = []
-
-    class Local:
-        async def ocr(self, image, options=None, deadline=None):
-            calls.append((image, options, deadline))
-            return {"results": [], "image": image}
-
-    handle = types.SimpleNamespace(ready=types.SimpleNamespace(remote=lambda: "handle.ready"), ocr="not this")
-    here = PipelineHere(Local(), handle)
-    assert here.ready.remote() == "handle.ready"  # anything but ocr: the deployment's handle
-
-    async def go():
-        task = here.ocr.remote(b"img", "opts", 12.0)
-        assert isinstance(task, asyncio.Task)  # awaitable and cancellable, as a DeploymentResponse
-        return await task
-
-    assert asyncio.run(go()) == {"results": [], "image": b"img"}
-    assert calls == [(b"img", "opts", 12.0)]
-    with pytest.raises(AttributeError):
-        here.no_such_method
 
 
 def test_extrapolation_uses_measured_figures_and_caps():

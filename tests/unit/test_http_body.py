@@ -47,9 +47,16 @@ def request(body: bytes | list[bytes], ctype: str | None, length: bool = True, *
     return Request(scope, src.receive), src
 
 
-def read(body, ctype, **kw):
+def read_upload(body, ctype, **kw):
+    """(the Upload, the options) the door makes of a body."""
     req, _ = request(body, ctype, **kw)
     return asyncio.run(image_and_options(req, LIMITS))
+
+
+def read(body, ctype, **kw):
+    """(the upload's bytes, the options)."""
+    upload, opts = read_upload(body, ctype, **kw)
+    return upload.data, opts
 
 
 def multipart(fields: list[tuple[str, str | None, bytes]], boundary: str = "b") -> tuple[bytes, str]:
@@ -217,12 +224,14 @@ def test_bodies_held_at_once_are_bounded_by_the_budget():
     from serve_app.http_body import BodyBudget, read_body
 
     budget = BodyBudget(1500)
-    held_a, held_b = [0], [0]
-    asyncio.run(read_body(request([b"a" * 500, b"a" * 500], "image/png", length=False)[0], LIMIT, 1, budget, held_a))
-    assert budget.held == held_a[0] == 1000
+    held_a, held_b = budget.hold(), budget.hold()
+    asyncio.run(read_body(request([b"a" * 500, b"a" * 500], "image/png", length=False)[0], LIMIT, 1, held_a))
+    assert budget.held == held_a.bytes == 1000
     with pytest.raises(Overloaded):
-        asyncio.run(read_body(request([b"b" * 400, b"b" * 400], "image/png", length=False)[0], LIMIT, 1, budget, held_b))
-    budget.give(held_a[0] + held_b[0])  # what the ingress does when each request is done
+        asyncio.run(read_body(request([b"b" * 400, b"b" * 400], "image/png", length=False)[0], LIMIT, 1, held_b))
+    assert held_b.bytes == 400  # the chunk taken before the refusal
+    held_a.release()  # what the ingress's lease does when each request is done
+    held_b.release()
     assert budget.held == 0
 
 

@@ -34,16 +34,16 @@ class Calls:
         self.texts = texts
         self.seen: dict[str, list] = {"det": [], "cls": [], "rec": []}
 
-    async def detect(self, work, params=None):
+    async def detect(self, work, params=None, ctx=None):
         self.seen["det"].append(work.shape)
         self.seen.setdefault("det_params", []).append(params)
         return self.boxes
 
-    async def classify(self, crops):
+    async def classify(self, crops, ctx=None):
         self.seen["cls"].append(len(crops))
         return self.directions or [Direction("0", 1.0)] * len(crops)
 
-    async def recognize(self, crops):
+    async def recognize(self, crops, ctx=None):
         self.seen["rec"].append([c.shape for c in crops])
         texts = self.texts or [f"line{i}" for i in range(len(crops))]
         return [Recognition(t, 0.9, ((0.0, 0.5), (0.5, 1.0))[: len(t)]) for t in texts]
@@ -94,7 +94,7 @@ def test_a_flipped_crop_is_rotated_before_recognition():
     img[10:40, 10:60] = 255  # left half of BOX_A white: a 180 rotation puts it on the right
     seen = []
 
-    async def recognize(crops):
+    async def recognize(crops, ctx=None):
         seen.extend(crops)
         return [Recognition("x", 0.9)] * len(crops)
 
@@ -158,7 +158,7 @@ def test_fan_out_deals_crops_by_width_and_merges_answers_back_in_order():
 def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
     calls = []
 
-    async def recognize(crops):
+    async def recognize(crops, ctx=None):
         calls.append(len(crops))
         return [c.shape[1] for c in crops]
 
@@ -176,7 +176,7 @@ def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_even
 
     hints = []
 
-    async def recognize(crops, part=None):
+    async def recognize(crops, ctx=None, part=None):
         hints.append(part)
         return [0] * len(crops)
 
@@ -205,7 +205,7 @@ def test_route_tags_round_trip_and_stay_few():
         assert parse_route_tag(bad) is None
     offsets = set()
 
-    async def recognize(crops, part=None):
+    async def recognize(crops, ctx=None, part=None):
         offsets.add(part[0])
         return [0] * len(crops)
 
@@ -219,19 +219,18 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     import time
     import types
 
-    import serve_app.pipeline as pipeline_module
+    import serve_app.request_context as request_context
     from serve_app.errors import DeadlineExceeded
-    from serve_app.pipeline import current_deadline
 
-    # The pipeline's wall clock, moved by the test alone: no sleep races the deadline.
+    # The deadline's wall clock, moved by the test alone: no sleep races the deadline.
     clock = types.SimpleNamespace(now=1_000.0)
-    monkeypatch.setattr(pipeline_module, "time", types.SimpleNamespace(
+    monkeypatch.setattr(request_context, "time", types.SimpleNamespace(
         time=lambda: clock.now, perf_counter=time.perf_counter, monotonic=time.monotonic))
     seen = []
 
     class Slow(Calls):
-        async def detect(self, work, params=None):
-            seen.append(current_deadline())  # what the Serve pipeline passes on with the detector call
+        async def detect(self, work, params=None, ctx=None):
+            seen.append(ctx.deadline)  # what the Serve pipeline passes on with the detector call
             clock.now += 1.0  # the deadline passes while detection runs
             return await super().detect(work, params)
 
@@ -243,6 +242,37 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     with pytest.raises(DeadlineExceeded, match="before decoding"):
         asyncio.run(Pipeline(calls.stages(), EngineConfig()).read(png(100, 240), OcrOptions(), clock.now - 1))
     assert len(read(Calls([BOX_A]), png(100, 240)).lines) == 1  # no deadline: as before
+
+
+def test_every_stage_call_is_given_the_request_context_the_classifier_included():
+    import time
+
+    from serve_app.request_context import RequestContext
+
+    got: dict[str, list] = {"det": [], "cls": [], "rec": []}
+
+    class Seen(Calls):
+        async def detect(self, work, params=None, ctx=None):
+            got["det"].append(ctx)
+            return await super().detect(work, params)
+
+        async def classify(self, crops, ctx=None):
+            got["cls"].append(ctx)
+            return await super().classify(crops)
+
+        async def recognize(self, crops, ctx=None):
+            got["rec"].append(ctx)
+            return await super().recognize(crops)
+
+    ctx = RequestContext("rid-1", time.time() + 60, "bulk")
+    result = asyncio.run(Pipeline(Seen([BOX_A, BOX_B]).stages(), EngineConfig()).read(png(100, 240), OcrOptions(), ctx))
+    assert len(result.lines) == 2
+    assert got == {"det": [ctx], "cls": [ctx], "rec": [ctx]}  # one value, the same for every stage
+    # A bare deadline (the library, older callers) becomes a context with the options' lane.
+    deadline = time.time() + 60
+    got = {"det": [], "cls": [], "rec": []}
+    asyncio.run(Pipeline(Seen([BOX_A]).stages(), EngineConfig()).read(png(100, 240), OcrOptions(priority="bulk"), deadline))
+    assert got["cls"] == [RequestContext("", deadline, "bulk")] == got["det"] == got["rec"]
 
 
 def test_visualize_adds_the_picture_of_the_lines_read_and_nothing_otherwise():

@@ -48,10 +48,10 @@ class OneLine:
     def __init__(self, text):
         self.text = text
 
-    async def detect(self, work, params=None):
+    async def detect(self, work, params=None, ctx=None):
         return np.array([[[10, 10], [210, 10], [210, 40], [10, 40]]], np.float32)
 
-    async def recognize(self, crops):
+    async def recognize(self, crops, ctx=None):
         n = len(self.text)
         return [Recognition(self.text, 0.9, tuple(spans(n)), tuple([0.9] * n))]
 
