@@ -403,6 +403,7 @@ def assemble(
     flipped = flipped or [False] * len(recs)
     lines = []
     for b, r, flip in zip(mapped, recs, flipped):
+        r = strip_reading(r)
         if r.score < drop_score or not r.text:
             continue
         chars = words = None
@@ -418,6 +419,21 @@ def assemble(
                           for w in split_words(r.text, r.char_spans, r.char_scores))
         lines.append(TextLine(r.text, r.score, round_box(b), chars, words))
     return tuple(lines)
+
+
+def strip_reading(r: Recognition) -> Recognition:
+    """The reading without leading and trailing whitespace (the recogniser
+    reads the crop's margins as spaces at times), its characters' spans and
+    scores cut the same way so that character and word boxes stay on their
+    characters."""
+    text = r.text
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if start == 0 and end == len(text):
+        return r
+    spans = r.char_spans[start:end] if len(r.char_spans) == len(text) else r.char_spans
+    scores = r.char_scores[start:end] if len(r.char_scores) == len(text) else r.char_scores
+    return Recognition(text[start:end], r.score, tuple(spans), tuple(scores))
 
 
 def round_box(b: Any) -> list[list[float]]:

@@ -138,6 +138,24 @@ def test_assemble_drops_low_scores_and_empty_text_and_keeps_boxes_aligned():
     assert lines[0].box == [[20.0, 110.0], [400.0, 110.0], [400.0, 170.0], [20.0, 170.0]]
 
 
+def test_assemble_strips_edge_whitespace_and_keeps_char_and_word_boxes_on_their_characters():
+    # " ab cd " read along a 100 px wide box: each character 1/7 of it
+    text = " ab cd "
+    spans = tuple((i / 7, (i + 1) / 7) for i in range(7))
+    box = np.array([[[0, 0], [70, 0], [70, 10], [0, 10]]], dtype=np.float32)
+    recs = [Recognition(text, 0.9, spans, (0.5, 0.9, 0.8, 0.5, 0.7, 0.6, 0.5))]
+    (line,) = assemble(box, recs, Geometry(1.0, 1.0, 0, 70, 10), 0.5, return_chars=True, return_words=True)
+    assert line.text == "ab cd"
+    assert [c.text for c in line.chars] == ["a", "b", "c", "d"]
+    # "a" was the 2nd of 7 characters: x 10..20; "d" the 6th: x 50..60
+    assert (line.chars[0].box[0][0], line.chars[0].box[1][0]) == (10.0, 20.0)
+    assert (line.chars[-1].box[0][0], line.chars[-1].box[1][0]) == (50.0, 60.0)
+    assert [(w.text, w.box[0][0], w.box[1][0]) for w in line.words] == [("ab", 10.0, 30.0), ("cd", 40.0, 60.0)]
+    assert line.words[0].score == pytest.approx(0.85)
+    # only spaces: no line
+    assert assemble(box, [Recognition("   ", 0.9, spans[:3], (0.9,) * 3)], Geometry(1.0, 1.0, 0, 70, 10), 0.5) == ()
+
+
 @pytest.mark.parametrize("n, fan_out, min_items, parts", [
     (3, 2, 4, 1), (4, 2, 4, 2), (40, 2, 4, 2), (5, 4, 4, 2), (40, 4, 12, 4), (11, 4, 12, 1), (12, 1, 4, 1),
 ])
