@@ -7,7 +7,7 @@ import json
 import logging
 import sys
 
-from .documents import is_pdf
+from .documents import is_document
 from .errors import OcrError
 
 
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     with engine:
         for path in args.images:
             try:
-                if is_pdf(path):
+                if is_document(path):
                     result = engine.read_document(path, **opts)
                 else:
                     result = engine.read(path, **opts)
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
                     print(render(result.to_dict(), args.format)[0], end="", flush=True)
                     continue
                 body = result.to_dict()
-                if is_pdf(path):
+                if is_document(path):
                     if not args.timings:
                         for page in body["pages"]:
                             del page["timings_ms"]

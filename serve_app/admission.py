@@ -57,7 +57,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .documents import PdfFile, is_pdf
+from .documents import is_document, open_document
 from .errors import DeadlineExceeded, Overloaded
 
 # When a request's size cannot be read from its header (junk: the pipeline
@@ -89,8 +89,8 @@ def image_size(data: Any, documents: Any = None) -> Size:
     try:
         if isinstance(data, np.ndarray):
             return Size(int(data.shape[0]) * int(data.shape[1]) if data.ndim >= 2 else UNKNOWN_PIXELS)
-        if documents is not None and is_pdf(data):
-            with PdfFile(bytes(data), documents) as pdf:
+        if documents is not None and is_document(data):  # a PDF, a multi-page TIFF
+            with open_document(bytes(data), documents) as pdf:
                 g = pdf.geometry(0)
                 return Size(g.width * g.height, pdf.pages)
         from PIL import Image
@@ -433,7 +433,7 @@ class Gate:
         self.result: Optional[dict] = None
 
     async def admit(self) -> None:
-        if self.documents is not None and is_pdf(self.data):  # pdfium opens it: off the event loop
+        if self.documents is not None and is_document(self.data):  # pdfium opens it: off the event loop
             size = await asyncio.to_thread(image_size, self.data, self.documents)
         else:
             size = image_size(self.data)

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from . import paddlex
 from .admission import Admission, Gate
 from .config import DocumentLimits, ImageLimits
-from .documents import PdfFile, check_pdf, is_pdf
+from .documents import check_document, is_document, open_document
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, NotFound, OcrError, Overloaded, TooLarge, Unauthorized, Unavailable,
 )
@@ -485,10 +485,10 @@ class OcrIngress:
         """Each page's ocrImage and inputImage (a worker thread; one page
         bitmap at a time)."""
         pages = paddlex.pages_of(result)
-        if not is_pdf(data):
+        if not is_document(data):
             image = decode_image(data, self.limits, self.paddlex.exif_transpose)
             return [paddlex.visualization(image, pages[0]["results"])]
-        with PdfFile(data, self.documents, self.limits.max_pixels) as pdf:
+        with open_document(data, self.documents, self.limits.max_pixels, self.paddlex.exif_transpose) as pdf:
             return [paddlex.visualization(pdf.render(k), page["results"]) for k, page in enumerate(pages)]
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
@@ -517,10 +517,10 @@ class OcrIngress:
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
     def _check_upload(self, data: bytes) -> None:
-        if is_pdf(data):
+        if is_document(data):  # a PDF, a multi-page TIFF
             if len(data) > self.limits.max_bytes:
-                raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
-            check_pdf(data, self.documents)
+                raise TooLarge(f"the document is {len(data)} bytes, over the limit of {self.limits.max_bytes}")
+            check_document(data, self.documents)
         else:
             check_image_header(data, self.limits)
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from .documents import is_pdf
+from .documents import is_document
 from .job_book import JobBook
 from .job_journal import journal_path
 from .lanes import BULK
@@ -45,7 +45,7 @@ class JobStore:
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
         deadline = time.time() + self.args.job_timeout_s
-        if not is_pdf(image):
+        if not is_document(image):
             return await self.pipeline.ocr.remote(image, options, deadline)
         stream = self.pipeline.options(stream=True).ocr_progress.remote(image, options, deadline)
         try:

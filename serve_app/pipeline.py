@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .documents import PdfFile, is_pdf
+from .documents import PdfFile, is_document, open_document
 from .errors import BadImage, DeadlineExceeded, TooLarge
 from .lanes import LANE
 from .options import DetParams, OcrOptions
@@ -28,7 +28,7 @@ from .results import (
 )
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
-from .stages.decode import array_to_bgr, decode_image
+from .stages.decode import array_to_bgr, decode_image, frame_count
 from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
@@ -99,7 +99,7 @@ class Pipeline:
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         check_deadline(deadline, "decoding")
-        img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
+        img, frames = await asyncio.to_thread(load_image_frames, image, cfg.limits, cfg.pipeline.exif_transpose)
         h, w = img.shape[:2]
         timings["decode"] = _ms(t0)
 
@@ -145,7 +145,7 @@ class Pipeline:
             picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings, picture)
+        return OcrResult(w, h, lines, timings, picture, frames)
 
     def _top_rung(self, options: OcrOptions) -> int:
         """The detector's largest input side for this request."""
@@ -189,14 +189,16 @@ class Pipeline:
 
     async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
                        progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
-        """A PDF (by its magic bytes) -> read_document; anything else -> read."""
-        if is_pdf(data):
+        """A document (a PDF, a TIFF of several pages: by their bytes) ->
+        read_document; anything else -> read."""
+        if is_document(data):
             return await self.read_document(data, options, deadline, progress)
         return await self.read(data, options, deadline)
 
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
                             deadline: Optional[float] = None, progress: Optional[Progress] = None) -> DocumentResult:
-        """Every page of a PDF, in order. Pages are rendered here (in a
+        """Every page of a document (a PDF, a multi-page TIFF), in order.
+        Pages are rendered here (in a
         worker thread, from the PDF's bytes) and read concurrently, at most
         documents.page_concurrency at a time, so a page's bitmap exists only
         while it is read. `progress(done, total)` after each page."""
@@ -207,8 +209,9 @@ class Pipeline:
         if isinstance(data, (str, Path)):
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
         if len(data) > cfg.limits.max_bytes:
-            raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {cfg.limits.max_bytes}")
-        pdf = await asyncio.to_thread(PdfFile, data, cfg.documents, cfg.limits.max_pixels)
+            raise TooLarge(f"the document is {len(data)} bytes, over the limit of {cfg.limits.max_bytes}")
+        pdf = await asyncio.to_thread(open_document, data, cfg.documents, cfg.limits.max_pixels,
+                                      cfg.pipeline.exif_transpose)
         try:
             total = pdf.pages
             if progress is not None:
@@ -228,7 +231,7 @@ class Pipeline:
             pages = await all_or_none([one(i) for i in range(total)])
         finally:
             await asyncio.to_thread(pdf.close)
-        return DocumentResult(tuple(pages), {"total": _ms(t0)})
+        return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
 
     async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions,
                          deadline: Optional[float]) -> PageResult:
@@ -360,6 +363,15 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
     return decode_image(bytes(image), limits, exif_transpose)
+
+
+def load_image_frames(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> tuple[np.ndarray, int]:
+    """load_image, and how many frames the encoded image has (an animated
+    GIF, WebP or PNG: only the first is read)."""
+    if isinstance(image, (str, Path)):
+        image = read_file(Path(image), limits)
+    img = load_image(image, limits, exif_transpose)
+    return img, frame_count(bytes(image)) if isinstance(image, (bytes, bytearray, memoryview)) else 1
 
 
 def read_file(path: Path, limits: ImageLimits) -> bytes:

@@ -90,10 +90,15 @@ class OcrResult:
     lines: tuple[TextLine, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     visualization: Optional[Visualization] = None  # with the `visualize` option
+    frames: int = 1  # an animated image's frames: only the first is read
 
     def to_dict(self) -> dict[str, Any]:
-        return {"image": {"width": self.width, "height": self.height},
-                **_read_body(self.lines, self.timings_ms, self.visualization)}
+        image: dict[str, Any] = {"width": self.width, "height": self.height}
+        if self.frames > 1:
+            image["frames"] = self.frames
+            image["note"] = (f"an image of {self.frames} frames (an animation): only its first frame was read; "
+                             f"send each frame as an image of its own to read the others")
+        return {"image": image, **_read_body(self.lines, self.timings_ms, self.visualization)}
 
 
 @dataclass(frozen=True)
