@@ -31,9 +31,13 @@ from .stages.db_postprocess import order_clockwise
 from .stages.decode import array_to_bgr, decode_image, frame_count
 from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
+from .stages.layout import arrange
+from .stages.orientation import OrientationParams, decide, line_vote, quality, turn_lines, upright
 from .stages.reading_order import reading_order
 from .stages.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
 from .stages.words import split_words
+
+ORIENTATION = OrientationParams()  # serve_app.stages.orientation: when a page is called turned
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 
@@ -102,7 +106,39 @@ class Pipeline:
         img, frames = await asyncio.to_thread(load_image_frames, image, cfg.limits, cfg.pipeline.exif_transpose)
         h, w = img.shape[:2]
         timings["decode"] = _ms(t0)
+        orient = (options.page_orientation if options.page_orientation is not None
+                  else cfg.pipeline.page_orientation) and options.det and self.stages.classify is not None \
+            and options.cls is not False
+        lines, votes = await self._lines(img, options, deadline, timings, orient)
+        orientation = 0 if orient else None
+        angle = decide(votes) if orient else 0
+        if angle:
+            # Turned: read once more upright (never more than once), kept
+            # only if the recogniser reads it at least as well.
+            t = time.perf_counter()
+            check_deadline(deadline, "reading the page upright")
+            turned = await asyncio.to_thread(upright, img, angle)
+            again, _ = await self._lines(turned, options, deadline, {}, False)
+            if quality(again) >= ORIENTATION.accept * quality(lines):
+                lines, orientation = turn_lines(again, angle, w, h), angle
+            timings["orientation"] = _ms(t)
+        blocks = None
+        if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
+            lines, blocks = arrange(lines, orientation or 0, w, h)
+        picture = None
+        if options.visualize:
+            t = time.perf_counter()
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
+            timings["visualize"] = _ms(t)
+        timings["total"] = _ms(t0)
+        return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
 
+    async def _lines(self, img: np.ndarray, options: OcrOptions, deadline: Optional[float],
+                     timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
+        """One image's lines (detect, crop, classify, recognise, assemble),
+        and with `votes` each line's vote on the page's orientation."""
+        cfg = self.config
+        h, w = img.shape[:2]
         t = time.perf_counter()
         if options.det:
             check_deadline(deadline, "detection")
@@ -139,13 +175,10 @@ class Pipeline:
         timings["rec"] = _ms(t)
         drop_score = cfg.pipeline.drop_score if options.drop_score is None else options.drop_score
         lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
-        picture = None
-        if options.visualize:
-            t = time.perf_counter()
-            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
-            timings["visualize"] = _ms(t)
-        timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings, picture, frames)
+        if not votes:
+            return lines, []
+        return lines, [line_vote(is_vertical(b), f, len(r.text.strip()), r.score)
+                       for b, r, f in zip(boxes, recs, flipped) if r.score >= drop_score]
 
     def _top_rung(self, options: OcrOptions) -> int:
         """The detector's largest input side for this request."""
@@ -251,7 +284,7 @@ class Pipeline:
         timings = {"render": render_ms, **result.timings_ms}
         timings["total"] = _ms(t0)
         return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
-                          result.visualization)
+                          result.visualization, result.blocks, result.orientation)
 
 
 async def all_or_none(coros: list[Awaitable]) -> list:

@@ -183,3 +183,24 @@ def block_box(boxes: np.ndarray, idx: list[int]) -> list[list[float]]:
     x0, y0 = float(r[:, 0].min()), float(r[:, 1].min())
     x1, y1 = float(r[:, 2].max()), float(r[:, 3].max())
     return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
+
+
+def arrange(lines: tuple, angle: int, w: int, h: int, params: LayoutParams = LayoutParams()) -> tuple[tuple, tuple]:
+    """Lines (serve_app.results.TextLine, boxes in the image's pixels) in
+    block order, and their blocks (serve_app.results.Block: each block's
+    box and the indices of its lines in the returned order). The layout is
+    found in the page's upright view (`angle`: how far it was turned
+    clockwise; w x h: the image's size)."""
+    from ..results import Block
+    from .orientation import to_upright
+
+    if not lines:
+        return tuple(lines), ()
+    boxes = np.array([line.box for line in lines], dtype=np.float64).reshape(-1, 4, 2)
+    blocks = layout_blocks(to_upright(boxes, angle, w, h), params)
+    order = [i for b in blocks for i in b]
+    out, at = [], 0
+    for b in blocks:
+        out.append(Block(block_box(boxes, b), tuple(range(at, at + len(b)))))
+        at += len(b)
+    return tuple(lines[i] for i in order), tuple(out)

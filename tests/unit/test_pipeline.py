@@ -282,3 +282,58 @@ def test_request_detection_options_reach_the_detector_and_drop_score_drops_lines
     calls = Calls([BOX_A, BOX_B])
     assert read(calls, png(100, 240), drop_score=0.95, box_thresh=0.7, limit_side_len=640).lines == ()
     assert calls.seen["det_params"] == [DetParams(limit_side_len=640, box_thresh=0.7)]
+
+
+# -- page orientation and blocks (#25 items 2 and 3) over stand-in stages ---------
+
+
+def test_a_page_whose_lines_all_read_upside_down_is_read_again_upright_and_answered_upright():
+    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+    result = read(calls, png(100, 240))
+    assert calls.seen["det"] == [(100, 240, 3), (100, 240, 3)]  # once as it came, once turned upright
+    assert result.orientation == 180 and "orientation" in result.timings_ms
+    # the upright view's BOX_A (first in its reading order) is, in the image as sent, turned with it
+    assert result.lines[0].box == [[130.0, 60.0], [230.0, 60.0], [230.0, 90.0], [130.0, 90.0]]
+    assert result.to_dict()["orientation"] == 180
+    assert [b.lines for b in result.blocks] == [(0, 1)]
+
+
+def test_a_page_that_votes_turned_but_reads_worse_turned_stays_as_it_is_after_one_more_pass():
+    """The bound on what a page can make the pipeline do: one more pass at most."""
+
+    class WorseTurned(Calls):
+        async def recognize(self, crops):
+            self.seen["rec"].append([c.shape for c in crops])
+            text = "ab" if len(self.seen["rec"]) == 1 else "a"
+            return [Recognition(text, 0.9, ((0.0, 0.5), (0.5, 1.0))[: len(text)]) for _ in crops]
+
+    tall = [[10, 10], [40, 10], [40, 90], [10, 90]]  # a vertical line: votes 90 with an upright call
+    calls = WorseTurned([tall, [[60, 10], [90, 10], [90, 90], [60, 90]]])
+    result = read(calls, png(100, 240))
+    assert len(calls.seen["det"]) == 2 and calls.seen["det"][1] == (240, 100, 3)
+    assert result.orientation == 0 and [l.text for l in result.lines] == ["ab", "ab"]
+
+
+def test_orientation_off_by_option_or_without_the_classifier_costs_no_pass():
+    for opts, with_cls in (({"page_orientation": False}, True), ({"cls": False}, True), ({}, False)):
+        calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+        result = read(calls, png(100, 240), with_cls=with_cls, **opts)
+        assert len(calls.seen["det"]) == 1 and result.orientation is None
+        assert "orientation" not in result.to_dict()
+
+
+def test_upright_pages_cost_no_extra_pass_and_answer_orientation_0_and_blocks():
+    calls = Calls([BOX_A, BOX_B])
+    body = read(calls, png(100, 240)).to_dict()
+    assert len(calls.seen["det"]) == 1
+    assert body["orientation"] == 0
+    assert body["blocks"] == [{"box": [[10.0, 10.0], [200.0, 10.0], [200.0, 90.0], [10.0, 90.0]], "lines": [0, 1]}]
+
+
+def test_the_reference_profile_keeps_the_references_answer_shape_and_order():
+    from serve_app.config import reference_config
+
+    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+    result = asyncio.run(Pipeline(calls.stages(), reference_config()).read(png(100, 240), OcrOptions()))
+    body = result.to_dict()
+    assert len(calls.seen["det"]) == 1 and "orientation" not in body and "blocks" not in body
