@@ -6,10 +6,12 @@ A recursive XY-cut with two guards against the cuts that scramble office
 documents:
 
 - A vertical cut (between columns) is made only at a gutter whose sides
-  both look like columns of running text: each side at least
+  both look like columns of running text (each side at least
   `column_fill` times as wide as the gutter, its lines `text_aspect` times
-  as long as high (median). A table's narrow columns, a receipt's prices,
-  a form's label-value pairs fail it and stay row by row.
+  as long as high, median), or with running text on one side and, on the
+  other, short lines that mostly do not sit on the text's rows (a
+  sidebar). A table's narrow columns, a receipt's prices, a form's
+  label-value pairs fail it and stay row by row.
 - Where a region has no such gutter as a whole (a title spans the page),
   it is cut into horizontal strips, and consecutive strips are joined
   into sections while their column structure holds: a section with a
@@ -36,6 +38,11 @@ class LayoutParams:
     column_fill: float = 2.5  # each side of a gutter at least this many times as wide as it
     text_aspect: float = 5.0  # a column's lines (median) at least this many times as long as high
     para_gap: float = 0.9  # a vertical gap of more line heights than this starts a new block
+    # Beside running text, a column of short lines (a sidebar) is a column
+    # only if under max_paired of its lines sit on the text's rows (centres
+    # within row_tolerance line heights): a table's, a receipt's, a form's do.
+    max_paired: float = 0.5
+    row_tolerance: float = 0.25
 
 
 def rects(boxes: np.ndarray) -> np.ndarray:
@@ -95,8 +102,7 @@ class _Cutter:
         cuts = [k for k, g in enumerate(gaps) if g >= self.p.min_gutter * self.h]
         while cuts:
             groups = _split(segs, cuts)
-            bad = [k for n, k in enumerate(cuts) if not (self._text_column(groups[n], gaps[k])
-                                                         and self._text_column(groups[n + 1], gaps[k]))]
+            bad = [k for n, k in enumerate(cuts) if not self._gutter(groups[n], groups[n + 1], gaps[k])]
             if not bad:
                 return groups
             cuts.remove(min(bad, key=lambda k: gaps[k]))
@@ -104,6 +110,27 @@ class _Cutter:
 
     def _gap(self, left: list[int], right: list[int]) -> float:
         return float(self.r[right, 0].min() - self.r[left, 2].max())
+
+    def _gutter(self, left: list[int], right: list[int], gap: float) -> bool:
+        """Whether a gap between left and right separates columns: running
+        text on both sides; or running text on one side and, on the other
+        (a sidebar, a margin note), lines that mostly do not sit on the
+        rows of the first, as a table's, a receipt's or a form's do."""
+        a, b = self._text_column(left, gap), self._text_column(right, gap)
+        if a and b:
+            return True
+        if not (a or b):
+            return False
+        other, text = (right, left) if a else (left, right)
+        return self._paired(other, text) < self.p.max_paired
+
+    def _paired(self, idx: list[int], others: list[int]) -> float:
+        """The fraction of lines idx that sit on the row of one of others
+        (vertical centres within row_tolerance line heights)."""
+        r = self.r
+        mid = (r[others, 1] + r[others, 3]) / 2
+        near = [bool(np.any(np.abs(mid - (r[i, 1] + r[i, 3]) / 2) < self.p.row_tolerance * self.h)) for i in idx]
+        return sum(near) / len(near)
 
     def _text_column(self, idx: list[int], gutter: float) -> bool:
         r = self.r[idx]

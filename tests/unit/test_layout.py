@@ -101,3 +101,20 @@ def test_one_and_no_lines():
 def test_block_box_is_the_box_around_its_lines():
     boxes, _ = page([("a", 10, 10, 100), ("b", 20, 40, 200)])
     assert block_box(boxes, [0, 1]) == [[10.0, 10.0], [220.0, 10.0], [220.0, 60.0], [10.0, 60.0]]
+
+
+def test_the_made_pages_lines_drawn_boxes_come_out_in_the_truths_order():
+    """tests/pages.py's office pages, by the boxes their lines were drawn
+    in (a detector finds about these): each in the order a person reads it."""
+    import random
+
+    from pages import made_pages, order_score
+
+    for page in made_pages():
+        boxes = np.array([box(x0, y0, x1 - x0, y1 - y0) for x0, y0, x1, y1 in page.boxes], dtype=np.float32)
+        shuffled = list(range(len(boxes)))
+        random.Random(0).shuffle(shuffled)  # the detector's order is not reading order
+        blocks = layout_blocks(boxes[shuffled])
+        read = [page.truth[shuffled[i]] for b in blocks for i in b]
+        score, matched, n = order_score(read, page.truth)
+        assert (score, matched) == (1.0, n), (page.name, read)
