@@ -237,6 +237,62 @@ def upper_table(engine, out: dict) -> None:
                     "made": [len(made_lines), made_lost, got_made]}
 
 
+def spaced_caps(line, ratio: float = 1.6) -> str:
+    """A candidate rule for item 5 (measured here, not in the pipeline): in
+    a line in capitals, a space where the distance between two characters'
+    centres is over `ratio` times the line's median."""
+    text = line.text
+    letters = [c for c in text if c.isalpha()]
+    if not line.chars or not letters or not all(c.isupper() for c in letters) or not text.isascii():
+        return text
+    chars = [c for c in line.chars]
+    xs = [float(np.mean([p[0] for p in c.box])) for c in chars]
+    d = [b - a for a, b in zip(xs, xs[1:])]
+    if len(d) < 3:
+        return text
+    m = float(np.median(d))
+    out = [chars[0].text]
+    for k, c in enumerate(chars[1:]):
+        if d[k] > ratio * m and out[-1] != " ":
+            out.append(" ")
+        out.append(c.text)
+    restored = "".join(out)
+    return restored if restored.replace(" ", "") == text.replace(" ", "") else text
+
+
+def spacing_rule_table(engine, out: dict) -> None:
+    """The candidate rule's effect: made lines in capitals, tight crops of
+    the reference's capitals lines, and CER on all peer labels."""
+    from pages import Canvas
+    from peer import cer
+
+    made_lines = ["INVOICE NUMBER 2026-0481", "THANK YOU FOR YOUR BUSINESS", "TOTAL DUE", "BANK TRANSFER ONLY",
+                  "PAYMENT TERMS 30 DAYS", "DELIVERY ADDRESS", "ORDER REFERENCE PO 7731", "VAT REG NO 123 4567 89"]
+    rows = []
+    for ratio in (1.4, 1.6, 1.9):
+        exact_before = exact_after = 0
+        for s in made_lines:
+            c = Canvas(900, 90)
+            c.text(30, 25, s)
+            lines = engine.read(c.page("caps").image, return_chars=True).lines
+            before = " ".join(line.text for line in lines)
+            after = " ".join(spaced_caps(line, ratio) for line in lines)
+            exact_before += before == s
+            exact_after += after == s
+        labels = {n: e["expected_texts"] for n, e in expected().items() if e["kind"] == "ground-truth-label"}
+        reads = {n: engine.read(PEER / n, return_chars=True).lines for n in labels}
+        cer_before = cer({n: [line.text for line in v] for n, v in reads.items()}, labels)
+        cer_after = cer({n: [spaced_caps(line, ratio) for line in v] for n, v in reads.items()}, labels)
+        changed = sum(spaced_caps(line, ratio) != line.text for v in reads.values() for line in v)
+        rows.append((ratio, exact_before, exact_after, len(made_lines), cer_before, cer_after, changed))
+    print("\n## 6b. A candidate rule (space where characters are far apart, capitals only)\n")
+    print("| ratio | made lines exact before | after | peer-label CER before | after | peer label-image lines changed |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for ratio, eb, ea, n, cb, ca, ch in rows:
+        print(f"| {ratio} | {eb}/{n} | {ea}/{n} | {cb:.4f} | {ca:.4f} | {ch} |")
+    out["spacing_rule"] = rows
+
+
 def _load(path: Path) -> np.ndarray:
     from serve_app.stages.decode import decode_image
 
@@ -246,7 +302,7 @@ def _load(path: Path) -> np.ndarray:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the cost table")
-    ap.add_argument("--only", default="", help="comma-separated tables: order,peer,orientation,cost,tiff,upper")
+    ap.add_argument("--only", default="", help="comma-separated tables: order,peer,orientation,cost,tiff,upper,rule")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     from serve_app.engine import OcrEngine
@@ -257,7 +313,7 @@ def main(argv=None) -> int:
     with OcrEngine() as engine:
         engine.warm()
         for name, fn in (("order", order_table), ("peer", peer_order_table), ("tiff", tiff_table),
-                         ("upper", upper_table), ("orientation", orientation_table)):
+                         ("upper", upper_table), ("rule", spacing_rule_table), ("orientation", orientation_table)):
             if not only or name in only:
                 fn(engine, out)
         if not only or "cost" in only:
