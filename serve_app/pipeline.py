@@ -114,12 +114,13 @@ class Pipeline:
         angle = decide(votes) if orient else 0
         if angle:
             # Turned: read once more upright (never more than once), kept
-            # only if the recogniser reads it at least as well.
+            # only if the recogniser reads it at least as well and its lines
+            # then vote upright.
             t = time.perf_counter()
             check_deadline(deadline, "reading the page upright")
             turned = await asyncio.to_thread(upright, img, angle)
-            again, _ = await self._lines(turned, options, deadline, {}, False)
-            if quality(again) >= ORIENTATION.accept * quality(lines):
+            again, votes_again = await self._lines(turned, options, deadline, {}, True)
+            if quality(again) >= ORIENTATION.accept * quality(lines) and decide(votes_again) == 0:
                 lines, orientation = turn_lines(again, angle, w, h), angle
             timings["orientation"] = _ms(t)
         blocks = None

@@ -18,9 +18,9 @@ weighted by its characters times its score. A page is called turned when
 one angle other than 0 has at least `min_share` of the weight, from at
 least `min_lines` lines or `min_chars` characters. The pipeline then reads
 the page again upright and keeps that reading only if the recogniser reads
-it at least `accept` times as well (characters times score): a page of
-vertical Chinese columns votes 90 but reads worse turned, and stays as it
-is. `orientation` in an answer is the angle the page was turned clockwise
+it at least `accept` times as well (characters times score) and the lines
+of that reading vote upright in their turn: a page of vertical Chinese
+columns votes 90 but reads no better turned, and stays as it is. `orientation` in an answer is the angle the page was turned clockwise
 (rotate it that much counter-clockwise to see it upright)."""
 
 from __future__ import annotations

@@ -287,8 +287,17 @@ def test_request_detection_options_reach_the_detector_and_drop_score_drops_lines
 # -- page orientation and blocks (#25 items 2 and 3) over stand-in stages ---------
 
 
+class UpsideDown(Calls):
+    """A page whose lines the classifier calls upside down as it comes, and
+    upright once the page is turned."""
+
+    async def classify(self, crops):
+        self.seen["cls"].append(len(crops))
+        return [Direction("180" if len(self.seen["cls"]) == 1 else "0", 0.99)] * len(crops)
+
+
 def test_a_page_whose_lines_all_read_upside_down_is_read_again_upright_and_answered_upright():
-    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+    calls = UpsideDown([BOX_A, BOX_B])
     result = read(calls, png(100, 240))
     assert calls.seen["det"] == [(100, 240, 3), (100, 240, 3)]  # once as it came, once turned upright
     assert result.orientation == 180 and "orientation" in result.timings_ms
@@ -296,6 +305,12 @@ def test_a_page_whose_lines_all_read_upside_down_is_read_again_upright_and_answe
     assert result.lines[0].box == [[130.0, 60.0], [230.0, 60.0], [230.0, 90.0], [130.0, 90.0]]
     assert result.to_dict()["orientation"] == 180
     assert [b.lines for b in result.blocks] == [(0, 1)]
+
+
+def test_a_page_that_still_votes_turned_once_turned_stays_as_it_is():
+    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)  # upside down whichever way
+    result = read(calls, png(100, 240))
+    assert len(calls.seen["det"]) == 2 and result.orientation == 0
 
 
 def test_a_page_that_votes_turned_but_reads_worse_turned_stays_as_it_is_after_one_more_pass():
