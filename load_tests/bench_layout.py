@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from pages import fax_tiff, invoice_page, made_pages, order_score, turned  # noqa: E402
+from pages import fax_tiff, made_pages, order_score  # noqa: E402
 from peer import PEER, expected, reference  # noqa: E402
 
 ANGLES = (0, 90, 180, 270)
