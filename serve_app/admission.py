@@ -57,7 +57,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from .documents import PdfFile
+from .documents import open_document
 from .errors import DeadlineExceeded, Overloaded
 from .upload import upload_of
 
@@ -92,8 +92,8 @@ def image_size(data: Any, documents: Any = None) -> Size:
         data = upload.data
         if isinstance(data, np.ndarray):
             return Size(int(data.shape[0]) * int(data.shape[1]) if data.ndim >= 2 else UNKNOWN_PIXELS)
-        if documents is not None and upload.is_document:
-            with PdfFile(bytes(data), documents) as pdf:
+        if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
+            with open_document(bytes(data), documents) as pdf:
                 g = pdf.geometry(0)
                 return Size(g.width * g.height, pdf.pages)
         from PIL import Image
@@ -437,7 +437,7 @@ class Gate:
 
     async def admit(self) -> None:
         upload = upload_of(self.data)  # the door's Upload (serve_app.upload): its kind is known
-        if self.documents is not None and upload.is_document:  # pdfium opens it: off the event loop
+        if self.documents is not None and upload.is_document:  # opened off the event loop
             size = await asyncio.to_thread(image_size, upload, self.documents)
         else:
             size = image_size(upload)

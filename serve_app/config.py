@@ -263,6 +263,16 @@ class PipelineOptions(_Strict):
     fine_min_boxes: int = Field(8, ge=1)  # detect again only when at least this many lines were found
     drop_score: float = Field(0.5, ge=0, le=1)  # lines read with a lower score are dropped
     exif_transpose: bool = True  # turn an image upright by its EXIF orientation before reading
+    # A page turned 90, 180 or 270 degrees (a scan fed sideways, a photo
+    # without EXIF) is found from its lines' geometry and the direction
+    # classifier's calls, read again upright, and answered in upright
+    # reading order with `orientation` (serve_app.stages.orientation).
+    # Needs the classifier; options.page_orientation per request.
+    page_orientation: bool = True
+    # Lines grouped into blocks (columns, paragraphs, a title, a sidebar)
+    # and ordered column by column (serve_app.stages.layout); off: one
+    # reading order top to bottom, left to right within a row, no `blocks`.
+    blocks: bool = True
     # The `visualize` picture: its longest side (both halves) at most this many
     # pixels; the font its text is written in (None: the first found of
     # serve_app.visualize.FONT_CANDIDATES, else Pillow's built-in).
@@ -297,6 +307,8 @@ def reference_config(**overrides) -> EngineConfig:
         det=DetOptions(limit_side_len=736, limit_type="min"),
         cls=ClsOptions(window_aspect=0),  # long lines squashed whole, as the reference does
         rec=RecOptions(width_bucket=1, width_ladder=[], max_width=100_000, batch_padding="batch_max"),
-        pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0, fine_text_px=0),  # the reference never tiles
+        # The reference never tiles, reads pages as they come and orders lines top to bottom.
+        pipeline=PipelineOptions(exif_transpose=False, tile_aspect=0, fine_text_px=0, page_orientation=False,
+                                 blocks=False),
     )
     return base.model_copy(update=overrides)

@@ -79,6 +79,8 @@ class PdfFile:
     """An open PDF. Thread-safe (every call holds the PDFium lock); close()
     it when done."""
 
+    kind = "pdf"
+
     def __init__(self, data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None):
         import pypdfium2 as pdfium
 
@@ -175,6 +177,50 @@ class PdfFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# -- documents: every multi-page container ----------------------------------------
+# A PDF, or a TIFF of more than one page (serve_app.tiff_pages). Both are
+# page sources with the same interface (pages, kind, geometry, render,
+# text_lines, close), read by the pipeline's one document path.
+
+
+def is_document(data: Any) -> bool:
+    """Whether `data` (bytes, or a path) is read as a document: a PDF, or a
+    TIFF of two pages or more (a one-page TIFF is an image)."""
+    from .tiff_pages import TIFF_MAGICS, is_multipage_tiff
+
+    if is_pdf(data):
+        return True
+    if isinstance(data, (str, Path)):
+        try:
+            with open(data, "rb") as f:
+                if f.read(4) not in TIFF_MAGICS:
+                    return False
+                f.seek(0)
+                data = f.read()
+        except OSError:
+            return False
+    return is_multipage_tiff(data)
+
+
+def open_document(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
+                  exif_transpose: bool = True):
+    """The page source of a document's bytes: a PdfFile or a TiffPages."""
+    if is_pdf(data):
+        return PdfFile(data, limits, max_pixels)
+    from .tiff_pages import TiffPages
+
+    return TiffPages(data, limits, max_pixels, exif_transpose)
+
+
+def check_document(data: bytes, limits: DocumentLimits) -> int:
+    """A document's page count, after the checks reading it would make; no
+    page is rendered."""
+    with open_document(data, limits) as doc:
+        if doc.kind == "tiff":
+            doc.geometry(0)  # its first page's pixel count, from its directory
+        return doc.pages
 
 
 def check_pdf(data: bytes, limits: DocumentLimits) -> int:

@@ -3,14 +3,19 @@ body of one image (`{"image": {...}, "results": [...]}`) or of a document
 (`{"document": {...}, "pages": [{"page", "width", "height", "results"}]}`).
 Pure functions over that body: no Ray, no models.
 
-- text: each page's lines in reading order, one per line; pages separated
-  by a form feed (as Tesseract's text output).
-- hOCR: XHTML; per page an `ocr_page`, per line an `ocr_carea` > `ocr_par` >
-  `ocr_line` (the service finds lines, not paragraphs or columns), per word
-  an `ocrx_word` with its bbox and `x_wconf` (the word's score, 0-100).
-- ALTO: per page a `Page` > `PrintSpace`, per line a `TextBlock` >
-  `TextLine`, per word a `String` (HPOS, VPOS, WIDTH, HEIGHT, WC, CONTENT),
-  with `SP` where the text has a space between two words.
+- text: each page's lines in reading order, one per line, a blank line
+  between blocks; pages separated by a form feed (as Tesseract's text
+  output).
+- hOCR: XHTML; per page an `ocr_page`, per block (serve_app.stages.layout:
+  a column's paragraph, a title, a sidebar) an `ocr_carea` > `ocr_par`,
+  per line an `ocr_line`, per word an `ocrx_word` with its bbox and
+  `x_wconf` (the word's score, 0-100).
+- ALTO: per page a `Page` > `PrintSpace`, per block a `TextBlock`, per line
+  a `TextLine`, per word a `String` (HPOS, VPOS, WIDTH, HEIGHT, WC,
+  CONTENT), with `SP` where the text has a space between two words.
+
+A body without `blocks` (blocks off, a page's text layer, a job stored
+before blocks) has one block per line.
 
 Both place words: the ingress asks the pipeline for word boxes whenever
 either is wanted (OcrOptions.for_pipeline). A line without them (a job
@@ -81,6 +86,10 @@ class Page:
     width: int
     height: int
     lines: tuple[Line, ...]
+    blocks: tuple[tuple[int, ...], ...] = ()  # indices into lines, in reading order; () = one per line
+
+    def line_blocks(self) -> list[tuple[int, ...]]:
+        return list(self.blocks) if self.blocks else [(i,) for i in range(len(self.lines))]
 
 
 def render(body: dict, fmt: str) -> tuple[str, str]:
@@ -112,12 +121,34 @@ def raw_pages(body: dict) -> list[tuple[int, int, int, list[dict]]]:
     return [(1, image.get("width", 0), image.get("height", 0), body.get("results") or [])]
 
 
+def raw_blocks(body: dict) -> list[Optional[list[list[int]]]]:
+    """Each page's blocks as lists of indices into its results (None: the
+    body has none)."""
+    pages = body["pages"] if "pages" in body else [body]
+    out = []
+    for p in pages:
+        blocks = p.get("blocks")
+        out.append(None if not isinstance(blocks, list) else
+                   [[int(i) for i in b.get("lines", [])] for b in blocks if isinstance(b, dict)])
+    return out
+
+
 def pages_of(body: dict) -> list[Page]:
     pages = []
-    for number, w, h, results in raw_pages(body):
+    for (number, w, h, results), blocks in zip(raw_pages(body), raw_blocks(body)):
         w, h = int(w), int(h)
-        lines = tuple(ln for ln in (line_of(r, w, h) for r in results) if ln is not None)
-        pages.append(Page(int(number), w, h, lines))
+        got = [line_of(r, w, h) for r in results]
+        at, kept = {}, []
+        for i, ln in enumerate(got):
+            if ln is not None:
+                at[i] = len(kept)
+                kept.append(ln)
+        grouped: tuple[tuple[int, ...], ...] = ()
+        if blocks is not None:
+            grouped = tuple(g for g in (tuple(at[i] for i in b if i in at) for b in blocks) if g)
+            placed = {i for g in grouped for i in g}
+            grouped += tuple((i,) for i in range(len(kept)) if i not in placed)  # a line no block holds
+        pages.append(Page(int(number), w, h, tuple(kept), grouped))
     return pages
 
 
@@ -184,8 +215,15 @@ def clean(text: str) -> str:
 
 
 def render_text(body: dict) -> str:
-    pages = [[clean(r.get("text", "")) for r in results] for _, _, _, results in raw_pages(body)]
-    return "\f".join("".join(t + "\n" for t in texts if t.strip()) for texts in pages)
+    out = []
+    for (_, _, _, results), blocks in zip(raw_pages(body), raw_blocks(body)):
+        texts = [clean(r.get("text", "")) for r in results]
+        groups = blocks if blocks is not None else [list(range(len(texts)))]
+        placed = {i for g in groups for i in g}
+        groups = list(groups) + [[i for i in range(len(texts)) if i not in placed]]
+        parts = ["".join(texts[i] + "\n" for i in g if 0 <= i < len(texts) and texts[i].strip()) for g in groups]
+        out.append("\n".join(p for p in parts if p))
+    return "\f".join(out)
 
 
 # -- hOCR 1.2 ------------------------------------------------------------------
@@ -197,6 +235,25 @@ HOCR_CAPABILITIES = "ocr_page ocr_carea ocr_par ocr_line ocrx_word ocrp_wconf"
 
 def _bbox(b: tuple[int, int, int, int]) -> str:
     return f"bbox {b[0]} {b[1]} {b[2]} {b[3]}"
+
+
+def _union(boxes: list[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def _hocr_line(par: ET.Element, line: Line, p: int, n: int) -> tuple[ET.Element, list[bool]]:
+    """Line n of page p as an ocr_line in par; (its span, its words' spacing)."""
+    props = [_bbox(line.bbox)]
+    if line.vertical:  # read top to bottom: turned 90 degrees clockwise (textangle is counter-clockwise)
+        props.append("textangle 270")
+    elif abs(line.slope) <= 1.0:
+        props.append(f"baseline {line.slope:.3f} {line.offset:.0f}")
+    span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{p}_{n}", "title": "; ".join(props)})
+    for k, word in enumerate(line.words, 1):
+        wconf = max(0, min(100, round(word.score * 100)))
+        ET.SubElement(span, "span", {"class": "ocrx_word", "id": f"word_{p}_{n}_{k}",
+                                     "title": f"{_bbox(word.bbox)}; x_wconf {wconf}"}).text = word.text
+    return span, [w.space_before for w in line.words]
 
 
 def render_hocr(pages: list[Page]) -> str:
@@ -214,20 +271,12 @@ def render_hocr(pages: list[Page]) -> str:
         p = page.number
         div = ET.SubElement(body, "div", {"class": "ocr_page", "id": f"page_{p}",
                                           "title": f"bbox 0 0 {page.width} {page.height}; ppageno {p - 1}"})
-        for n, line in enumerate(page.lines, 1):
-            area = ET.SubElement(div, "div", {"class": "ocr_carea", "id": f"block_{p}_{n}", "title": _bbox(line.bbox)})
-            par = ET.SubElement(area, "p", {"class": "ocr_par", "id": f"par_{p}_{n}", "title": _bbox(line.bbox)})
-            props = [_bbox(line.bbox)]
-            if line.vertical:  # read top to bottom: turned 90 degrees clockwise (textangle is counter-clockwise)
-                props.append("textangle 270")
-            elif abs(line.slope) <= 1.0:
-                props.append(f"baseline {line.slope:.3f} {line.offset:.0f}")
-            span = ET.SubElement(par, "span", {"class": "ocr_line", "id": f"line_{p}_{n}", "title": "; ".join(props)})
-            for k, word in enumerate(line.words, 1):
-                wconf = max(0, min(100, round(word.score * 100)))
-                ET.SubElement(span, "span", {"class": "ocrx_word", "id": f"word_{p}_{n}_{k}",
-                                             "title": f"{_bbox(word.bbox)}; x_wconf {wconf}"}).text = word.text
-            spacing.append((span, [w.space_before for w in line.words]))
+        for b, members in enumerate(page.line_blocks(), 1):
+            box = _union([page.lines[i].bbox for i in members])
+            area = ET.SubElement(div, "div", {"class": "ocr_carea", "id": f"block_{p}_{b}", "title": _bbox(box)})
+            par = ET.SubElement(area, "p", {"class": "ocr_par", "id": f"par_{p}_{b}", "title": _bbox(box)})
+            for n in members:
+                spacing.append(_hocr_line(par, page.lines[n], p, n + 1))
     ET.indent(html, space=" ")
     # Between a line's words exactly what its text has: a space, or nothing
     # (between Chinese characters); indent's newlines would read as spaces.
@@ -264,19 +313,26 @@ def render_alto(pages: list[Page]) -> str:
         p = page.number
         pg = el(layout, "Page", ID=f"page_{p}", PHYSICAL_IMG_NR=p, WIDTH=page.width, HEIGHT=page.height)
         space = el(pg, "PrintSpace", HPOS=0, VPOS=0, WIDTH=page.width, HEIGHT=page.height)
-        for n, line in enumerate(page.lines, 1):
-            x0, y0, x1, y1 = line.bbox
-            box = dict(HPOS=x0, VPOS=y0, WIDTH=x1 - x0, HEIGHT=y1 - y0)
-            block = el(space, "TextBlock", ID=f"block_{p}_{n}", **box)
-            tl = el(block, "TextLine", ID=f"line_{p}_{n}", **box)
-            prev: Optional[Word] = None
-            for k, word in enumerate(line.words, 1):
-                if prev is not None and word.space_before:
-                    gap_at = prev.bbox[2]
-                    el(tl, "SP", HPOS=gap_at, VPOS=y0, WIDTH=max(0, word.bbox[0] - gap_at))
-                a0, b0, a1, b1 = word.bbox
-                el(tl, "String", ID=f"string_{p}_{n}_{k}", HPOS=a0, VPOS=b0, WIDTH=a1 - a0, HEIGHT=b1 - b0,
-                   WC=f"{max(0.0, min(1.0, word.score)):.4f}", CONTENT=word.text)
-                prev = word
+        for b, members in enumerate(page.line_blocks(), 1):
+            x0, y0, x1, y1 = _union([page.lines[i].bbox for i in members])
+            block = el(space, "TextBlock", ID=f"block_{p}_{b}", HPOS=x0, VPOS=y0, WIDTH=x1 - x0, HEIGHT=y1 - y0)
+            for i in members:
+                _alto_line(el, block, page.lines[i], p, i + 1)
     ET.indent(alto, space=" ")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(alto, encoding="unicode") + "\n"
+
+
+def _alto_line(el, block: ET.Element, line: Line, p: int, n: int) -> None:
+    """Line n of page p as a TextLine in block, its words as Strings."""
+    x0, y0, x1, y1 = line.bbox
+    box = dict(HPOS=x0, VPOS=y0, WIDTH=x1 - x0, HEIGHT=y1 - y0)
+    tl = el(block, "TextLine", ID=f"line_{p}_{n}", **box)
+    prev: Optional[Word] = None
+    for k, word in enumerate(line.words, 1):
+        if prev is not None and word.space_before:
+            gap_at = prev.bbox[2]
+            el(tl, "SP", HPOS=gap_at, VPOS=y0, WIDTH=max(0, word.bbox[0] - gap_at))
+        a0, b0, a1, b1 = word.bbox
+        el(tl, "String", ID=f"string_{p}_{n}_{k}", HPOS=a0, VPOS=b0, WIDTH=a1 - a0, HEIGHT=b1 - b0,
+           WC=f"{max(0.0, min(1.0, word.score)):.4f}", CONTENT=word.text)
+        prev = word

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from . import paddlex
 from .admission import Admission, Gate
 from .config import DocumentLimits, ImageLimits
-from .documents import PdfFile, check_pdf
+from .documents import check_document, open_document
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, Forbidden, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
@@ -523,7 +523,7 @@ class OcrIngress:
         if not upload.is_document:
             image = decode_image(upload.data, self.limits, self.paddlex.exif_transpose)
             return [paddlex.visualization(image, pages[0]["results"])]
-        with PdfFile(upload.data, self.documents, self.limits.max_pixels) as pdf:
+        with open_document(upload.data, self.documents, self.limits.max_pixels, self.paddlex.exif_transpose) as pdf:
             return [paddlex.visualization(pdf.render(k), page["results"]) for k, page in enumerate(pages)]
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
@@ -543,8 +543,8 @@ class OcrIngress:
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
     def _check_upload(self, upload: Upload) -> None:
-        if upload.is_document:
-            check_pdf(upload.data, self.documents)
+        if upload.is_document:  # a PDF, a multi-page TIFF
+            check_document(upload.data, self.documents)
         else:
             check_image_header(upload.data, self.limits)
 

@@ -62,6 +62,11 @@ class OcrOptions:
     # PDF input: a page that has a text layer takes its lines from it
     # (page "source": "text_layer") instead of OCR; never done unasked.
     pdf_text_layer: bool = False
+    # A page turned 90/180/270 degrees found and read upright (None: the
+    # service's engine.pipeline.page_orientation); blocks and column order
+    # (None: engine.pipeline.blocks).
+    page_orientation: Optional[bool] = None
+    blocks: Optional[bool] = None
     # Priority lane (serve_app.lanes): "interactive" or "bulk"; None: the
     # entry point's default (sync HTTP and handle calls interactive, jobs
     # bulk). It orders work, never changes a result (not in the cache key).

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .documents import PdfFile
+from .documents import PdfFile, open_document
 from .errors import BadImage
 from .options import DetParams, OcrOptions
 from .request_context import RequestContext
@@ -27,13 +27,17 @@ from .results import (
 )
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
-from .stages.decode import array_to_bgr, decode_image
+from .stages.decode import array_to_bgr, decode_image, frame_count
 from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
+from .stages.layout import arrange
+from .stages.orientation import OrientationParams, decide, line_vote, quality, turn_lines, upright
 from .stages.reading_order import reading_order
 from .stages.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
 from .stages.words import split_words
 from .upload import Upload, upload_of
+
+ORIENTATION = OrientationParams()  # serve_app.stages.orientation: when a page is called turned
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 
@@ -93,10 +97,43 @@ class Pipeline:
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
         ctx.check("decoding")
-        img = await asyncio.to_thread(load_image, image, cfg.limits, cfg.pipeline.exif_transpose)
+        img, frames = await asyncio.to_thread(load_image_frames, image, cfg.limits, cfg.pipeline.exif_transpose)
         h, w = img.shape[:2]
         timings["decode"] = _ms(t0)
+        orient = (options.page_orientation if options.page_orientation is not None
+                  else cfg.pipeline.page_orientation) and options.det and self.stages.classify is not None \
+            and options.cls is not False
+        lines, votes = await self._lines(img, options, ctx, timings, orient)
+        orientation = 0 if orient else None
+        angle = decide(votes) if orient else 0
+        if angle:
+            # Turned: read once more upright (never more than once), kept
+            # only if the recogniser reads it at least as well and its lines
+            # then vote upright.
+            t = time.perf_counter()
+            ctx.check("reading the page upright")
+            turned = await asyncio.to_thread(upright, img, angle)
+            again, votes_again = await self._lines(turned, options, ctx, {}, True)
+            if quality(again) >= ORIENTATION.accept * quality(lines) and decide(votes_again) == 0:
+                lines, orientation = turn_lines(again, angle, w, h), angle
+            timings["orientation"] = _ms(t)
+        blocks = None
+        if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
+            lines, blocks = arrange(lines, orientation or 0, w, h)
+        picture = None
+        if options.visualize:
+            t = time.perf_counter()
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
+            timings["visualize"] = _ms(t)
+        timings["total"] = _ms(t0)
+        return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
 
+    async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,
+                     timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
+        """One image's lines (detect, crop, classify, recognise, assemble),
+        and with `votes` each line's vote on the page's orientation."""
+        cfg = self.config
+        h, w = img.shape[:2]
         t = time.perf_counter()
         if options.det:
             ctx.check("detection")
@@ -133,13 +170,10 @@ class Pipeline:
         timings["rec"] = _ms(t)
         drop_score = cfg.pipeline.drop_score if options.drop_score is None else options.drop_score
         lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
-        picture = None
-        if options.visualize:
-            t = time.perf_counter()
-            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
-            timings["visualize"] = _ms(t)
-        timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings, picture)
+        if not votes:
+            return lines, []
+        return lines, [line_vote(is_vertical(b), f, len(r.text.strip()), r.score)
+                       for b, r, f in zip(boxes, recs, flipped) if r.score >= drop_score]
 
     def _top_rung(self, options: OcrOptions) -> int:
         """The detector's largest input side for this request."""
@@ -185,8 +219,8 @@ class Pipeline:
 
     async def read_any(self, data: Union[ImageInput, Upload], options: OcrOptions = OcrOptions(), ctx: Context = None,
                        progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
-        """A document (its kind decided at the door: serve_app.upload) ->
-        read_document; an image -> read."""
+        """A document (its kind decided at the door: serve_app.upload; a PDF,
+        a TIFF of several pages) -> read_document; an image -> read."""
         upload = upload_of(data, self.config.limits)
         if isinstance(upload.data, (str, Path)):  # a name, not content: its kind is read where its file is
             upload = upload_of(upload.data)
@@ -196,7 +230,8 @@ class Pipeline:
 
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
                             ctx: Context = None, progress: Optional[Progress] = None) -> DocumentResult:
-        """Every page of a PDF, in order. Pages are rendered here (in a
+        """Every page of a document (a PDF, a multi-page TIFF), in order.
+        Pages are rendered here (in a
         worker thread, from the PDF's bytes) and read concurrently, at most
         documents.page_concurrency at a time, so a page's bitmap exists only
         while it is read. `progress(done, total)` after each page."""
@@ -206,7 +241,8 @@ class Pipeline:
         if isinstance(data, (str, Path)):
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
         data = upload_of(data, cfg.limits).data  # the byte limit (serve_app.upload)
-        pdf = await asyncio.to_thread(PdfFile, data, cfg.documents, cfg.limits.max_pixels)
+        pdf = await asyncio.to_thread(open_document, data, cfg.documents, cfg.limits.max_pixels,
+                                      cfg.pipeline.exif_transpose)
         try:
             total = pdf.pages
             if progress is not None:
@@ -226,7 +262,7 @@ class Pipeline:
             pages = await all_or_none([one(i) for i in range(total)])
         finally:
             await asyncio.to_thread(pdf.close)
-        return DocumentResult(tuple(pages), {"total": _ms(t0)})
+        return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
 
     async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext) -> PageResult:
         t0 = time.perf_counter()
@@ -245,7 +281,7 @@ class Pipeline:
         timings = {"render": render_ms, **result.timings_ms}
         timings["total"] = _ms(t0)
         return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
-                          result.visualization)
+                          result.visualization, result.blocks, result.orientation)
 
 
 async def all_or_none(coros: list[Awaitable]) -> list:
@@ -359,6 +395,15 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     return decode_image(bytes(image), limits, exif_transpose)
 
 
+def load_image_frames(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> tuple[np.ndarray, int]:
+    """load_image, and how many frames the encoded image has (an animated
+    GIF, WebP or PNG: only the first is read)."""
+    if isinstance(image, (str, Path)):
+        image = read_file(Path(image), limits)
+    img = load_image(image, limits, exif_transpose)
+    return img, frame_count(bytes(image)) if isinstance(image, (bytes, bytearray, memoryview)) else 1
+
+
 def read_file(path: Path, limits: ImageLimits) -> bytes:
     if not path.is_file():
         raise BadImage(f"{path}: no such file")
@@ -398,6 +443,7 @@ def assemble(
     flipped = flipped or [False] * len(recs)
     lines = []
     for b, r, flip in zip(mapped, recs, flipped):
+        r = strip_reading(r)
         if r.score < drop_score or not r.text:
             continue
         chars = words = None
@@ -413,6 +459,21 @@ def assemble(
                           for w in split_words(r.text, r.char_spans, r.char_scores))
         lines.append(TextLine(r.text, r.score, round_box(b), chars, words))
     return tuple(lines)
+
+
+def strip_reading(r: Recognition) -> Recognition:
+    """The reading without leading and trailing whitespace (the recogniser
+    reads the crop's margins as spaces at times), its characters' spans and
+    scores cut the same way so that character and word boxes stay on their
+    characters."""
+    text = r.text
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if start == 0 and end == len(text):
+        return r
+    spans = r.char_spans[start:end] if len(r.char_spans) == len(text) else r.char_spans
+    scores = r.char_scores[start:end] if len(r.char_scores) == len(text) else r.char_scores
+    return Recognition(text[start:end], r.score, tuple(spans), tuple(scores))
 
 
 def round_box(b: Any) -> list[list[float]]:

@@ -70,6 +70,18 @@ class Direction:
 
 
 @dataclass(frozen=True)
+class Block:
+    """A block of lines (a column's paragraph, a title, a sidebar, a table):
+    its box around its lines, and their indices in the answer's results."""
+
+    box: Box
+    lines: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"box": [[round(float(x), 1), round(float(y), 1)] for x, y in self.box], "lines": list(self.lines)}
+
+
+@dataclass(frozen=True)
 class Visualization:
     """The picture of a result (serve_app.visualize), encoded."""
 
@@ -90,10 +102,18 @@ class OcrResult:
     lines: tuple[TextLine, ...] = ()
     timings_ms: dict[str, float] = field(default_factory=dict)
     visualization: Optional[Visualization] = None  # with the `visualize` option
+    frames: int = 1  # an animated image's frames: only the first is read
+    blocks: Optional[tuple[Block, ...]] = None  # None: blocks off (one per line, in formats)
+    orientation: Optional[int] = None  # degrees the page was turned clockwise; None: not looked for
 
     def to_dict(self) -> dict[str, Any]:
-        return {"image": {"width": self.width, "height": self.height},
-                **_read_body(self.lines, self.timings_ms, self.visualization)}
+        image: dict[str, Any] = {"width": self.width, "height": self.height}
+        if self.frames > 1:
+            image["frames"] = self.frames
+            image["note"] = (f"an image of {self.frames} frames (an animation): only its first frame was read; "
+                             f"send each frame as an image of its own to read the others")
+        return {"image": image, **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks,
+                                             self.orientation)}
 
 
 @dataclass(frozen=True)
@@ -109,10 +129,12 @@ class PageResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     source: str = "ocr"  # or "text_layer"
     visualization: Optional[Visualization] = None  # with options.visualize, for OCR'd pages
+    blocks: Optional[tuple[Block, ...]] = None
+    orientation: Optional[int] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
-                **_read_body(self.lines, self.timings_ms, self.visualization)}
+                **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks, self.orientation)}
 
 
 @dataclass(frozen=True)
@@ -130,10 +152,16 @@ class DocumentResult:
 
 
 def _read_body(lines: tuple[TextLine, ...], timings_ms: dict[str, float],
-               visualization: Optional[Visualization]) -> dict[str, Any]:
-    """What an image's and a page's bodies share: lines, timings, picture."""
-    d: dict[str, Any] = {"results": [line.to_dict() for line in lines],
-                         "timings_ms": {k: round(v, 2) for k, v in timings_ms.items()}}
+               visualization: Optional[Visualization], blocks: Optional[tuple[Block, ...]] = None,
+               orientation: Optional[int] = None) -> dict[str, Any]:
+    """What an image's and a page's bodies share: lines, blocks, the page's
+    orientation, timings, picture."""
+    d: dict[str, Any] = {"results": [line.to_dict() for line in lines]}
+    if blocks is not None:
+        d["blocks"] = [b.to_dict() for b in blocks]
+    if orientation is not None:
+        d["orientation"] = orientation
+    d["timings_ms"] = {k: round(v, 2) for k, v in timings_ms.items()}
     if visualization is not None:
         d["visualization"] = visualization.to_dict()
     return d

@@ -41,6 +41,12 @@ OPTIONS: tuple[dict[str, Any], ...] = (
      "help": "bulk work gets the capacity interactive work leaves spare"},
     {"name": "pdf_text_layer", "label": "PDF text layer", "kind": "bool", "default": False,
      "help": "PDF pages that have a text layer take their lines from it"},
+    {"name": "page_orientation", "label": "Page orientation", "kind": "choice",
+     "choices": [["", "service default"], [True, "on"], [False, "off"]],
+     "help": "find a page turned 90, 180 or 270 degrees and read it upright"},
+    {"name": "blocks", "label": "Blocks and columns", "kind": "choice",
+     "choices": [["", "service default"], [True, "on"], [False, "off"]],
+     "help": "group lines into blocks and read columns one after the other"},
     # Detection per request (bounds: serve_app.options.RANGES; blank: the config's value).
     {"name": "limit_side_len", "label": "Detector side limit", "kind": "number", "min": 32, "max": 4096,
      "step": 1, "default": None, "help": "px; rounded down to a warmed input size (640, 960, 1280)"},

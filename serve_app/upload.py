@@ -5,9 +5,9 @@ digest (the one hash of a request's bytes: the result cache's key and the
 job book's idempotency fingerprint). Every later step reads the typed
 `Upload` instead of asking the bytes again. No Ray import.
 
-A document is a container of pages; today a PDF is the only one. Another
-container (a multi-page TIFF, say) is one more entry in DOCUMENT_FORMATS
-and a reader for its pages in the pipeline."""
+A document is a container of pages: a PDF, or a TIFF of two pages or more
+(a one-page TIFF is an image). Another container is one more entry in
+DOCUMENT_FORMATS and a page source in serve_app.documents.open_document."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Optional
 import numpy as np
 
 from .config import ImageLimits
-from .documents import is_pdf
+from .documents import is_document, is_pdf
 from .errors import BadImage
 
 IMAGE = "image"
@@ -29,7 +29,10 @@ Kind = Literal["image", "document"]
 
 # format -> whether the bytes (or the file at a path) are of it: the
 # multi-page containers read as documents.
-DOCUMENT_FORMATS: dict[str, Callable[[Any], bool]] = {"pdf": is_pdf}
+DOCUMENT_FORMATS: dict[str, Callable[[Any], bool]] = {
+    "pdf": is_pdf,
+    "tiff": is_document,  # after "pdf": what is a document and not a PDF is a multi-page TIFF
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class Upload:
 
     data: Any
     kind: Kind = IMAGE
-    format: Optional[str] = None  # a document's format ("pdf"); None for an image
+    format: Optional[str] = None  # a document's format ("pdf", "tiff"); None for an image
 
     @property
     def is_document(self) -> bool:

@@ -50,6 +50,22 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     return to_bgr(img)
 
 
+# Formats whose extra frames are not pages: an animation's frames, a stereo
+# JPEG's second view. Only the first is read; the answer says how many there were.
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "MPO")
+
+
+def frame_count(data: bytes) -> int:
+    """How many frames an animated GIF, WebP or PNG (or an MPO) has; 1 for
+    any other image, and for what cannot be read (decode_image says why).
+    Headers and frame headers only, no frame decoded."""
+    try:
+        with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
+            return max(1, int(getattr(img, "n_frames", 1)))
+    except Exception:
+        return 1
+
+
 def to_bgr(img: Image.Image) -> np.ndarray:
     """Any PIL mode -> 3-channel BGR uint8."""
     mode = img.mode

@@ -124,8 +124,10 @@ $("#again").addEventListener("click", () => state.file && read());
 $("#options").addEventListener("change", () => state.file && read());
 $("#format").addEventListener("change", () => state.file && read());
 
+// Documents (a PDF; a TIFF, often a multi-page fax) have no picture in the
+// browser: most browsers cannot show a TIFF either.
 function isPdf(file) {
-  return file.type === "application/pdf" || /\.pdf$/i.test(file.name);
+  return file.type === "application/pdf" || file.type === "image/tiff" || /\.(pdf|tiff?)$/i.test(file.name);
 }
 
 function pick(file) {
@@ -144,7 +146,7 @@ async function read() {
   const seq = ++state.seq;  // only the latest read's answer is shown
   const file = state.file;
   const opts = readOptions();
-  // A PDF's pages have no picture in the browser: ask the service to draw them.
+  // A PDF's or TIFF's pages have no picture in the browser: ask the service to draw them.
   if (isPdf(file) && !("visualize" in opts)) opts.visualize = true;
   const format = $("#format").value || "json";
   const form = new FormData();

@@ -215,3 +215,121 @@ def test_the_web_page_reads_a_pdf_page_by_page(service, pdf3, tmp_path):
         if os.environ.get("UPDATE_SCREENSHOTS") == "1":
             page.screenshot(path=str(Path(__file__).resolve().parents[2] / "docs" / "ui-pdf.png"), full_page=True)
         assert page.errors == []
+
+
+# -- multi-page TIFF: a document like a PDF (#25 item 1) ----------------------------
+
+
+def tiff_of(images: list[np.ndarray], **save) -> bytes:
+    import io
+
+    from PIL import Image
+
+    pil = [Image.fromarray(np.ascontiguousarray(img[..., ::-1])) for img in images]
+    buf = io.BytesIO()
+    pil[0].save(buf, format="TIFF", save_all=True, append_images=pil[1:], **save)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiff3(page_images) -> bytes:
+    return tiff_of(page_images, compression="tiff_lzw")
+
+
+def test_tiff_pages_come_back_in_order_on_every_door(service, tiff3, image_reads):
+    """Sync (raw body and multipart), a batch item, the handle and the
+    client: pages[] in page order, each reading what its image reads."""
+    from ray import serve
+
+    from serve_app.client import OcrClient
+
+    url, _ = service
+    want = [texts(i["results"]) for i in image_reads]
+    r = requests.post(f"{url}/v1/ocr", data=tiff3, headers={"Content-Type": "image/tiff"}, timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["document"] == {"type": "tiff", "pages": 3}
+    assert [p["page"] for p in body["pages"]] == [1, 2, 3]
+    assert [texts(p["results"]) for p in body["pages"]] == want
+    r = requests.post(f"{url}/v1/ocr/batch", files=[("file", ("fax.tif", tiff3, "image/tiff"))], timeout=120)
+    assert [texts(p["results"]) for p in r.json()["items"][0]["pages"]] == want
+    result = serve.get_app_handle("ocr").ocr.remote(tiff3).result(timeout_s=120)
+    assert [texts(p["results"]) for p in result["pages"]] == want
+    item = next(OcrClient().map([tiff3]))
+    assert item.error is None and item.result["document"] == {"type": "tiff", "pages": 3}
+    text = requests.post(f"{url}/v1/ocr?format=text", data=tiff3, headers={"Content-Type": "image/tiff"},
+                         timeout=120).text
+    assert text.count("\f") == 2  # three pages, form feeds between them
+
+
+def test_tiff_job_reports_pages_done(service, tiff3, image_reads):
+    url, _ = service
+    r = requests.post(f"{url}/v1/ocr/jobs", data=tiff3, headers={"Content-Type": "image/tiff"}, timeout=60)
+    assert r.status_code == 202, r.text
+    job_url = f"{url}{r.headers['location']}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        view = requests.get(job_url, timeout=30).json()
+        if view["status"] in ("succeeded", "failed"):
+            break
+        time.sleep(0.05)
+    assert view["status"] == "succeeded", view
+    assert (view["pages_done"], view["pages_total"]) == (3, 3)
+    assert [texts(p["results"]) for p in view["pages"]] == [texts(i["results"]) for i in image_reads]
+
+
+def test_hostile_tiffs_are_refused_at_the_door_before_any_page_is_decoded(service):
+    """The most pages and pixels for the fewest bytes: 501 blank 1-bit G4
+    pages (a few kB), and two pages of 20000x20000 (400 MP each, ~50 kB)."""
+    import io
+
+    from PIL import Image
+
+    url, _ = service
+    blank = Image.new("1", (64, 64), 1)
+    buf = io.BytesIO()
+    blank.save(buf, format="TIFF", compression="group4", save_all=True, append_images=[blank] * 500)
+    many = buf.getvalue()
+    assert len(many) < 200_000
+    for door in ("/v1/ocr", "/v1/ocr/jobs"):
+        r = requests.post(f"{url}{door}", data=many, headers={"Content-Type": "image/tiff"}, timeout=60)
+        assert r.status_code == 413, r.text
+        assert "more than 500 pages" in r.json()["error"]["message"]
+    big = Image.new("1", (20000, 20000), 1)
+    buf = io.BytesIO()
+    big.save(buf, format="TIFF", compression="group4", save_all=True, append_images=[big])
+    r = requests.post(f"{url}/v1/ocr", data=buf.getvalue(), headers={"Content-Type": "image/tiff"}, timeout=60)
+    assert r.status_code == 413 and "20000x20000" in r.json()["error"]["message"], r.text
+
+
+def test_engine_and_cli_read_a_tiff_as_a_document(engine, tiff3, image_reads, tmp_path, capsys):
+    import json
+
+    from serve_app.__main__ import main
+
+    doc = engine.read_document(tiff3)
+    assert doc.kind == "tiff"
+    assert [[line.text for line in p.lines] for p in doc.pages] == [texts(i["results"]) for i in image_reads]
+    path = tmp_path / "three.tif"
+    path.write_bytes(tiff3)
+    assert main([str(path)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["document"] == {"type": "tiff", "pages": 3}
+    assert [texts(p["results"]) for p in out["pages"]] == [texts(i["results"]) for i in image_reads]
+
+
+def test_an_animated_gif_reads_its_first_frame_and_says_so(service, page_images, image_reads):
+    import io
+
+    from PIL import Image
+
+    url, _ = service
+    small = [cv2.resize(img, (320, 240)) for img in page_images[:2]]
+    frames = [Image.fromarray(np.ascontiguousarray(i[..., ::-1])) for i in small]
+    buf = io.BytesIO()
+    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:], duration=200)
+    r = requests.post(f"{url}/v1/ocr", data=buf.getvalue(), headers={"Content-Type": "image/gif"}, timeout=60)
+    assert r.status_code == 200, r.text
+    image = r.json()["image"]
+    assert image["frames"] == 2 and "only its first frame was read" in image["note"]
+    assert "document" not in r.json()

@@ -154,3 +154,48 @@ def test_json_passes_through_and_an_unknown_format_is_refused():
     assert json.loads(render(IMAGE_BODY, "json")[0]) == IMAGE_BODY
     with pytest.raises(BadRequest, match="format must be one of json, text, hocr, alto"):
         render(IMAGE_BODY, "pdf")
+
+
+# -- blocks (serve_app.stages.layout): a blank line in text, an ocr_carea and a TextBlock each
+
+
+BLOCK_BODY = {**IMAGE_BODY, "blocks": [
+    {"box": quad(10, 10, 210, 90), "lines": [0, 1]},
+    {"box": quad(10, 100, 330, 200), "lines": [2, 3]},
+]}
+
+
+def test_text_separates_blocks_by_a_blank_line():
+    assert render(BLOCK_BODY, "text")[0] == "Total due: 42.00\nno word boxes here\n\n正品促销 PP-OCR\n竖排\n"
+    doc = {**DOC_BODY, "pages": [{**DOC_BODY["pages"][0], "blocks": [{"box": quad(0, 0, 1, 1), "lines": [0]},
+                                                                     {"box": quad(0, 0, 1, 1), "lines": [1]}]},
+                                 DOC_BODY["pages"][1]]}
+    assert render(doc, "text")[0] == "Total due: 42.00\n\nno word boxes here\n\fsecond page\n"
+
+
+def test_hocr_has_one_carea_and_par_per_block_with_its_lines():
+    root = etree.fromstring(render(BLOCK_BODY, "hocr")[0].encode())
+    areas = root.findall(f".//{XHTML}div[@class='ocr_carea']")
+    assert len(areas) == 2
+    assert areas[0].get("title") == "bbox 10 10 210 90" and areas[1].get("title") == "bbox 10 100 330 200"
+    lines = [[s.get("id") for s in a.iter(f"{XHTML}span") if s.get("class") == "ocr_line"] for a in areas]
+    assert lines == [["line_1_1", "line_1_2"], ["line_1_3", "line_1_4"]]
+    assert len(root.findall(f".//{XHTML}p[@class='ocr_par']")) == 2
+
+
+def test_alto_has_one_textblock_per_block_and_stays_valid():
+    xml = render(BLOCK_BODY, "alto")[0]
+    root = etree.fromstring(xml.encode())
+    blocks = root.findall(f".//{ALTO}TextBlock")
+    assert [(b.get("HPOS"), b.get("VPOS"), b.get("WIDTH"), b.get("HEIGHT")) for b in blocks] == [
+        ("10", "10", "200", "80"), ("10", "100", "320", "100")]
+    assert [len(b.findall(f"{ALTO}TextLine")) for b in blocks] == [2, 2]
+    alto_schema().assertValid(root)
+
+
+def test_a_line_no_block_holds_still_comes_out():
+    body = {**IMAGE_BODY, "blocks": [{"box": quad(10, 10, 210, 40), "lines": [0]}]}
+    assert render(body, "text")[0].splitlines() == ["Total due: 42.00", "", "no word boxes here", "正品促销 PP-OCR",
+                                                     "竖排"]
+    root = etree.fromstring(render(body, "alto")[0].encode())
+    assert len(root.findall(f".//{ALTO}TextLine")) == 4

@@ -29,7 +29,8 @@ def test_options_are_frozen_and_round_trip_through_a_dict_and_pickle():
     assert opts.to_dict() == {"det": True, "cls": False, "return_chars": False, "return_words": False,
                               "format": "json", "limit_side_len": None, "thresh": None, "box_thresh": None,
                               "unclip_ratio": None, "drop_score": None,
-                              "visualize": False, "pdf_text_layer": False, "priority": None}
+                              "visualize": False, "pdf_text_layer": False, "page_orientation": None, "blocks": None,
+                              "priority": None}
     assert parse_options(opts.to_dict()) == opts
     assert pickle.loads(pickle.dumps(opts)) == opts  # how it travels to the pipeline and the job store
 

@@ -138,6 +138,24 @@ def test_assemble_drops_low_scores_and_empty_text_and_keeps_boxes_aligned():
     assert lines[0].box == [[20.0, 110.0], [400.0, 110.0], [400.0, 170.0], [20.0, 170.0]]
 
 
+def test_assemble_strips_edge_whitespace_and_keeps_char_and_word_boxes_on_their_characters():
+    # " ab cd " read along a 100 px wide box: each character 1/7 of it
+    text = " ab cd "
+    spans = tuple((i / 7, (i + 1) / 7) for i in range(7))
+    box = np.array([[[0, 0], [70, 0], [70, 10], [0, 10]]], dtype=np.float32)
+    recs = [Recognition(text, 0.9, spans, (0.5, 0.9, 0.8, 0.5, 0.7, 0.6, 0.5))]
+    (line,) = assemble(box, recs, Geometry(1.0, 1.0, 0, 70, 10), 0.5, return_chars=True, return_words=True)
+    assert line.text == "ab cd"
+    assert [c.text for c in line.chars] == ["a", "b", "c", "d"]
+    # "a" was the 2nd of 7 characters: x 10..20; "d" the 6th: x 50..60
+    assert (line.chars[0].box[0][0], line.chars[0].box[1][0]) == (10.0, 20.0)
+    assert (line.chars[-1].box[0][0], line.chars[-1].box[1][0]) == (50.0, 60.0)
+    assert [(w.text, w.box[0][0], w.box[1][0]) for w in line.words] == [("ab", 10.0, 30.0), ("cd", 40.0, 60.0)]
+    assert line.words[0].score == pytest.approx(0.85)
+    # only spaces: no line
+    assert assemble(box, [Recognition("   ", 0.9, spans[:3], (0.9,) * 3)], Geometry(1.0, 1.0, 0, 70, 10), 0.5) == ()
+
+
 @pytest.mark.parametrize("n, fan_out, min_items, parts", [
     (3, 2, 4, 1), (4, 2, 4, 2), (40, 2, 4, 2), (5, 4, 4, 2), (40, 4, 12, 4), (11, 4, 12, 1), (12, 1, 4, 1),
 ])
@@ -300,3 +318,73 @@ def test_request_detection_options_reach_the_detector_and_drop_score_drops_lines
     calls = Calls([BOX_A, BOX_B])
     assert read(calls, png(100, 240), drop_score=0.95, box_thresh=0.7, limit_side_len=640).lines == ()
     assert calls.seen["det_params"] == [DetParams(limit_side_len=640, box_thresh=0.7)]
+
+
+# -- page orientation and blocks (#25 items 2 and 3) over stand-in stages ---------
+
+
+class UpsideDown(Calls):
+    """A page whose lines the classifier calls upside down as it comes, and
+    upright once the page is turned."""
+
+    async def classify(self, crops, ctx=None):
+        self.seen["cls"].append(len(crops))
+        return [Direction("180" if len(self.seen["cls"]) == 1 else "0", 0.99)] * len(crops)
+
+
+def test_a_page_whose_lines_all_read_upside_down_is_read_again_upright_and_answered_upright():
+    calls = UpsideDown([BOX_A, BOX_B])
+    result = read(calls, png(100, 240))
+    assert calls.seen["det"] == [(100, 240, 3), (100, 240, 3)]  # once as it came, once turned upright
+    assert result.orientation == 180 and "orientation" in result.timings_ms
+    # the upright view's BOX_A (first in its reading order) is, in the image as sent, turned with it
+    assert result.lines[0].box == [[130.0, 60.0], [230.0, 60.0], [230.0, 90.0], [130.0, 90.0]]
+    assert result.to_dict()["orientation"] == 180
+    assert [b.lines for b in result.blocks] == [(0, 1)]
+
+
+def test_a_page_that_still_votes_turned_once_turned_stays_as_it_is():
+    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)  # upside down whichever way
+    result = read(calls, png(100, 240))
+    assert len(calls.seen["det"]) == 2 and result.orientation == 0
+
+
+def test_a_page_that_votes_turned_but_reads_worse_turned_stays_as_it_is_after_one_more_pass():
+    """The bound on what a page can make the pipeline do: one more pass at most."""
+
+    class WorseTurned(Calls):
+        async def recognize(self, crops, ctx=None):
+            self.seen["rec"].append([c.shape for c in crops])
+            text = "ab" if len(self.seen["rec"]) == 1 else "a"
+            return [Recognition(text, 0.9, ((0.0, 0.5), (0.5, 1.0))[: len(text)]) for _ in crops]
+
+    tall = [[10, 10], [40, 10], [40, 90], [10, 90]]  # a vertical line: votes 90 with an upright call
+    calls = WorseTurned([tall, [[60, 10], [90, 10], [90, 90], [60, 90]]])
+    result = read(calls, png(100, 240))
+    assert len(calls.seen["det"]) == 2 and calls.seen["det"][1] == (240, 100, 3)
+    assert result.orientation == 0 and [l.text for l in result.lines] == ["ab", "ab"]
+
+
+def test_orientation_off_by_option_or_without_the_classifier_costs_no_pass():
+    for opts, with_cls in (({"page_orientation": False}, True), ({"cls": False}, True), ({}, False)):
+        calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+        result = read(calls, png(100, 240), with_cls=with_cls, **opts)
+        assert len(calls.seen["det"]) == 1 and result.orientation is None
+        assert "orientation" not in result.to_dict()
+
+
+def test_upright_pages_cost_no_extra_pass_and_answer_orientation_0_and_blocks():
+    calls = Calls([BOX_A, BOX_B])
+    body = read(calls, png(100, 240)).to_dict()
+    assert len(calls.seen["det"]) == 1
+    assert body["orientation"] == 0
+    assert body["blocks"] == [{"box": [[10.0, 10.0], [200.0, 10.0], [200.0, 90.0], [10.0, 90.0]], "lines": [0, 1]}]
+
+
+def test_the_reference_profile_keeps_the_references_answer_shape_and_order():
+    from serve_app.config import reference_config
+
+    calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
+    result = asyncio.run(Pipeline(calls.stages(), reference_config()).read(png(100, 240), OcrOptions()))
+    body = result.to_dict()
+    assert len(calls.seen["det"]) == 1 and "orientation" not in body and "blocks" not in body

@@ -1,0 +1,121 @@
+"""Multi-page TIFF as a document (serve_app.tiff_pages), and animated images'
+frame count (serve_app.stages.decode.frame_count). No Ray, no models."""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from serve_app.config import DocumentLimits
+from serve_app.documents import check_document, is_document, open_document
+from serve_app.errors import BadImage, TooLarge
+from serve_app.stages.decode import frame_count
+from serve_app.tiff_pages import TiffPages, tiff_page_count
+
+
+def fax(pages: int, size=(1728, 1100), compression="group4") -> bytes:
+    """A 1-bit CCITT G4 TIFF, page k with a black bar k+1 tenths wide."""
+    ims = []
+    for k in range(pages):
+        im = Image.new("1", size, 1)
+        im.paste(0, (0, 0, size[0] * (k + 1) // 10, 20))
+        ims.append(im)
+    buf = io.BytesIO()
+    ims[0].save(buf, format="TIFF", compression=compression, save_all=True, append_images=ims[1:], dpi=(204, 196))
+    return buf.getvalue()
+
+
+def test_a_three_page_fax_is_a_document_of_three_pages_read_in_order():
+    data = fax(3)
+    assert is_document(data) and tiff_page_count(data, 500) == 3
+    with open_document(data, DocumentLimits()) as doc:
+        assert doc.kind == "tiff" and doc.pages == 3
+        for k in range(3):
+            page = doc.render(k)
+            assert page.shape == (1100, 1728, 3) and page.dtype == np.uint8
+            black = (page[5, :, 0] == 0).sum()  # the bar says which page this is
+            assert black == 1728 * (k + 1) // 10
+        assert doc.text_lines(0) is None  # no text layer: every page is read by OCR
+
+
+def test_a_one_page_tiff_stays_an_image_and_other_images_are_not_documents():
+    assert not is_document(fax(1))
+    png = io.BytesIO()
+    Image.new("L", (10, 10)).save(png, "PNG")
+    assert not is_document(png.getvalue()) and not is_document(b"II*\x00")
+
+
+def test_a_tiff_path_is_a_document_too(tmp_path):
+    p = tmp_path / "fax.tif"
+    p.write_bytes(fax(2))
+    assert is_document(p) and is_document(str(p))
+    assert not is_document(tmp_path / "missing.tif")
+
+
+def test_more_pages_than_the_limit_is_413_before_any_page_is_decoded():
+    data = fax(6)
+    with pytest.raises(TooLarge, match="more than 5 pages"):
+        check_document(data, DocumentLimits(max_pages=5))
+    assert check_document(data, DocumentLimits(max_pages=6)) == 6
+
+
+def test_a_page_over_the_pixel_limit_is_413_from_its_directory():
+    # 20000 x 20000 1-bit pages (400 MP each): about 25 kB each in G4
+    data = fax(2, size=(20000, 20000))
+    assert len(data) < 60_000
+    with pytest.raises(TooLarge, match="page 1 of the TIFF is 20000x20000"):
+        check_document(data, DocumentLimits())
+    with TiffPages(data, DocumentLimits()) as doc, pytest.raises(TooLarge):
+        doc.render(1)
+
+
+def looped_tiff(pages_in_loop: int) -> bytes:
+    """A classic little-endian TIFF whose directories point at each other in
+    a loop: the last one's next offset is the first's."""
+    entries = [(256, 3, 1, 8), (257, 3, 1, 8), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+               (273, 4, 1, 8), (277, 3, 1, 1), (278, 3, 1, 8), (279, 4, 1, 64)]
+    ifd_size = 2 + 12 * len(entries) + 4
+    first = 8 + 64  # header, then 8x8 pixels of strip data
+    out = bytearray(b"II*\x00" + struct.pack("<I", first) + bytes(64))
+    for k in range(pages_in_loop):
+        nxt = first + ifd_size * ((k + 1) % pages_in_loop)
+        out += struct.pack("<H", len(entries))
+        for tag, typ, count, value in entries:
+            out += struct.pack("<HHII", tag, typ, count, value)
+        out += struct.pack("<I", nxt)
+    return bytes(out)
+
+
+def test_a_directory_chain_that_loops_counts_each_directory_once():
+    data = looped_tiff(3)
+    assert tiff_page_count(data, 500) == 3
+    assert tiff_page_count(looped_tiff(1), 500) == 1
+    # cut short, pointing outside the file: stops there
+    assert tiff_page_count(data[:8] + b"\xff\xff\xff\x7f", 500) == 0
+
+
+def test_counting_stops_past_the_limit():
+    assert tiff_page_count(fax(8), 3) == 4
+
+
+def test_not_a_tiff_or_broken_is_400():
+    with pytest.raises(BadImage):
+        TiffPages(b"II*\x00" + struct.pack("<I", 0), DocumentLimits())
+
+
+def test_animated_gif_frames_are_counted_and_a_still_image_has_one():
+    frames = [Image.new("L", (20, 10), v) for v in (0, 128, 255)]
+    gif = io.BytesIO()
+    frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
+    assert frame_count(gif.getvalue()) == 3
+    webp = io.BytesIO()
+    frames[0].convert("RGB").save(webp, "WEBP", save_all=True, append_images=[f.convert("RGB") for f in frames[1:]])
+    assert frame_count(webp.getvalue()) == 3
+    png = io.BytesIO()
+    frames[0].save(png, "PNG")
+    assert frame_count(png.getvalue()) == 1
+    assert frame_count(b"junk") == 1
