@@ -217,6 +217,27 @@ class DocumentLimits(_Strict):
     # Pages of one document rendered and read at once (each holds its
     # bitmap, about 3 bytes per pixel, while it is read).
     page_concurrency: int = Field(4, ge=1, le=64)
+    # PDFium runs in this many child processes per replica (serve_app.pdf_worker),
+    # each limited to worker_memory_mb of address space beyond its start-up
+    # (0: no limit) and killed when a call passes its budget: page_timeout_s
+    # for one page (its size, render or text layer; within the request's
+    # deadline), open_timeout_s to open a document and count its pages.
+    workers: int = Field(2, ge=1, le=32)
+    # Address space, not resident memory: PDFium's allocator reserves much of
+    # it up front (opening a 3 KB PDF of nested forms took over 1.5 GB); the
+    # bound on what a page really allocates is max_page_pixels.
+    worker_memory_mb: int = Field(3072, ge=0)
+    page_timeout_s: float = Field(10.0, gt=0)
+    open_timeout_s: float = Field(5.0, gt=0)
+    # The text layer (options.pdf_text_layer): characters per page and per
+    # document at most (more: 413 naming the page); a dense newspaper page
+    # has ~30,000.
+    max_page_chars: int = Field(100_000, ge=1)
+    max_document_chars: int = Field(2_000_000, ge=1)
+    # A page whose long side is over this many times its short side is
+    # refused (400 naming it): no real page is, and its render would be a
+    # strip of single pixels.
+    max_page_aspect: float = Field(100.0, ge=1)
 
 
 class PipelineOptions(_Strict):

@@ -19,8 +19,8 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .documents import PdfFile, is_pdf
-from .errors import BadImage, DeadlineExceeded, TooLarge
+from .documents import PdfFile, is_pdf, open_pdf
+from .errors import BadImage, DeadlineExceeded, PageOverBudget, TooLarge
 from .lanes import LANE
 from .options import DetParams, OcrOptions
 from .results import (
@@ -208,40 +208,53 @@ class Pipeline:
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
         if len(data) > cfg.limits.max_bytes:
             raise TooLarge(f"PDF is {len(data)} bytes, over the limit of {cfg.limits.max_bytes}")
-        pdf = await asyncio.to_thread(PdfFile, data, cfg.documents, cfg.limits.max_pixels)
+        pdf = await open_pdf(data, cfg.documents, cfg.limits.max_pixels, deadline)
         try:
             total = pdf.pages
             if progress is not None:
                 progress(0, total)
             gate = asyncio.Semaphore(cfg.documents.page_concurrency)
             done = 0
+            chars = [0]  # text-layer characters taken so far (limits.max_document_chars)
 
             async def one(index: int) -> PageResult:
                 nonlocal done
                 async with gate:
-                    page = await self._read_page(pdf, index, options, deadline)
+                    try:
+                        page = await self._read_page(pdf, index, options, deadline, chars)
+                    except PageOverBudget as e:  # this page only: the others are still read
+                        page = PageResult(index + 1, 0, 0, (), {}, "none", None, {"code": e.code, "message": e.message})
+                        failed.append(e)
                 done += 1
                 if progress is not None:
                     progress(done, total)
                 return page
 
+            failed: list[PageOverBudget] = []
             pages = await all_or_none([one(i) for i in range(total)])
+            if len(failed) == total:
+                raise failed[0]
         finally:
-            await asyncio.to_thread(pdf.close)
+            pdf.close()
         return DocumentResult(tuple(pages), {"total": _ms(t0)})
 
     async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions,
-                         deadline: Optional[float]) -> PageResult:
+                         deadline: Optional[float], chars: Optional[list[int]] = None) -> PageResult:
         t0 = time.perf_counter()
         if options.pdf_text_layer:
-            got = await asyncio.to_thread(pdf.text_lines, index, options.return_chars)
+            got = await pdf.run(pdf.text_lines, index, options.return_chars)
             if got is not None:
                 geo, lines = got
+                if chars is not None:
+                    chars[0] += sum(len(line.text) for line in lines)
+                    if chars[0] > pdf.limits.max_document_chars:
+                        raise TooLarge(f"the PDF's text layer passed {pdf.limits.max_document_chars} characters "
+                                       f"at page {index + 1} (engine.documents.max_document_chars)")
                 ms = _ms(t0)
                 return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
                                   "text_layer")
         check_deadline(deadline, f"rendering page {index + 1}")
-        image = await asyncio.to_thread(pdf.render, index)
+        image = await pdf.run(pdf.render, index)
         render_ms = _ms(t0)
         result = await self.read(image, options, deadline)
         del image

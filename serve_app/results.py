@@ -109,10 +109,16 @@ class PageResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     source: str = "ocr"  # or "text_layer"
     visualization: Optional[Visualization] = None  # with options.visualize, for OCR'd pages
+    # A page over its budget (serve_app.documents: render time, memory) while
+    # other pages were read: {"code", "message"}, and no lines.
+    error: Optional[dict[str, str]] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
-                **_read_body(self.lines, self.timings_ms, self.visualization)}
+        d = {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
+             **_read_body(self.lines, self.timings_ms, self.visualization)}
+        if self.error is not None:
+            d["error"] = dict(self.error)
+        return d
 
 
 @dataclass(frozen=True)
