@@ -196,6 +196,8 @@ class ImageLimits(_Strict):
     max_bytes: int = Field(20 * 1024 * 1024, ge=1)
     max_pixels: int = Field(40_000_000, ge=1)
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
+    max_aspect: float = Field(500.0, ge=1, description="an image's long side over its short side at most (more: 400); "
+                              "a one-line strip of text is ~100, a long receipt ~40")
 
 
 class DocumentLimits(_Strict):
@@ -263,6 +265,10 @@ class PipelineOptions(_Strict):
     tile_min_long: int = Field(1920, ge=32)
     tile_max_pixels: int = Field(16_000_000, ge=10_000)
     tile_overlap: float = Field(0.15, ge=0.02, le=0.5)
+    # Tiles per image at most (an image that would need more is read at a
+    # lower resolution that fits), and tiles sent to the detector at once.
+    max_tiles: int = Field(32, ge=1)
+    tile_window: int = Field(4, ge=1)
     # Small text on a large image (a dense scan, a newspaper page): when the
     # detector saw the image shrunk below fine_max_scale of its size, found
     # at least fine_min_boxes lines and their median height in its input is

@@ -10,7 +10,7 @@ from PIL import Image
 
 from .config import ImageLimits
 from .errors import BadImage, TooLarge
-from .stages.decode import FORMATS
+from .stages.decode import FORMATS, check_aspect
 
 
 def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
@@ -29,4 +29,5 @@ def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
         raise BadImage(f"image has no pixels ({w}x{h})")
     if w * h > limits.max_pixels:
         raise TooLarge(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_pixels}")
+    check_aspect(w, h, limits)
     return w, h

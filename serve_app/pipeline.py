@@ -28,7 +28,7 @@ from .results import (
 )
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
-from .stages.decode import array_to_bgr, decode_image
+from .stages.decode import array_to_bgr, check_aspect, decode_image
 from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.reading_order import reading_order
@@ -184,7 +184,13 @@ class Pipeline:
             boxes = boxes_to_original(await self.stages.detect(tile_work, params), geo)
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
-        found = await all_or_none([one(t) for t in tiles])
+        window = asyncio.Semaphore(cfg.pipeline.tile_window)  # a bounded window, not every tile at once
+
+        async def windowed(tile: Tile) -> np.ndarray:
+            async with window:
+                return await one(tile)
+
+        found = await all_or_none([windowed(t) for t in tiles])
         return await asyncio.to_thread(merge_tile_boxes, tiles, found)
 
     async def read_any(self, data: ImageInput, options: OcrOptions = OcrOptions(), deadline: Optional[float] = None,
@@ -367,6 +373,8 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     if isinstance(image, np.ndarray):
         if image.size > limits.max_pixels * 4:
             raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
+        if image.ndim >= 2:
+            check_aspect(int(image.shape[1]), int(image.shape[0]), limits)
         return array_to_bgr(image)
     if isinstance(image, (str, Path)):
         image = read_file(Path(image), limits)

@@ -39,6 +39,7 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
         raise BadImage(f"image has no pixels ({w}x{h})")
     if w * h > limits.max_pixels:
         raise TooLarge(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_pixels}")
+    check_aspect(w, h, limits)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -49,6 +50,15 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     except Exception as e:
         raise BadImage(f"image data is corrupt or truncated ({type(e).__name__})") from None
     return to_bgr(img)
+
+
+def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
+    """BadImage when an image is over limits.max_aspect times as long as it
+    is wide: a 1 x 300,000 px strip costs hundreds of detector tiles and
+    holds no line of text a person could read."""
+    if max(w, h) > limits.max_aspect * max(1, min(w, h)):
+        raise BadImage(f"image is {w}x{h} px: its long side is over {limits.max_aspect:g} times its short side "
+                       f"(limits.max_aspect); crop it, or split it into pieces")
 
 
 def to_bgr(img: Image.Image) -> np.ndarray:
