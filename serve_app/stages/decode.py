@@ -30,6 +30,9 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
         raise BadImage("image is empty (0 bytes)")
     if len(data) > limits.max_bytes:
         raise TooLarge(f"image is {len(data)} bytes, over the limit of {limits.max_bytes}")
+    from ..image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
+
+    png_dimensions(data)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
