@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Optional
@@ -90,8 +91,9 @@ def check_options(options) -> None:
     """Fail before any page if the service is not there or not ready."""
     server = options.ocr_server
     url = f"{server.base_url()}/readyz"
+    auth_headers(server.base_url())  # a token that would go in clear stops it now, before any page
     try:
-        with urllib.request.urlopen(url, timeout=min(server.timeout, 30)) as r:
+        with _open(url, min(server.timeout, 30)) as r:
             ready = json.loads(r.read()).get("ready")
     except urllib.error.HTTPError as e:
         ready = False if e.code == 503 else None
@@ -105,6 +107,33 @@ def check_options(options) -> None:
                                      f"when its models are loaded")
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an error: the request (and its bearer token) goes only to the URL given."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def _open(req, timeout: float):
+    return urllib.request.build_opener(_NoRedirects).open(req, timeout=timeout)
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def auth_headers(base_url: str) -> dict[str, str]:
+    """The bearer token's header (from $OCR_SERVER_TOKEN), only over https
+    or to this machine: plain http to another host would carry it in clear."""
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        return {}
+    u = urllib.parse.urlparse(base_url)
+    if u.scheme != "https" and u.hostname not in LOOPBACK:
+        raise MissingDependencyError(f"${TOKEN_ENV} is set but {base_url} is plain http to another machine: the "
+                                     f"token would cross the network in clear; use an https:// URL")
+    return {"Authorization": f"Bearer {token}"}
+
+
 def read_page(image: Path, server: OcrServerOptions) -> dict:
     """The service's JSON answer for one page image, with word boxes."""
     data = image.read_bytes()
@@ -112,13 +141,10 @@ def read_page(image: Path, server: OcrServerOptions) -> dict:
         data = _as_jpeg(image)
     payload = json.dumps({"image": {"base64": base64.b64encode(data).decode()},
                           "options": {"return_words": True}}).encode()
-    headers = {"Content-Type": "application/json"}
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Content-Type": "application/json", **auth_headers(server.base_url())}
     req = urllib.request.Request(f"{server.base_url()}/v1/ocr", data=payload, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(req, timeout=server.timeout) as r:
+        with _open(req, server.timeout) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -150,10 +150,11 @@ def encrypted_pdf(user_password: str = "secret", owner_password: str = "owner", 
 # -- hostile PDFs (issue 24): tiny files that cost much to read ----------------------
 
 
-def nested_forms_pdf(depth: int = 7, fan: int = 10, pages: int = 1) -> bytes:
+def nested_forms_pdf(depth: int = 7, fan: int = 10, pages: int = 1, slow: Optional[set[int]] = None) -> bytes:
     """Pages that draw form XObject X{depth}, each X{k} drawing X{k-1} `fan`
     times, X0 a filled rectangle: fan ** depth fills from a few hundred
-    bytes (renders for minutes at depth 7)."""
+    bytes (renders for minutes at depth 7). `slow`: the pages (0-based)
+    that draw it (default all); the others are blank."""
     n_forms = depth + 1
     first_form = 3 + pages  # objects: 1 catalog, 2 pages, 3.. page objects, then forms, then the page content
     objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>",
@@ -161,9 +162,12 @@ def nested_forms_pdf(depth: int = 7, fan: int = 10, pages: int = 1) -> bytes:
                                 b" ".join(b"%d 0 R" % (3 + k) for k in range(pages)), pages)]
     content_no = first_form + n_forms
     top = first_form + depth
-    for _ in range(pages):
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Resources << /XObject << /X %d 0 R >> >> "
-                       b"/Contents %d 0 R >>" % (top, content_no))
+    for k in range(pages):
+        if slow is None or k in slow:
+            objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Resources << /XObject << /X %d 0 R "
+                           b">> >> /Contents %d 0 R >>" % (top, content_no))
+        else:
+            objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] >>")
     for k in range(n_forms):
         if k == 0:
             ops = b"0.5 g 10 10 280 280 re f"

@@ -93,3 +93,47 @@ def test_a_page_is_sent_with_word_boxes_and_the_bearer_token_and_written_as_hocr
     assert base64.b64decode(seen["body"]["image"]["base64"]) == page.read_bytes()
     assert (tmp_path / "p.txt").read_text() == "hi there\n"
     assert 'class="ocrx_word"' in (tmp_path / "p.hocr").read_text()
+
+
+def test_the_token_is_not_sent_on_a_redirect_nor_over_plain_http_to_another_host(tmp_path, monkeypatch):
+    """Issue 24: a redirect is an error (the token goes only where it was
+    told), and a token with an http:// URL to another machine stops
+    OCRmyPDF before any page."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from PIL import Image
+
+    from ocrmypdf.exceptions import MissingDependencyError, SubprocessOutputError
+    from serve_app.ocrmypdf_plugin import OcrServerOptions, ServiceOcrEngine, auth_headers
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(307)
+            self.send_header("Location", "/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = tmp_path / "page.png"
+        Image.new("RGB", (40, 20), "white").save(page)
+        monkeypatch.setenv("OCR_SERVER_TOKEN", "s3cret")
+        options = types.SimpleNamespace(ocr_server=OcrServerOptions(url=f"http://127.0.0.1:{server.server_port}"))
+        with pytest.raises(SubprocessOutputError, match="307"):
+            ServiceOcrEngine.generate_hocr(page, tmp_path / "p.hocr", tmp_path / "p.txt", options)
+    finally:
+        server.shutdown()
+    assert seen == [("/v1/ocr", "Bearer s3cret")]  # the redirect was not followed
+    with pytest.raises(MissingDependencyError, match="in clear"):
+        auth_headers("http://ocr.example.com:8000")
+    assert auth_headers("https://ocr.example.com") == {"Authorization": "Bearer s3cret"}
+    assert auth_headers("http://localhost:8000") == {"Authorization": "Bearer s3cret"}
