@@ -76,6 +76,17 @@ from .image_header import png_dimensions
 # "addr:" and its address), None for the handle API (trusted callers).
 CLIENT: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ocr_client", default=None)
 
+
+def set_client(client: Optional[str]) -> None:
+    """The client of the request this task serves (functions, not the
+    variable, for the ingress: Serve pickles its app, and a ContextVar
+    referenced from its module cannot be pickled)."""
+    CLIENT.set(client)
+
+
+def current_client() -> Optional[str]:
+    return CLIENT.get()
+
 # When a request's size cannot be read from its header (junk: the pipeline
 # refuses it cheaply), it is costed as an image of this many pixels.
 UNKNOWN_PIXELS = 1_000_000

@@ -24,7 +24,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException
 
 from . import paddlex
-from .admission import CLIENT, Admission, Gate
+from .admission import Admission, Gate, current_client, set_client
 from .config import DocumentLimits, ImageLimits
 from .documents import PdfFile, check_pdf, is_pdf
 from .errors import (
@@ -43,7 +43,7 @@ from .pipeline_here import PipelineHere
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs, LaneArgs
 from .stages.decode import decode_image
-from .ui import page_config, static_file
+from .ui import PAGE_CSP, page_config, static_file
 
 log = logging.getLogger("ray.serve")
 
@@ -204,7 +204,7 @@ async def count_outcomes(request: Request, call_next):
     t0 = time.perf_counter()
     # The client, for its fair share of admission (serve_app.admission): its address (the token is one
     # shared secret: it names no client). Set here, it reaches the route's task.
-    CLIENT.set(f"addr:{request.client.host}" if request.client else None)
+    set_client(f"addr:{request.client.host}" if request.client else None)
     try:
         response = await call_next(request)
     except Exception as exc:
@@ -317,7 +317,7 @@ class OcrIngress:
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
-            self.admission.count_refusal("in_flight", CLIENT.get())
+            self.admission.count_refusal("in_flight", current_client())
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
@@ -591,7 +591,8 @@ class OcrIngress:
         if found is None:
             raise NotFound(f"no page file {name!r}")
         content, media = found
-        return Response(content, media_type=media, headers={"Cache-Control": "no-cache"})
+        return Response(content, media_type=media, headers={"Cache-Control": "no-cache",
+                                                            "Content-Security-Policy": PAGE_CSP})
 
     async def _gather_stats(self) -> dict:
         """Replica states from Serve's controller, and each model stage's
