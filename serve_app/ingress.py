@@ -190,7 +190,10 @@ DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 @api.middleware("http")
 async def docs_behind_token(request: Request, call_next):
     """With a token, the API docs (/docs, /openapi.json) need it too."""
-    if request.url.path in DOC_PATHS:
+    path, root = request.url.path, request.scope.get("root_path") or ""
+    if root and path.startswith(root):  # mounted under a route prefix: the docs are under it
+        path = path[len(root):]
+    if path in DOC_PATHS or request.url.path in DOC_PATHS:
         token = _ingress().token
         if token is not None and not bearer_matches(request.headers.get("authorization"), token):
             return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
