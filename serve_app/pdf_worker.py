@@ -166,6 +166,9 @@ class WorkerPool:
         self.started = 0  # children alive or checked out
         self.cond = threading.Condition()
         self.executor = ThreadPoolExecutor(max_workers=max(4, 4 * workers), thread_name_prefix="pdf")
+        # Children are started from one long-lived thread: their parent-death
+        # signal fires when the thread that started them ends, not the process.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdf-spawn")
         self.killed = 0  # children killed past their budget (for tests and stats)
 
     def _checkout(self, key: Optional[str], wait_s: float) -> _Child:
@@ -187,7 +190,7 @@ class WorkerPool:
                     raise PoolBusy()
                 self.cond.wait(left)
         try:
-            return _Child(self.memory_mb)
+            return self._spawner.submit(_Child, self.memory_mb).result()
         except BaseException:
             with self.cond:
                 self.started -= 1
@@ -245,6 +248,7 @@ class WorkerPool:
                 self.started -= 1
             self.idle = []
         self.executor.shutdown(wait=False)
+        self._spawner.shutdown(wait=False)
 
 
 _POOLS: dict[tuple[int, int], WorkerPool] = {}
@@ -448,7 +452,23 @@ def _line(run: list, conv, return_chars: bool) -> list:
     return [text, _quad(conv, union), chars]
 
 
+def _die_with_parent() -> None:
+    """SIGKILL this child when its parent dies (Linux prctl PR_SET_PDEATHSIG):
+    a replica killed mid-render leaves no orphan drawing for minutes."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the parent's pipe closing still ends it between calls
+        pass
+
+
 def main(argv: list[str]) -> None:
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        return
     memory_mb = int(argv[1]) if len(argv) > 1 else 3072
     # The protocol owns the real stdout; anything else printed goes to stderr.
     out = os.fdopen(os.dup(1), "wb")

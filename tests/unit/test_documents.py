@@ -286,3 +286,58 @@ def test_a_render_over_the_memory_bound_is_refused_in_the_child():
                 pdf.render(0)  # 12000 x 12000 x 3 bytes: 432 MB, over the child's 256 MB
     finally:
         pool.close()
+
+
+def test_a_worker_dies_with_its_parent_even_mid_render():
+    """A replica killed while its PDF child draws a page for minutes leaves
+    no orphan behind (the child has PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, threading
+        sys.path[:0] = sys.argv[1:3]
+        from pdfs import nested_forms_pdf
+        from serve_app.config import DocumentLimits
+        from serve_app.documents import PdfFile
+        pdf = PdfFile(nested_forms_pdf(depth=7), DocumentLimits(page_timeout_s=600))
+        child = pdf.pool.idle[0].proc.pid
+        threading.Thread(target=pdf.render, args=(0,), daemon=True).start()
+        print(child, flush=True)
+        threading.Event().wait()
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", code, root, os.path.join(root, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(200):  # explicit steps: poll until the kernel has delivered the signal (at most 10 s)
+        try:
+            os.kill(child, 0)
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    break  # a zombie: dead, waiting for init to reap it
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the PDF child outlived its parent")
+
+
+def test_a_worker_started_from_a_short_lived_thread_outlives_that_thread():
+    import threading
+
+    pool = WorkerPool(1)
+    try:
+        opened = []
+        t = threading.Thread(target=lambda: opened.append(PdfFile(blank_pdf(1), DocumentLimits(), pool=pool)))
+        t.start()
+        t.join()  # the thread that asked for the child has ended
+        assert opened[0].render(0).shape == (200, 400, 3) and pool.started == 1
+    finally:
+        pool.close()
