@@ -10,7 +10,10 @@ The good clients replay images of many sizes (`--sizes` random resizes of
 the peer images, seeded), and a hostile share (`--hostile`, a fraction of
 the good rate) is mixed in: junk bodies (400), oversized bodies (413),
 bodies trickled too slowly (408) and dense pages with a deadline too short
-to meet (504, or 503 when admission by cost refuses them at the door). Their answers are counted apart; the good clients must see
+to meet (504, or 503 when admission by cost refuses them at the door), and
+the cheapest, costliest requests of load_tests/hostile_costs.py in turn
+(PDFs that render for minutes, long thin PNGs, a 500-page blank PDF...:
+each a 4xx, or a 503 naming the jobs API). Their answers are counted apart; the good clients must see
 no error at all.
 
 Memory growth (each replica's private memory: RSS less the shared pages of
@@ -61,7 +64,8 @@ def replica_memory() -> dict[str, float]:
     return out
 
 
-HOSTILE_KINDS = ("junk", "oversized", "slow", "expired")
+HOSTILE_KINDS = ("junk", "oversized", "slow", "expired", "costly")
+_COSTLY = [0]  # the next of load_tests/hostile_costs.py's CASES a "costly" request sends
 
 
 async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: float = 15.0) -> str:
@@ -88,7 +92,14 @@ async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: floa
                 return "no answer"
             finally:
                 writer.close()
-        if kind == "junk":
+        if kind == "costly":  # the cheapest, costliest requests of issue 24, in turn
+            from load_tests.hostile_costs import CASES
+
+            case = CASES[_COSTLY[0] % len(CASES)]
+            _COSTLY[0] += 1
+            body, ctype = case.request()
+            kw = {"data": body, "headers": {"Content-Type": ctype}}
+        elif kind == "junk":
             kw = {"data": bytes(range(256)) * 4, "headers": {"Content-Type": "image/png"}}
         elif kind == "oversized":
             kw = {"data": b"\0" * (21 * 1024 * 1024), "headers": {"Content-Type": "image/png"}}
@@ -184,7 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--fraction", type=float, default=0.7, help="share of measured saturation to offer")
     p.add_argument("--sizes", type=int, default=48, help="random resizes of the peer images added to the mix")
     p.add_argument("--hostile", type=float, default=0.1,
-                   help="hostile requests (junk, oversized, slow, expired) per good one; 0: none")
+                   help="hostile requests (junk, oversized, slow, expired, costly) per good one; 0: none")
     p.add_argument("--port", type=int, default=8723)
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG, help="Serve config to deploy")
     p.add_argument("--out", type=Path, default=REPO / "load_tests" / "out" / "soak")

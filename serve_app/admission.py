@@ -39,14 +39,25 @@ drains at the measured rate) when
   (reason "deadline": it would be a 504 after spending work on it), or
 - the ledger would hold more than `max_queued_cost_s` (reason "cost_bound").
 
-A request is always admitted to an empty ledger (a poor estimate never
+- its own cost is over `max_request_share` of max_queued_cost_s, even
+  to an empty ledger (reason "too_big": a big document is a job), or
+- its client (by address) would hold more than its fair share of the
+  ledger or of the in-flight requests while other clients are about
+  (reason "client_share"; see Admission.admit).
+
+Otherwise a request is admitted to an empty ledger (a poor estimate never
 starves a large request), and until a drain rate is measured only the cost
-bound applies. The count limit (ingress.max_in_flight) stays in front of
+bound applies. The model learns only from plausible answers: a request
+whose size was unknown, or whose seconds are far (10x) from the model's
+own estimate, teaches nothing, and the rest are clipped to 2x of it, so
+that a few hostile requests cannot make every pixel cost seconds. Headers
+are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
 this. Cached and shared answers never reach admission (they cost nothing)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import io
 import math
 import time
@@ -59,7 +70,23 @@ import numpy as np
 
 from .documents import open_document
 from .errors import DeadlineExceeded, Overloaded
+from .image_header import png_dimensions
 from .upload import upload_of
+
+# The client of the request being admitted (the ingress sets it per route:
+# "addr:" and its address), None for the handle API (trusted callers).
+CLIENT: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ocr_client", default=None)
+
+
+def set_client(client: Optional[str]) -> None:
+    """The client of the request this task serves (functions, not the
+    variable, for the ingress: Serve pickles its app, and a ContextVar
+    referenced from its module cannot be pickled)."""
+    CLIENT.set(client)
+
+
+def current_client() -> Optional[str]:
+    return CLIENT.get()
 
 # When a request's size cannot be read from its header (junk: the pipeline
 # refuses it cheaply), it is costed as an image of this many pixels.
@@ -76,34 +103,56 @@ class Size:
 
     pixels: int
     pages: int = 1
+    tiles: int = 1  # detector calls per page (a long image's tiles)
+    known: bool = True  # False: read from no header (costed as UNKNOWN_PIXELS)
 
     @property
     def megapixels(self) -> float:
         return self.pixels / 1e6
 
 
-def image_size(data: Any, documents: Any = None) -> Size:
-    """A request's Size from headers only: an encoded image's header, an
-    array's shape, a PDF's page count and first page (pdfium opens it, no
-    page is rendered). Anything unreadable is costed as UNKNOWN_PIXELS (it
-    will be refused cheaply by the pipeline)."""
+def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024) -> Size:
+    """A request's Size from headers only: an encoded image's header (from
+    its first `header_bytes`; a PNG's chunk headers walked, at most a few
+    hundred), an array's shape, a PDF's page count and first page (opened
+    in a PDF worker, no page is rendered). Anything unreadable is costed as
+    UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
     try:
         upload = upload_of(data)
         data = upload.data
         if isinstance(data, np.ndarray):
-            return Size(int(data.shape[0]) * int(data.shape[1]) if data.ndim >= 2 else UNKNOWN_PIXELS)
+            if data.ndim < 2:
+                return Size(UNKNOWN_PIXELS, known=False)
+            h, w = int(data.shape[0]), int(data.shape[1])
+            return Size(max(1, h * w), tiles=_tiles(h, w))
         if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
             with open_document(bytes(data), documents) as pdf:
                 g = pdf.geometry(0)
-                return Size(g.width * g.height, pdf.pages)
+                return Size(g.width * g.height, pdf.pages, _tiles(g.height, g.width))
         from PIL import Image
 
-        source = data if isinstance(data, (str, Path)) else io.BytesIO(bytes(data))
-        with Image.open(source) as img:
-            w, h = img.size
-        return Size(max(1, w * h))
+        if isinstance(data, (str, Path)):
+            with open(data, "rb") as f:
+                head = f.read(header_bytes)
+        else:
+            head = bytes(memoryview(data)[:header_bytes])
+        found = png_dimensions(head)
+        if found is None:
+            with Image.open(io.BytesIO(head)) as img:
+                found = img.size
+        w, h = found
+        return Size(max(1, w * h), tiles=_tiles(h, w))
     except Exception:
-        return Size(UNKNOWN_PIXELS)
+        return Size(UNKNOWN_PIXELS, known=False)
+
+
+def _tiles(h: int, w: int) -> int:
+    """Detector tiles of an h x w image with the default pipeline options
+    and detector ladder (an estimate: admission does not see the engine's)."""
+    from .config import PipelineOptions
+    from .stages.tiling import tile_count
+
+    return tile_count(h, w, PipelineOptions(), 1280) if h > 0 and w > 0 else 1
 
 
 # -- the cost model ----------------------------------------------------------------
@@ -121,9 +170,16 @@ class CostModel:
     # receipt, a dense page, a photo.
     PRIOR_POINTS = ((0.02, 1.0), (0.3, 15.0), (1.0, 60.0), (3.0, 20.0))
 
+    # An answer whose seconds are over FAR times (or under 1/FAR of) the
+    # model's own estimate for it teaches nothing; the rest are clipped to
+    # CLIP times of it.
+    FAR = 10.0
+    CLIP = 2.0
+
     def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
-                 forget: float = 0.97, ridge: float = 1e-3):
+                 forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0):
         self.prior = np.array([base_s, s_per_mp, s_per_line])
+        self.s_per_tile = s_per_tile
         self.forget = forget
         self.ridge = ridge * np.eye(3)
         self.xx = np.zeros((3, 3))
@@ -144,16 +200,20 @@ class CostModel:
         """Seconds of work of a request of this size, alone (at least 10 ms)."""
         mp = size.megapixels
         base, per_mp, per_line = self.theta
-        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp
+        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp + self.s_per_tile * max(0, size.tiles - 1)
         return max(0.01, page) * size.pages
 
     def observe(self, size: Size, lines: int, seconds: float) -> None:
         """One request (one image) that ran alone: its size, the lines it
         read and its seconds."""
-        if size.pages != 1 or not math.isfinite(seconds) or seconds <= 0:
+        if size.pages != 1 or size.tiles != 1 or not size.known or not math.isfinite(seconds) or seconds <= 0:
             return
         mp = size.megapixels
         x = np.array([1.0, mp, float(lines)])
+        predicted = max(0.01, float(x @ self.theta))
+        if not predicted / self.FAR <= seconds <= predicted * self.FAR:
+            return  # implausible for its size: a stall, or a hostile input, not a measure of the service
+        seconds = min(max(seconds, predicted / self.CLIP), predicted * self.CLIP)
         self.xx = self.forget * self.xx + np.outer(x, x)
         self.xy = self.forget * self.xy + x * seconds
         self.lines_sum = self.forget * self.lines_sum + lines
@@ -254,11 +314,13 @@ def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], other
 
 def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
            max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
-           others: int = 0, slowdown: float = 1.0) -> Decision:
+           others: int = 0, slowdown: float = 1.0, max_request_s: float = math.inf) -> Decision:
     """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
     (`others` requests), the service draining `rate` seconds of work per
     second (None: not yet measured), `time_left_s` before its deadline
-    (None: no deadline)?"""
+    (None: no deadline)? Never one over max_request_s, even alone."""
+    if own_s > max_request_s:
+        return Decision(False, expected_seconds(queued_s, own_s, rate, others, slowdown), "too_big", max_retry_s)
     if queued_s <= 0:
         return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
     expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
@@ -326,33 +388,80 @@ class Admission:
     .drain_rate and .slowdown (gauges), .estimate_ratio (histogram)."""
 
     def __init__(self, args: Any, metrics: Any = None, clock: Callable[[], float] = time.monotonic,
-                 default_retry_s: int = 1):
+                 default_retry_s: int = 1, max_requests: int = 32):
         self.args = args
         self.metrics = metrics
         self.clock = clock
         self.default_retry_s = default_retry_s
-        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line)
+        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line,
+                               s_per_tile=args.prior_s_per_tile)
         self.meter = DrainMeter(args.drain_window_s)
         self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
+        self.owner: dict[int, Optional[str]] = {}  # seq -> its client
         self.queued_s = 0.0
         self.seq = 0
         self.refused: dict[str, int] = {}
+        self.max_requests = max_requests  # the ingress's count limit (for the clients' shares)
+        self.seen: dict[str, float] = {}  # client -> when last seen (admitted or refused)
 
-    def admit(self, size: Size, time_left_s: Optional[float]) -> Ticket:
+    def note_client(self, client: Optional[str]) -> None:
+        """A client was here now (admitted, or refused before admission)."""
+        if client is None:
+            return
+        now = self.clock()
+        self.seen[client] = now
+        if len(self.seen) > 4096:  # forget the oldest: bounded whatever the number of addresses
+            for c, _ in sorted(self.seen.items(), key=lambda kv: kv[1])[:1024]:
+                del self.seen[c]
+
+    def client_limits(self, client: str) -> tuple[float, float]:
+        """(seconds of work, requests) `client` may hold now: all of the
+        ledger when no other client was seen within client_window_s, else
+        max(client_share, 1 / active clients) of it (and of max_requests)."""
+        now = self.clock()
+        window = self.args.client_window_s
+        active = {c for c, t in self.seen.items() if now - t <= window}
+        active |= {c for c in self.owner.values() if c is not None}
+        active.add(client)
+        share = 1.0 if len(active) <= 1 else max(self.args.client_share, 1.0 / len(active))
+        return share * self.args.max_queued_cost_s, share * self.max_requests
+
+    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None) -> Ticket:
         """A Ticket for the request, or Overloaded (503) with Retry-After."""
         now = self.clock()
         cost = self.model.estimate(size)
         rate = self.meter.rate(now)
         slowdown = self.calibration.factor
+        self.note_client(client)
         if self.args.enabled:
             d = decide(self.queued_s, cost, rate, time_left_s, self.args.max_queued_cost_s,
                        self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s,
-                       len(self.held), slowdown)
+                       len(self.held), slowdown, self.args.max_request_share * self.args.max_queued_cost_s)
+            if d.admit and client is not None:
+                mine = [seq for seq, c in self.owner.items() if c == client]
+                held = sum(self.held[seq] for seq in mine)
+                max_s, max_n = self.client_limits(client)
+                if mine and (held + cost > max_s or len(mine) + 1 > max_n):
+                    d = Decision(False, d.expected_s, "client_share",
+                                 retry_after(held + cost - max_s, rate, self.default_retry_s,
+                                             self.args.max_retry_after_s))
+                    self.count_refusal("client_share")
+                    raise Overloaded(f"this client ({client.split(':', 1)[-1]}) has {len(mine)} requests "
+                                     f"(~{held:.1f} s of work) here, its fair share while other clients are "
+                                     f"served is {max_n:.0f} requests and {max_s:.0f} s; retry after "
+                                     f"{d.retry_after_s} s", retry_after_s=d.retry_after_s)
         else:
             d = Decision(True, expected_seconds(self.queued_s, cost, rate, len(self.held), slowdown))
         if not d.admit:
             self.count_refusal(d.reason or "deadline")
+            if d.reason == "too_big":
+                limit = self.args.max_request_share * self.args.max_queued_cost_s
+                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s) of "
+                                 f"{size.megapixels:.1f} MP), over the {limit:g} s one request may take here "
+                                 f"(ingress.admission.max_request_share); submit it as a job instead "
+                                 f"(POST /v1/ocr/jobs, then GET /v1/ocr/jobs/{{job_id}})",
+                                 retry_after_s=d.retry_after_s)
             if d.reason == "deadline":
                 why = (f"too much work is queued here to read this request (~{cost:.1f} s of work) before its "
                        f"deadline (in {time_left_s:.1f} s): it would take ~{d.expected_s:.1f} s")
@@ -363,11 +472,14 @@ class Admission:
         self.seq += 1
         ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
         self.held[ticket.seq] = cost
+        self.owner[ticket.seq] = client
         self._set_queued(now)
         return ticket
 
-    def count_refusal(self, reason: str) -> None:
-        """A refusal by reason (deadline, cost_bound; the ingress adds in_flight)."""
+    def count_refusal(self, reason: str, client: Optional[str] = None) -> None:
+        """A refusal by reason (deadline, cost_bound, too_big, client_share;
+        the ingress adds in_flight, with its client: it was here)."""
+        self.note_client(client)
         self.refused[reason] = self.refused.get(reason, 0) + 1
         if self.metrics is not None:
             self.metrics.refusals.inc(tags={"reason": reason})
@@ -378,6 +490,7 @@ class Admission:
         cancelled: not drained work); `late`: its deadline passed (504)."""
         if ticket is None or self.held.pop(ticket.seq, None) is None:
             return
+        self.owner.pop(ticket.seq, None)
         now = self.clock()
         seconds = now - ticket.admitted_at
         if result is not None:
@@ -434,15 +547,23 @@ class Gate:
         self.clock = clock
         self.ticket: Optional[Ticket] = None
         self.result: Optional[dict] = None
+        self.client = CLIENT.get()
 
     async def admit(self) -> None:
+        header_bytes = getattr(self.admission.args, "header_bytes", 256 * 1024)
         upload = upload_of(self.data)  # the door's Upload (serve_app.upload): its kind is known
-        if self.documents is not None and upload.is_document:  # opened off the event loop
-            size = await asyncio.to_thread(image_size, upload, self.documents)
-        else:
+        if self.documents is not None and upload.is_document:  # a PDF opened in a PDF worker, on the pool's threads
+            from .pdf_worker import shared_pool
+
+            pool = shared_pool(self.documents.workers, self.documents.worker_memory_mb)
+            size = await asyncio.get_running_loop().run_in_executor(
+                pool.executor, image_size, upload, self.documents, header_bytes)
+        elif isinstance(upload.data, np.ndarray):
             size = image_size(upload)
+        else:  # a header, from its first header_bytes: off the event loop all the same
+            size = await asyncio.to_thread(image_size, upload, None, header_bytes)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
-        self.ticket = self.admission.admit(size, left)
+        self.ticket = self.admission.admit(size, left, self.client)
 
     def done(self, result: Any) -> None:
         self.result = result if isinstance(result, dict) else None

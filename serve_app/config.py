@@ -196,6 +196,8 @@ class ImageLimits(_Strict):
     max_bytes: int = Field(20 * 1024 * 1024, ge=1)  # an image's or PDF's bytes at most (more: 413)
     max_pixels: int = Field(40_000_000, ge=1)  # an image's pixels at most, read from its header before decoding (more: 413)
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
+    max_aspect: float = Field(500.0, ge=1, description="an image's long side over its short side at most (more: 400); "
+                              "a one-line strip of text is ~100, a long receipt ~40")
 
     def check_bytes(self, size: int, what: str = "image") -> None:
         """The byte limit, the one place it is checked (the door's Upload,
@@ -225,6 +227,27 @@ class DocumentLimits(_Strict):
     # Pages of one document rendered and read at once (each holds its
     # bitmap, about 3 bytes per pixel, while it is read).
     page_concurrency: int = Field(4, ge=1, le=64)
+    # PDFium runs in this many child processes per replica (serve_app.pdf_worker),
+    # each limited to worker_memory_mb of address space beyond its start-up
+    # (0: no limit) and killed when a call passes its budget: page_timeout_s
+    # for one page (its size, render or text layer; within the request's
+    # deadline), open_timeout_s to open a document and count its pages.
+    workers: int = Field(2, ge=1, le=32)
+    # Address space, not resident memory: PDFium's allocator reserves much of
+    # it up front (opening a 3 KB PDF of nested forms took over 1.5 GB); the
+    # bound on what a page really allocates is max_page_pixels.
+    worker_memory_mb: int = Field(3072, ge=0)
+    page_timeout_s: float = Field(10.0, gt=0)  # a page's render or text layer at most this long (or the request's time left), then its child is killed
+    open_timeout_s: float = Field(5.0, gt=0)  # opening a PDF (its page count, first page's size) at most this long
+    # The text layer (options.pdf_text_layer): characters per page and per
+    # document at most (more: 413 naming the page); a dense newspaper page
+    # has ~30,000.
+    max_page_chars: int = Field(100_000, ge=1)
+    max_document_chars: int = Field(2_000_000, ge=1)  # text-layer characters of a whole document at most (more: 413)
+    # A page whose long side is over this many times its short side is
+    # refused (400 naming it): no real page is, and its render would be a
+    # strip of single pixels.
+    max_page_aspect: float = Field(100.0, ge=1)
 
 
 class PipelineOptions(_Strict):
@@ -250,6 +273,10 @@ class PipelineOptions(_Strict):
     tile_min_long: int = Field(1920, ge=32)  # tile only images whose long side is over this (px)
     tile_max_pixels: int = Field(16_000_000, ge=10_000)  # a tiled image's working size at most (px)
     tile_overlap: float = Field(0.15, ge=0.02, le=0.5)  # share of a tile's length that neighbouring tiles share
+    # Tiles per image at most (an image that would need more is read at a
+    # lower resolution that fits), and tiles sent to the detector at once.
+    max_tiles: int = Field(32, ge=1)
+    tile_window: int = Field(4, ge=1)  # tiles of one image in the detector at once
     # Small text on a large image (a dense scan, a newspaper page): when the
     # detector saw the image shrunk below fine_max_scale of its size, found
     # at least fine_min_boxes lines and their median height in its input is

@@ -5,13 +5,18 @@ layer as lines. No Ray import: unit-tested on PDFs made in the tests.
 Rendered with pypdfium2 (PyPI; Apache-2.0 / BSD-3-Clause): its wheels bundle
 PDFium, the PDF engine of Chromium, so there is no system dependency, it is
 well kept (releases follow PDFium's), and it is fast: a peer photo's page
-renders in 1-11 ms here. PDFium is not thread-safe, not even across
-documents: every call into it here holds one process-wide lock."""
+renders in 1-11 ms here. PDFium runs in child processes
+(serve_app.pdf_worker), each call within a time budget (the child is killed
+past it) and a memory bound: a hostile page costs one child, never the
+replica. No lock is held across requests (a call checks out one child)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
-import threading
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,15 +24,14 @@ from typing import Any, Optional
 import numpy as np
 
 from .config import DocumentLimits
-from .errors import BadRequest, TooLarge
+from .errors import BadRequest, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
+from .pdf_worker import PoolBusy, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool
 from .results import CharBox, TextLine
 
 PDF_MAGIC = b"%PDF-"
 # PDF readers accept a header anywhere in the first 1024 bytes (PDF 1.7,
 # implementation note 13); so does PDFium.
 HEADER_WINDOW = 1024
-
-_PDFIUM = threading.Lock()
 
 
 def is_pdf(data: Any) -> bool:
@@ -51,21 +55,32 @@ class PageGeometry:
     height: int
 
 
-def page_geometry(width_pt: float, height_pt: float, dpi: int, max_pixels: int) -> PageGeometry:
+def page_geometry(width_pt: float, height_pt: float, dpi: int, max_pixels: int,
+                  max_aspect: float = math.inf, page: int = 0) -> PageGeometry:
     """The render size of a page of width_pt x height_pt points: `dpi`,
-    scaled down so that the page stays within max_pixels. A page whose size
+    scaled down so that the page stays within max_pixels, counted in whole
+    pixels (after rounding up: the bitmap's real size). A page whose size
     is a whole number of pixels at this DPI renders to exactly that size
-    (the scale is nudged down by 1e-9 so that float noise cannot make the
-    renderer's ceil() add a pixel)."""
+    (float noise does not add a pixel). A page over max_aspect (long side
+    over short side) is a BadRequest naming it (`page`, 1-based; 0: unnamed)."""
+    name = f"page {page}" if page else "a PDF page"
     if not (width_pt > 0 and height_pt > 0 and math.isfinite(width_pt * height_pt)):
-        raise BadRequest(f"a PDF page has no area ({width_pt} x {height_pt} points)")
+        raise BadRequest(f"{name} has no area ({width_pt} x {height_pt} points)")
+    if max(width_pt, height_pt) / min(width_pt, height_pt) > max_aspect:
+        raise BadRequest(f"{name} is {width_pt:g} x {height_pt:g} points, over {max_aspect:g} times as long as "
+                         f"it is wide (engine.documents.max_page_aspect): not a page that can be read")
     scale = dpi / 72.0
-    if width_pt * height_pt * scale * scale > max_pixels:
-        scale = math.sqrt(max_pixels / (width_pt * height_pt))
-        w, h = math.floor(width_pt * scale), math.floor(height_pt * scale)
+    w, h = max(1, _whole(width_pt * scale)), max(1, _whole(height_pt * scale))
+    for _ in range(64):  # on whole pixels: a 1e9 x 1e-8 pt page is 2e9 x 1 px, not 40
+        if w * h <= max_pixels:
+            break
+        scale *= math.sqrt(max_pixels / (w * h))
+        w, h = max(1, _down(width_pt * scale)), max(1, _down(height_pt * scale))
+        if w * h > max_pixels:
+            scale *= 1 - 1e-7
     else:
-        w, h = _whole(width_pt * scale), _whole(height_pt * scale)
-    return PageGeometry(scale, max(1, w), max(1, h))
+        w, h = (min(w, max_pixels // h), h) if w >= h else (w, min(h, max_pixels // w))
+    return PageGeometry(scale, w, h)
 
 
 def _whole(x: float) -> int:
@@ -75,29 +90,35 @@ def _whole(x: float) -> int:
     return round(x) if abs(x - round(x)) < 1e-3 else math.ceil(x)
 
 
+def _down(x: float) -> int:
+    """Whole pixels within x: floor, but a size within float noise of a
+    whole number is that number."""
+    return round(x) if abs(x - round(x)) < 1e-6 else math.floor(x)
+
+
 class PdfFile:
-    """An open PDF. Thread-safe (every call holds the PDFium lock); close()
-    it when done."""
+    """An open PDF: its bytes here, PDFium's work in the worker pool
+    (serve_app.pdf_worker). Thread-safe; close() it when done. Each page
+    call has a budget: `budget_s`, else limits.page_timeout_s; past it the
+    child is killed and the call raises PageOverBudget naming the page (or
+    DeadlineExceeded when the budget was the request's own time left:
+    pass `deadline`, a time.time())."""
 
     kind = "pdf"
 
-    def __init__(self, data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None):
-        import pypdfium2 as pdfium
-
-        self._pdfium = pdfium
+    def __init__(self, data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
+                 pool: Optional[WorkerPool] = None, deadline: Optional[float] = None):
         self.limits = limits
         self.max_pixels = min(limits.max_page_pixels, max_pixels or limits.max_page_pixels)
+        self.pool = pool or shared_pool(limits.workers, limits.worker_memory_mb)
+        self.deadline = deadline
+        self.key = uuid.uuid4().hex
         if len(data) == 0:
             raise BadRequest("the PDF is empty (0 bytes)")
-        with _PDFIUM:
-            try:
-                self._pdf = pdfium.PdfDocument(bytes(data))
-            except pdfium.PdfiumError as e:
-                if getattr(e, "err_code", None) == pdfium.raw.FPDF_ERR_PASSWORD:
-                    raise BadRequest("the PDF is encrypted with a password; send it decrypted "
-                                     "(for example `qpdf --decrypt --password=... in.pdf out.pdf`)") from None
-                raise BadRequest(f"not a readable PDF ({e}); send a complete, unencrypted PDF") from None
-            self.pages = len(self._pdf)
+        self._data: Optional[bytes] = bytes(data)
+        header, _ = self._call("open", {}, None, limits.open_timeout_s)
+        self.pages = int(header["pages"])
+        self._first = header.get("first")
         if self.pages == 0:
             self.close()
             raise BadRequest("the PDF has no pages")
@@ -106,71 +127,102 @@ class PdfFile:
             raise TooLarge(f"the PDF has {self.pages} pages, over the limit of {limits.max_pages}; "
                            f"split it, or raise engine.documents.max_pages")
 
-    def geometry(self, index: int) -> PageGeometry:
-        with _PDFIUM:
-            page = self._page(index)
-            try:
-                w, h = page.get_size()
-            finally:
-                page.close()
-        return page_geometry(w, h, self.limits.render_dpi, self.max_pixels)
+    def _budget(self, budget_s: Optional[float]) -> tuple[float, bool]:
+        """(seconds, whether the request's deadline is what bounds them)."""
+        budget = budget_s if budget_s is not None else self.limits.page_timeout_s
+        if self.deadline is not None:
+            left = self.deadline - time.time()
+            if left <= 0:
+                raise DeadlineExceeded("the request's deadline passed before its PDF was read")
+            if left < budget:
+                return left, True
+        return budget, False
 
-    def render(self, index: int) -> np.ndarray:
-        """Page `index` (0-based) as a BGR uint8 array at its geometry."""
-        geo = self.geometry(index)
-        pdfium = self._pdfium
-        with _PDFIUM:
-            page = self._page(index)
-            try:
-                # Rendered into a bitmap of exactly the geometry's size
-                # (pypdfium2's render() would take the ceil of float32 noise).
-                bitmap = pdfium.PdfBitmap.new_native(geo.width, geo.height, pdfium.raw.FPDFBitmap_BGR)
-                try:
-                    bitmap.fill_rect((255, 255, 255, 255), 0, 0, geo.width, geo.height)
-                    pdfium.raw.FPDF_RenderPageBitmap(bitmap, page, 0, 0, geo.width, geo.height, 0,
-                                                     pdfium.raw.FPDF_ANNOT)
-                    arr = np.array(bitmap.to_numpy(), copy=True)  # the bitmap's buffer goes with it
-                finally:
-                    bitmap.close()
-            finally:
-                page.close()
-        if arr.ndim == 2:
-            arr = np.repeat(arr[..., None], 3, axis=2)
-        return np.ascontiguousarray(arr[..., :3])  # BGR (PDFium's own order), without its padding byte
-
-    def text_lines(self, index: int, return_chars: bool = False) -> Optional[tuple[PageGeometry, tuple[TextLine, ...]]]:
-        """Page `index`'s text layer as lines (in the page's content order),
-        boxes in the pixels of its rendering; None when the page has no
-        text layer (a scan, or only whitespace)."""
-        geo = self.geometry(index)
-        pdfium = self._pdfium
-        with _PDFIUM:
-            page = self._page(index)
-            try:
-                textpage = page.get_textpage()
-                try:
-                    chars = list(_page_chars(pdfium, textpage))
-                finally:
-                    textpage.close()
-                conv = pdfium.PdfPosConv(page, (0, 0, geo.width, geo.height, 0))
-                lines = tuple(_line(run, conv, return_chars) for run in _runs(chars))
-            finally:
-                page.close()
-        lines = tuple(line for line in lines if line.text)
-        return (geo, lines) if lines else None
-
-    def close(self) -> None:
-        with _PDFIUM:
-            pdf, self._pdf = getattr(self, "_pdf", None), None
-            if pdf is not None:
-                pdf.close()
-
-    def _page(self, index: int):
-        if self._pdf is None:
+    def _call(self, op: str, args: dict, index: Optional[int], budget_s: Optional[float] = None):
+        if self._data is None:
             raise BadRequest("the PDF was closed")  # a page read cancelled while its document closed
+        budget, by_deadline = self._budget(budget_s)
+        what = "the PDF" if index is None else f"page {index + 1}"
+        try:
+            return self.pool.call(op, self.key, self._data, args, budget, wait_s=budget)
+        except WorkerTimeout:
+            if by_deadline:
+                raise DeadlineExceeded(f"the request's deadline passed while reading {what} of its PDF") from None
+            raise PageOverBudget(f"{what} took over {budget:g} s (engine.documents."
+                                 f"{'open' if index is None else 'page'}_timeout_s) and was stopped; "
+                                 f"simplify it, or send the page as an image") from None
+        except PoolBusy:
+            if by_deadline:
+                raise DeadlineExceeded(f"the request's deadline passed waiting to read {what} of its PDF") from None
+            raise Overloaded("every PDF worker here is busy; retry shortly", retry_after_s=1) from None
+        except WorkerDied:
+            if index is None:
+                raise BadRequest("the PDF engine stopped while opening the PDF; it is broken, or needs more "
+                                 "memory than a PDF worker has") from None
+            raise PageOverBudget(f"the PDF engine stopped while reading {what}: the page needs more memory than "
+                                 f"a PDF worker has (engine.documents.worker_memory_mb = "
+                                 f"{self.limits.worker_memory_mb}), or is broken") from None
+        except WorkerError as e:
+            if e.kind == "encrypted":
+                raise BadRequest("the PDF is encrypted with a password; send it decrypted "
+                                 "(for example `qpdf --decrypt --password=... in.pdf out.pdf`)") from None
+            if e.kind == "bad_pdf":
+                raise BadRequest(f"not a readable PDF ({e.message}); send a complete, unencrypted PDF") from None
+            if e.kind == "memory":
+                raise PageOverBudget(f"{what} needs more memory than a PDF worker has "
+                                     f"(engine.documents.worker_memory_mb = {self.limits.worker_memory_mb})") from None
+            if e.kind == "text_too_long":
+                raise TooLarge(f"{what}'s text layer has {e.extra.get('chars')} characters, over the limit of "
+                               f"{self.limits.max_page_chars} (engine.documents.max_page_chars)") from None
+            raise BadRequest(e.message) from None
+
+    def _check_index(self, index: int) -> None:
         if not 0 <= index < self.pages:
             raise BadRequest(f"page {index + 1} is not in this PDF of {self.pages} pages")
-        return self._pdf[index]
+
+    def geometry(self, index: int, budget_s: Optional[float] = None) -> PageGeometry:
+        self._check_index(index)
+        if index == 0 and self._first is not None:
+            w, h = self._first
+        else:
+            header, _ = self._call("size", {"index": index}, index, budget_s)
+            w, h = header["size"]
+        return page_geometry(w, h, self.limits.render_dpi, self.max_pixels, self.limits.max_page_aspect, index + 1)
+
+    def render(self, index: int, budget_s: Optional[float] = None) -> np.ndarray:
+        """Page `index` (0-based) as a BGR uint8 array at its geometry."""
+        geo = self.geometry(index, budget_s)
+        header, body = self._call("render", {"index": index, "width": geo.width, "height": geo.height}, index,
+                                  budget_s)
+        h, w, c = header["shape"]
+        if (h, w) != (geo.height, geo.width) or len(body) != h * w * c:
+            raise BadRequest(f"page {index + 1} did not render to its size")
+        return np.frombuffer(body, dtype=np.uint8).reshape(h, w, c)
+
+    def text_lines(self, index: int, return_chars: bool = False,
+                   budget_s: Optional[float] = None) -> Optional[tuple[PageGeometry, tuple[TextLine, ...]]]:
+        """Page `index`'s text layer as lines (in the page's content order),
+        boxes in the pixels of its rendering; None when the page has no
+        text layer (a scan, or only whitespace). A page of more than
+        limits.max_page_chars characters is a TooLarge naming it."""
+        geo = self.geometry(index, budget_s)
+        header, _ = self._call("text", {"index": index, "width": geo.width, "height": geo.height,
+                                        "chars": return_chars, "max_chars": self.limits.max_page_chars},
+                               index, budget_s)
+        lines = []
+        for text, box, chars in header["lines"]:
+            cb = tuple(CharBox(ch, q) for ch, q in chars) if chars is not None else None
+            lines.append(TextLine(text, 1.0, box, cb))
+        return (geo, tuple(lines)) if lines else None
+
+    async def run(self, method, *args, **kwargs):
+        """`await pdf.run(pdf.render, 3)`: a call on the pool's own threads
+        (waiting for a child never holds a thread of the default executor)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool.executor, functools.partial(method, *args, **kwargs))
+
+    def close(self) -> None:
+        self._data = None
 
     def __enter__(self) -> "PdfFile":
         return self
@@ -182,7 +234,7 @@ class PdfFile:
 # -- documents: every multi-page container ----------------------------------------
 # A PDF, or a TIFF of more than one page (serve_app.tiff_pages). Both are
 # page sources with the same interface (pages, kind, geometry, render,
-# text_lines, close), read by the pipeline's one document path.
+# text_lines, run, close), read by the pipeline's one document path.
 
 
 def is_document(data: Any) -> bool:
@@ -205,13 +257,31 @@ def is_document(data: Any) -> bool:
 
 
 def open_document(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
-                  exif_transpose: bool = True):
-    """The page source of a document's bytes: a PdfFile or a TiffPages."""
+                  exif_transpose: bool = True, deadline: Optional[float] = None):
+    """The page source of a document's bytes: a PdfFile (PDFium's work in
+    the worker pool) or a TiffPages."""
     if is_pdf(data):
-        return PdfFile(data, limits, max_pixels)
+        return PdfFile(data, limits, max_pixels, deadline=deadline)
     from .tiff_pages import TiffPages
 
     return TiffPages(data, limits, max_pixels, exif_transpose)
+
+
+async def open_pdf(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
+                   deadline: Optional[float] = None) -> PdfFile:
+    """PdfFile(...) opened on the worker pool's own threads."""
+    pool = shared_pool(limits.workers, limits.worker_memory_mb)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(pool.executor, functools.partial(
+        PdfFile, data, limits, max_pixels, pool, deadline))
+
+
+async def open_document_async(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
+                              exif_transpose: bool = True, deadline: Optional[float] = None):
+    """open_document off the event loop (a PDF on the worker pool's threads)."""
+    if is_pdf(data):
+        return await open_pdf(data, limits, max_pixels, deadline)
+    return await asyncio.to_thread(open_document, data, limits, max_pixels, exif_transpose)
 
 
 def check_document(data: bytes, limits: DocumentLimits) -> int:
@@ -230,70 +300,3 @@ def check_pdf(data: bytes, limits: DocumentLimits) -> int:
         return pdf.pages
 
 
-# -- the text layer -> lines ----------------------------------------------------
-
-Char = tuple[str, Optional[tuple[float, float, float, float]]]  # text, (left, bottom, right, top) in points
-
-
-def _page_chars(pdfium, textpage):
-    """(character, box or None) for each character PDFium reports; None for
-    spaces and line breaks it generated (they have no box)."""
-    for k in range(textpage.count_chars()):
-        code = pdfium.raw.FPDFText_GetUnicode(textpage, k)
-        if not code or 0xD800 <= code <= 0xDFFF:  # none, or half of a surrogate pair
-            continue
-        ch = chr(code)
-        box = None
-        if not ch.isspace():
-            try:
-                l, b, r, t = textpage.get_charbox(k)
-            except pdfium.PdfiumError:
-                l = r = 0.0
-                b = t = 0.0
-            box = (l, b, r, t) if r > l and t > b else None
-        yield ch, box
-
-
-def _runs(chars: list[Char]) -> list[list[Char]]:
-    """Characters split into lines: at a line break, or where a character's
-    vertical centre leaves the current line's height."""
-    runs: list[list[Char]] = []
-    cur: list[Char] = []
-    lo = hi = None
-    for ch, box in chars:
-        if ch in "\r\n":
-            if cur:
-                runs.append(cur)
-            cur, lo, hi = [], None, None
-            continue
-        if box is not None:
-            mid = (box[1] + box[3]) / 2
-            if lo is not None and not lo <= mid <= hi:
-                runs.append(cur)
-                cur, lo, hi = [], None, None
-            lo = box[1] if lo is None else min(lo, box[1])
-            hi = box[3] if hi is None else max(hi, box[3])
-        cur.append((ch, box))
-    if cur:
-        runs.append(cur)
-    return runs
-
-
-def _quad(conv, box: tuple[float, float, float, float]) -> list[list[float]]:
-    """A box in points -> its axis-aligned pixel box, clockwise from top-left."""
-    l, b, r, t = box
-    pts = [conv.to_bitmap(x, y) for x, y in ((l, t), (r, t), (r, b), (l, b))]
-    xs = [float(p[0]) for p in pts]
-    ys = [float(p[1]) for p in pts]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
-
-
-def _line(run: list[Char], conv, return_chars: bool) -> TextLine:
-    boxes = [b for _, b in run if b is not None]
-    text = "".join(ch for ch, _ in run).strip()
-    if not boxes:
-        return TextLine("", 1.0, [])
-    union = (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
-    chars = tuple(CharBox(ch, _quad(conv, b)) for ch, b in run if b is not None) if return_chars else None
-    return TextLine(text, 1.0, _quad(conv, union), chars)

@@ -59,6 +59,13 @@ class TooLarge(OcrError):
     code = "too_large"
 
 
+class PageOverBudget(TooLarge):
+    """One page of a document took more than its time (or memory) budget;
+    the message names the page."""
+
+    code = "page_over_budget"
+
+
 class UnsupportedMediaType(OcrError):
     status = 415
     code = "unsupported_media_type"

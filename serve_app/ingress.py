@@ -26,7 +26,7 @@ from ray.serve.handle import DeploymentHandle
 from starlette.exceptions import HTTPException
 
 from . import paddlex
-from .admission import Admission, Gate
+from .admission import Admission, Gate, current_client, set_client
 from .config import DocumentLimits, ImageLimits
 from .documents import check_document, open_document
 from .errors import (
@@ -251,6 +251,9 @@ async def count_outcomes(request: Request, call_next):
     """Every /v1 request's status, error code and latency, counted in one
     place; an exception no handler took becomes a 500 JSON error."""
     t0 = time.perf_counter()
+    # The client, for its fair share of admission (serve_app.admission): its address (the token is one
+    # shared secret: it names no client). Set here, it reaches the route's task.
+    set_client(f"addr:{request.client.host}" if request.client else None)
     try:
         response = await call_next(request)
     except Exception as exc:
@@ -330,7 +333,8 @@ class OcrIngress:
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = RequestMetrics()
         # Admission by cost (serve_app.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
-        self.admission = Admission(args.admission, AdmissionMetrics(), default_retry_s=args.retry_after_s)
+        self.admission = Admission(args.admission, AdmissionMetrics(), default_retry_s=args.retry_after_s,
+                                   max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, CacheMetrics(), downstream)
@@ -429,7 +433,7 @@ class OcrIngress:
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
-            self.admission.count_refusal("in_flight")
+            self.admission.count_refusal("in_flight", current_client())
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1

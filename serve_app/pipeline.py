@@ -18,8 +18,8 @@ from typing import Any, Awaitable, Callable, Optional, Union
 import numpy as np
 
 from .config import EngineConfig, ImageLimits, PipelineOptions
-from .documents import PdfFile, open_document
-from .errors import BadImage
+from .documents import PdfFile, open_document_async
+from .errors import BadImage, PageOverBudget, TooLarge
 from .options import DetParams, OcrOptions
 from .request_context import RequestContext
 from .results import (
@@ -27,7 +27,7 @@ from .results import (
 )
 from .stages.crop import char_quad, crop_quad, is_vertical
 from .stages.db_postprocess import order_clockwise
-from .stages.decode import array_to_bgr, decode_image, frame_count
+from .stages.decode import array_to_bgr, check_aspect, decode_image, frame_count
 from .stages.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from .stages.direction import apply_direction, is_flipped
 from .stages.layout import arrange
@@ -214,7 +214,13 @@ class Pipeline:
             boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=ctx), geo)
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
-        found = await all_or_none([one(t) for t in tiles])
+        window = asyncio.Semaphore(cfg.pipeline.tile_window)  # a bounded window, not every tile at once
+
+        async def windowed(tile: Tile) -> np.ndarray:
+            async with window:
+                return await one(tile)
+
+        found = await all_or_none([windowed(t) for t in tiles])
         return await asyncio.to_thread(merge_tile_boxes, tiles, found)
 
     async def read_any(self, data: Union[ImageInput, Upload], options: OcrOptions = OcrOptions(), ctx: Context = None,
@@ -241,40 +247,55 @@ class Pipeline:
         if isinstance(data, (str, Path)):
             data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
         data = upload_of(data, cfg.limits).data  # the byte limit (serve_app.upload)
-        pdf = await asyncio.to_thread(open_document, data, cfg.documents, cfg.limits.max_pixels,
-                                      cfg.pipeline.exif_transpose)
+        pdf = await open_document_async(data, cfg.documents, cfg.limits.max_pixels, cfg.pipeline.exif_transpose,
+                                        ctx.deadline)
         try:
             total = pdf.pages
             if progress is not None:
                 progress(0, total)
             gate = asyncio.Semaphore(cfg.documents.page_concurrency)
             done = 0
+            chars = [0]  # text-layer characters taken so far (limits.max_document_chars)
 
             async def one(index: int) -> PageResult:
                 nonlocal done
                 async with gate:
-                    page = await self._read_page(pdf, index, options, ctx)
+                    try:
+                        page = await self._read_page(pdf, index, options, ctx, chars)
+                    except PageOverBudget as e:  # this page only: the others are still read
+                        page = PageResult(index + 1, 0, 0, (), {}, "none", None,
+                                          error={"code": e.code, "message": e.message})
+                        failed.append(e)
                 done += 1
                 if progress is not None:
                     progress(done, total)
                 return page
 
+            failed: list[PageOverBudget] = []
             pages = await all_or_none([one(i) for i in range(total)])
+            if len(failed) == total:
+                raise failed[0]
         finally:
-            await asyncio.to_thread(pdf.close)
+            pdf.close()
         return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
 
-    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext) -> PageResult:
+    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext,
+                         chars: Optional[list[int]] = None) -> PageResult:
         t0 = time.perf_counter()
         if options.pdf_text_layer:
-            got = await asyncio.to_thread(pdf.text_lines, index, options.return_chars)
+            got = await pdf.run(pdf.text_lines, index, options.return_chars)
             if got is not None:
                 geo, lines = got
+                if chars is not None:
+                    chars[0] += sum(len(line.text) for line in lines)
+                    if chars[0] > pdf.limits.max_document_chars:
+                        raise TooLarge(f"the PDF's text layer passed {pdf.limits.max_document_chars} characters "
+                                       f"at page {index + 1} (engine.documents.max_document_chars)")
                 ms = _ms(t0)
                 return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
                                   "text_layer")
         ctx.check(f"rendering page {index + 1}")
-        image = await asyncio.to_thread(pdf.render, index)
+        image = await pdf.run(pdf.render, index)
         render_ms = _ms(t0)
         result = await self.read(image, options, ctx)
         del image
@@ -387,6 +408,8 @@ def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> 
     if isinstance(image, np.ndarray):
         if image.size > limits.max_pixels * 4:
             raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
+        if image.ndim >= 2:
+            check_aspect(int(image.shape[1]), int(image.shape[0]), limits)
         return array_to_bgr(image)
     if isinstance(image, (str, Path)):
         image = read_file(Path(image), limits)

@@ -131,10 +131,16 @@ class PageResult:
     visualization: Optional[Visualization] = None  # with options.visualize, for OCR'd pages
     blocks: Optional[tuple[Block, ...]] = None
     orientation: Optional[int] = None
+    # A page over its budget (serve_app.documents: render time, memory) while
+    # other pages were read: {"code", "message"}, and no lines.
+    error: Optional[dict[str, str]] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
-                **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks, self.orientation)}
+        d = {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
+             **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks, self.orientation)}
+        if self.error is not None:
+            d["error"] = dict(self.error)
+        return d
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,20 @@ class AdmissionArgs(_Args):
     prior_base_s: float = Field(0.15, ge=0)
     prior_s_per_mp: float = Field(0.2, ge=0)  # (see prior_base_s)
     prior_s_per_line: float = Field(0.006, ge=0)  # (see prior_base_s)
+    # Each detector tile past the first (a long image) adds this much work (not learned).
+    prior_s_per_tile: float = Field(0.1, ge=0)
+    # One request's own estimated work at most, as a share of
+    # max_queued_cost_s, even to an empty ledger: more is a 503 that names
+    # the jobs API (POST /v1/ocr/jobs), for a big document, say.
+    max_request_share: float = Field(0.5, gt=0, le=1)
+    # A fair share per client (its address): while other clients have been
+    # seen within client_window_s, one client holds at most
+    # max(client_share, 1 / active clients) of the ledger and of
+    # ingress.max_in_flight; a client alone may use all of both.
+    client_share: float = Field(0.5, gt=0, le=1)
+    client_window_s: float = Field(10.0, gt=0)  # a client counts as active this long after its last request
+    # Image headers are read from at most this many bytes at the door, off the event loop.
+    header_bytes: int = Field(256 * 1024, ge=1024)
 
 
 class IngressArgs(_Args):

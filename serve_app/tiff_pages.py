@@ -132,6 +132,13 @@ class TiffPages:
         """A TIFF has no text layer."""
         return None
 
+    async def run(self, method, *args, **kwargs):
+        """`await pages.run(pages.render, 3)`, as PdfFile.run: off the event loop."""
+        import asyncio
+        import functools
+
+        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
+
     def close(self) -> None:
         with self._lock:
             img, self._img = getattr(self, "_img", None), None

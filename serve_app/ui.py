@@ -69,6 +69,8 @@ def page_config() -> dict[str, Any]:
     return {"options": list(OPTIONS), "formats": list(FORMATS)}
 
 
+
+
 def static_file(name: str) -> Optional[tuple[bytes, str]]:
     """(content, media type) of one of the page's files; None for any other name."""
     media = FILES.get(name)

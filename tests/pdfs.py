@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -145,3 +145,71 @@ def encrypted_pdf(user_password: str = "secret", owner_password: str = "owner", 
                b"<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P %d >>" % (
                    o_entry.hex().encode(), u_entry.hex().encode(), permissions)]
     return _pdf(objects, b"/Encrypt 6 0 R /ID [<%s> <%s>] " % (file_id.hex().encode(), file_id.hex().encode()))
+
+
+# -- hostile PDFs (issue 24): tiny files that cost much to read ----------------------
+
+
+def nested_forms_pdf(depth: int = 7, fan: int = 10, pages: int = 1, slow: Optional[set[int]] = None) -> bytes:
+    """Pages that draw form XObject X{depth}, each X{k} drawing X{k-1} `fan`
+    times, X0 a filled rectangle: fan ** depth fills from a few hundred
+    bytes (renders for minutes at depth 7). `slow`: the pages (0-based)
+    that draw it (default all); the others are blank."""
+    n_forms = depth + 1
+    first_form = 3 + pages  # objects: 1 catalog, 2 pages, 3.. page objects, then forms, then the page content
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>",
+                            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+                                b" ".join(b"%d 0 R" % (3 + k) for k in range(pages)), pages)]
+    content_no = first_form + n_forms
+    top = first_form + depth
+    for k in range(pages):
+        if slow is None or k in slow:
+            objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Resources << /XObject << /X %d 0 R "
+                           b">> >> /Contents %d 0 R >>" % (top, content_no))
+        else:
+            objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] >>")
+    for k in range(n_forms):
+        if k == 0:
+            ops = b"0.5 g 10 10 280 280 re f"
+            res = b""
+        else:
+            ops = b" ".join([b"q 0.99 0 0 0.99 1 1 cm /X Do Q"] * fan)
+            res = b"/Resources << /XObject << /X %d 0 R >> >>" % (first_form + k - 1)
+        objects.append(b"<< /Type /XObject /Subtype /Form /BBox [0 0 300 300] %s /Length %d >>\nstream\n"
+                       % (res, len(ops)) + ops + b"\nendstream")
+    ops = b"/X Do"
+    objects.append(b"<< /Length %d >>\nstream\n" % len(ops) + ops + b"\nendstream")
+    return _pdf(objects)
+
+
+def shared_text_pdf(pages: int = 100, chars: int = 200_000) -> bytes:
+    """`pages` pages whose /Contents is one shared, compressed stream
+    showing `chars` characters: ~100 KB (or less) that a text-layer read
+    would turn into pages x chars characters of JSON."""
+    import zlib
+
+    line = b"(" + b"A" * 100 + b") Tj 0 -1 Td "
+    ops = b"BT /F1 1 Tf 10 290 Td " + line * (chars // 100) + b"ET"
+    packed = zlib.compress(ops, 9)
+    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>",
+                            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
+                                b" ".join(b"%d 0 R" % (5 + k) for k in range(pages)), pages),
+                            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+                            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed) + packed + b"\nendstream"]
+    for _ in range(pages):
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 300] /Resources << /Font << /F1 3 0 R >> >> "
+                       b"/Contents 4 0 R >>")
+    return _pdf(objects)
+
+
+def mediabox_pdf(box: tuple[float, float, float, float]) -> bytes:
+    """One empty page with this MediaBox (an extreme one asks for a huge bitmap)."""
+    mb = " ".join(repr(float(v)) for v in box).encode()
+    return _pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                 b"<< /Type /Page /Parent 2 0 R /MediaBox [" + mb + b"] >>"])
+
+
+def lying_count_pdf(count: int = 1000) -> bytes:
+    """One real page, a page tree whose /Count says `count`."""
+    return _pdf([b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count %d >>" % count,
+                 b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>"])

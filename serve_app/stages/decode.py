@@ -29,6 +29,9 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
     limits.check_bytes(len(data))
+    from ..image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
+
+    png_dimensions(data)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
@@ -38,6 +41,7 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
         raise BadImage(f"image has no pixels ({w}x{h})")
     if w * h > limits.max_pixels:
         raise TooLarge(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_pixels}")
+    check_aspect(w, h, limits)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -64,6 +68,15 @@ def frame_count(data: bytes) -> int:
             return max(1, int(getattr(img, "n_frames", 1)))
     except Exception:
         return 1
+
+
+def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
+    """BadImage when an image is over limits.max_aspect times as long as it
+    is wide: a 1 x 300,000 px strip costs hundreds of detector tiles and
+    holds no line of text a person could read."""
+    if max(w, h) > limits.max_aspect * max(1, min(w, h)):
+        raise BadImage(f"image is {w}x{h} px: its long side is over {limits.max_aspect:g} times its short side "
+                       f"(limits.max_aspect); crop it, or split it into pieces")
 
 
 def to_bgr(img: Image.Image) -> np.ndarray:

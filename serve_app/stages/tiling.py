@@ -167,11 +167,32 @@ def merge_tile_boxes(tiles: list[Tile], boxes: list[np.ndarray], min_iou: float 
     return np.stack(out).astype(np.float32)
 
 
+def tiled_plan(oh: int, ow: int, opts: PipelineOptions, top_rung: int) -> tuple[float, int, int, list[Tile]]:
+    """(scale, working h, working w, tiles) of a long image's tiled read:
+    tiled_scale, lowered until the tiles are at most opts.max_tiles (the
+    image is read at a lower resolution rather than in hundreds of tiles)."""
+    ratio = tiled_scale(oh, ow, opts)
+    for _ in range(32):
+        h, w = max(1, int(round(oh * ratio))), max(1, int(round(ow * ratio)))
+        tiles = plan_tiles(h, w, tile_long_side(h, w, top_rung), opts.tile_overlap)
+        if len(tiles) <= opts.max_tiles:
+            break
+        ratio *= 0.97 * opts.max_tiles / len(tiles)
+    return ratio, h, w, tiles
+
+
+def tile_count(h: int, w: int, opts: PipelineOptions, top_rung: int) -> int:
+    """Detector calls an h x w image costs: its tiles, or 1."""
+    if not wants_tiles(h, w, opts):
+        return 1
+    return len(tiled_plan(h, w, opts, top_rung)[3])
+
+
 def prepare_tiled(img: np.ndarray, opts: PipelineOptions, top_rung: int):
     """(working image, its scale factors (original / working) as (sx, sy),
-    tiles) for a long image (wants_tiles)."""
+    tiles) for a long image (wants_tiles), at most opts.max_tiles tiles."""
     oh, ow = img.shape[:2]
-    ratio = tiled_scale(oh, ow, opts)
+    ratio, _, _, _ = tiled_plan(oh, ow, opts, top_rung)
     work = img
     if ratio < 1.0:
         work = cv2.resize(img, (max(1, int(round(ow * ratio))), max(1, int(round(oh * ratio)))),

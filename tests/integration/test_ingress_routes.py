@@ -238,7 +238,7 @@ def test_work_queued_past_the_cost_bound_is_503_on_each_ocr_route_but_a_cache_hi
     obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
     assert post(client, b"cached").status_code == 200
     obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
-                                            prior_s_per_line=0), default_retry_s=2)
+                                            prior_s_per_line=0, max_request_share=1.0), default_retry_s=2)
     held = obj.admission.admit(Size(1), None)  # 1 s of work queued: another 1 s passes the 1.5 s bound
     r = post(client, b"new")
     assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
@@ -676,3 +676,12 @@ def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_clas
     assert seen["detect"][1] == ctx.deadline and seen["detect"][3] == "bulk"  # (image, deadline, params, lane)
     assert seen["classify"][1:] == (ctx.deadline, "bulk")  # (crops, deadline, lane)
     assert seen["recognize"][1:] == (ctx.deadline, "bulk")
+
+
+def test_a_request_over_its_own_share_is_503_naming_jobs_on_an_empty_ledger(app):
+    client, obj = app
+    obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
+                                            prior_s_per_line=0), default_retry_s=2)  # one request: 0.75 s at most
+    r = post(client, b"new")
+    assert r.status_code == 503 and "POST /v1/ocr/jobs" in r.json()["error"]["message"]
+    assert int(r.headers["retry-after"]) >= 1 and obj.admission.refused == {"too_big": 1} and not Fake.calls

@@ -66,13 +66,13 @@ class FakeMetrics:
 def test_size_comes_from_headers_arrays_and_pdf_pages_and_junk_gets_a_default():
     assert image_size(png(640, 480)) == Size(640 * 480)
     assert image_size(np.zeros((30, 40, 3), np.uint8)) == Size(1200)
-    assert image_size(b"not an image") == Size(UNKNOWN_PIXELS)
+    assert image_size(b"not an image") == Size(UNKNOWN_PIXELS, known=False)
     pdf = blank_pdf(3)
     size = image_size(pdf, DocumentLimits(render_dpi=72))
     with_dpi = image_size(pdf, DocumentLimits(render_dpi=144))
     assert size.pages == with_dpi.pages == 3
     assert with_dpi.pixels == pytest.approx(4 * size.pixels, rel=0.02)  # twice the DPI, four times the pixels
-    assert image_size(pdf) == Size(UNKNOWN_PIXELS)  # no document limits: not opened as a PDF
+    assert image_size(pdf) == Size(UNKNOWN_PIXELS, known=False)  # no document limits: not opened as a PDF
 
 
 # -- the cost model ---------------------------------------------------------------------
@@ -367,3 +367,96 @@ def test_a_refused_admission_starts_no_computation():
 
     started, flights = asyncio.run(go())
     assert started == [] and flights == {}
+
+
+# -- admission that cannot be gamed (issue 24, item 3) ---------------------------------------
+
+
+def empty_chunks_png(mib: float) -> bytes:
+    """A 1x1 PNG with `mib` MiB of empty private chunks before its image data."""
+    import struct
+    import zlib
+
+    real = png(1, 1)
+    chunk = struct.pack(">I", 0) + b"prVt" + struct.pack(">I", zlib.crc32(b"prVt"))
+    n = int(mib * 1024 * 1024 / len(chunk))
+    return real[:33] + chunk * n + real[33:]
+
+
+def test_a_png_of_empty_chunks_is_sized_from_a_capped_header_and_refused_by_the_decoder():
+    from serve_app.config import ImageLimits
+    from serve_app.errors import BadImage
+    from serve_app.stages.decode import decode_image
+
+    data = empty_chunks_png(20)
+    assert len(data) > 20 * 1024 * 1024 - 100
+    assert image_size(data) == Size(UNKNOWN_PIXELS, known=False)  # at most 256 chunk headers walked
+    with pytest.raises(BadImage, match="over 256 chunks before its image data"):
+        decode_image(data, ImageLimits(max_bytes=32 * 1024 * 1024))
+    assert image_size(empty_chunks_png(0.0001)) == Size(1)  # a few chunks: fine
+
+
+def test_a_long_image_s_tiles_are_part_of_its_cost():
+    long_png = png(1000, 30_000)
+    size = image_size(long_png)
+    assert size.pixels == 30_000_000 and size.tiles > 10
+    m = CostModel(0.1, 0.2, 0.0, s_per_tile=0.1)
+    assert m.estimate(size) == pytest.approx(m.estimate(Size(size.pixels)) + 0.1 * (size.tiles - 1))
+
+
+def test_a_request_over_its_own_share_is_refused_even_by_an_empty_ledger_naming_jobs():
+    a = Admission(args(max_queued_cost_s=10, max_request_share=0.5), None, Clock())
+    with pytest.raises(Overloaded) as e:
+        a.admit(Size(1_000_000, pages=6), None)  # 6 s of work, over 5 s
+    assert e.value.status == 503 and e.value.retry_after_s >= 1
+    assert "POST /v1/ocr/jobs" in e.value.message and a.refused == {"too_big": 1} and not a.held
+    assert a.admit(Size(1_000_000, pages=5), None)  # within it: admitted
+
+
+def test_the_model_ignores_implausible_answers_and_clips_outliers():
+    m = CostModel(0.15, 0.2, 0.006)
+    before = m.estimate(Size(1_000_000))
+    for _ in range(5):
+        m.observe(Size(1), 0, 9.0)  # a 1-pixel image that took 9 s (a PNG of empty chunks)
+        m.observe(Size(UNKNOWN_PIXELS, known=False), 0, 3.0)  # size unknown
+    assert m.observed == 0 and m.estimate(Size(1_000_000)) == before
+    for _ in range(5):  # plausible but slow: clipped to 2x the estimate, each
+        m.observe(Size(1_000_000), 30, before * 10)
+    assert m.observed == 5 and m.estimate(Size(1_000_000)) < 3 * before
+
+
+def test_one_client_may_fill_the_ledger_alone_but_only_its_share_when_others_come():
+    clock = Clock()
+    a = Admission(args(max_queued_cost_s=10, max_request_share=1.0, client_share=0.5), None, clock,
+                  max_requests=8)
+    hog = [a.admit(ONE, None, "addr:10.0.0.1") for _ in range(8)]  # alone: all of it
+    assert len(a.held) == 8
+    for t in hog[:6]:
+        a.finish(t, RESULT)
+    a.count_refusal("in_flight", "addr:10.0.0.2")  # another client was turned away at the door
+    more = [a.admit(ONE, None, "addr:10.0.0.1") for _ in range(2)]  # up to its share: 4 requests
+    with pytest.raises(Overloaded) as e:
+        a.admit(ONE, None, "addr:10.0.0.1")
+    assert "fair share" in e.value.message and "10.0.0.1" in e.value.message
+    assert a.refused["client_share"] == 1
+    other = [a.admit(ONE, None, "addr:10.0.0.2") for _ in range(4)]  # the other client gets in
+    assert len(other) == 4 and len(more) == 2
+    # once the other client has gone quiet for client_window_s, the first may take it all again
+    for t in hog[6:] + more + other:
+        a.finish(t, RESULT)
+    clock.t += 11
+    assert len([a.admit(ONE, None, "addr:10.0.0.1") for _ in range(8)]) == 8
+
+
+def test_a_gate_reads_its_client_from_the_context():
+    from serve_app.admission import CLIENT
+
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    token = CLIENT.set("addr:192.0.2.7")
+    try:
+        gate = Gate(a, png(10, 10), None, clock=clock)
+    finally:
+        CLIENT.reset(token)
+    asyncio.run(gate.admit())
+    assert list(a.owner.values()) == ["addr:192.0.2.7"]

@@ -9,10 +9,15 @@ import random
 import numpy as np
 import pytest
 
-from pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
+from pdfs import (
+    blank_pdf, encrypted_pdf, image_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf, text_pdf,
+)
 from serve_app.config import DocumentLimits, EngineConfig
 from serve_app.documents import PdfFile, check_pdf, is_pdf, page_geometry
-from serve_app.errors import BadRequest, DeadlineExceeded, TooLarge
+import time
+
+from serve_app.errors import BadRequest, DeadlineExceeded, PageOverBudget, TooLarge
+from serve_app.pdf_worker import WorkerPool
 from serve_app.options import OcrOptions
 from serve_app.pipeline import Pipeline, Stages
 from serve_app.results import Recognition
@@ -106,16 +111,25 @@ def test_text_layer_lines_with_boxes_in_rendered_pixels():
 
 
 class Stand:
-    """Stages that read a page's line as the page's mean grey level, after
-    a random pause (pages finish out of order)."""
+    """Stages that read a page's line as the page's mean grey level. A page
+    waits in detection until `width` pages are there (or every page of the
+    `total` has come): explicit steps, not a race of sleeps, show the
+    concurrency; then a random pause (pages finish out of order)."""
 
-    def __init__(self):
+    def __init__(self, width: int = 1, total: int = 1):
         self.active = 0
         self.most = 0
+        self.width, self.total, self.started = width, total, 0
+        self.cond = None
 
     async def detect(self, work, params=None, ctx=None):
+        self.cond = self.cond or asyncio.Condition()
         self.active += 1
+        self.started += 1
         self.most = max(self.most, self.active)
+        async with self.cond:
+            self.cond.notify_all()
+            await self.cond.wait_for(lambda: self.active >= self.width or self.started >= self.total)
         await asyncio.sleep(random.uniform(0, 0.02))
         self.active -= 1
         h, w = work.shape[:2]
@@ -133,7 +147,7 @@ def grey_pdf(levels: list[int]) -> bytes:
 def test_pages_are_read_concurrently_and_come_back_in_order():
     random.seed(1)
     levels = [10 * k for k in range(1, 12)]
-    stand = Stand()
+    stand = Stand(3, len(levels))
     cfg = EngineConfig(documents=DocumentLimits(page_concurrency=3))
     seen = []
     doc = asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(
@@ -174,3 +188,156 @@ def test_document_limits_apply_in_the_pipeline():
     cfg = EngineConfig(documents=DocumentLimits(max_pages=2))
     with pytest.raises(TooLarge):
         asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_any(blank_pdf(3)))
+
+
+# -- hostile PDFs (issue 24): each bounded, each a 4xx naming what it hit -------------
+
+
+def test_a_page_that_renders_for_minutes_is_stopped_at_its_budget_naming_it():
+    data = nested_forms_pdf(depth=6)  # 10**6 nested fills: minutes of PDFium time, ~3.4 KB
+    pool = WorkerPool(1)
+    try:
+        with PdfFile(data, DocumentLimits(page_timeout_s=0.5), pool=pool) as pdf:
+            with pytest.raises(PageOverBudget, match="page 1 took over 0.5 s") as e:
+                pdf.render(0)
+            assert e.value.status == 413 and pool.killed == 1
+        # the pool serves the next document with a fresh child
+        with PdfFile(blank_pdf(1), DocumentLimits(), pool=pool) as pdf:
+            assert pdf.render(0).shape == (200, 400, 3)
+    finally:
+        pool.close()
+
+
+def test_the_request_deadline_bounds_a_page_below_its_budget():
+    pool = WorkerPool(1)
+    try:
+        with PdfFile(nested_forms_pdf(depth=6), DocumentLimits(page_timeout_s=60), pool=pool,
+                     deadline=time.time() + 1.0) as pdf:
+            with pytest.raises(DeadlineExceeded, match="page 1"):
+                pdf.render(0)
+    finally:
+        pool.close()
+
+
+def test_a_slow_page_is_an_error_on_that_page_and_the_others_are_read():
+    mixed = nested_forms_pdf(depth=6, pages=3, slow={1})  # page 2 renders for minutes, pages 1 and 3 are blank
+    slow = nested_forms_pdf(depth=6)
+    stand = Stand()
+    cfg = EngineConfig(documents=DocumentLimits(page_timeout_s=0.5))
+    doc = asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(mixed))
+    body = doc.to_dict()
+    assert [p.get("error", {}).get("code") for p in body["pages"]] == [None, "page_over_budget", None]
+    assert "page 2" in body["pages"][1]["error"]["message"]
+    assert [p["results"][0]["text"] for p in body["pages"] if "error" not in p] == ["grey255", "grey255"]
+    # a document of only such pages is the error itself
+    with pytest.raises(PageOverBudget, match="page 1"):
+        asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(slow))
+
+
+def test_a_shared_long_content_stream_is_bounded_in_characters():
+    data = shared_text_pdf(pages=100, chars=200_000)  # ~17 KB; 20 million characters if taken whole
+    assert len(data) < 20_000
+    stand = Stand()
+    pipe = Pipeline(Stages(stand.detect, None, stand.recognize), EngineConfig())
+    with pytest.raises(TooLarge, match="page 1's text layer has 2\\d{5} characters, over the limit of 100000"):
+        asyncio.run(pipe.read_document(data, OcrOptions(pdf_text_layer=True)))
+    # under the page cap, the document's cap stops it
+    small = shared_text_pdf(pages=30, chars=90_000)
+    cfg = EngineConfig(documents=DocumentLimits(max_document_chars=1_000_000))
+    with pytest.raises(TooLarge, match="passed 1000000 characters at page"):
+        asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(
+            small, OcrOptions(pdf_text_layer=True)))
+
+
+@pytest.mark.parametrize("box", [(0, 0, 1e9, 0.1), (0, 0, 5e5, 3), (0, 0, 3, 1e7)])
+def test_an_extreme_mediabox_is_a_400_naming_the_page(box):
+    data = mediabox_pdf(box)
+    assert len(data) < 500
+    with PdfFile(data, DocumentLimits()) as pdf:
+        with pytest.raises(BadRequest, match="page 1 is .* times as long as it is wide"):
+            pdf.render(0)
+
+
+def test_a_huge_mediabox_renders_within_the_pixel_bound_counted_in_whole_pixels():
+    with PdfFile(mediabox_pdf((0, 0, 1e6, 1e6)), DocumentLimits(max_page_pixels=1_000_000)) as pdf:
+        geo = pdf.geometry(0)
+        assert geo.width * geo.height <= 1_000_000 and geo.width == geo.height == 1000
+    # after rounding up: 0.3 pt at 2 px/pt is 0.6 px, one whole pixel
+    geo = page_geometry(99.7, 0.3, 144, 200, 1e9)
+    assert geo.width * geo.height <= 200
+    for w, h in [(1000.3, 1000.3), (4321.7, 1234.5), (1.4, 999.9)]:
+        g = page_geometry(w, h, 144, 100_000, 1e9)
+        assert g.width * g.height <= 100_000
+
+
+def test_a_page_count_that_lies_is_a_400_naming_the_page():
+    data = lying_count_pdf(400)
+    stand = Stand()
+    with pytest.raises(BadRequest, match=r"page \d+ cannot be loaded"):  # pages are read concurrently
+        asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), EngineConfig()).read_document(data))
+
+
+def test_a_render_over_the_memory_bound_is_refused_in_the_child():
+    pool = WorkerPool(1, memory_mb=256)
+    try:
+        limits = DocumentLimits(render_dpi=144, max_page_pixels=144_000_000)
+        with PdfFile(mediabox_pdf((0, 0, 6000, 6000)), limits, max_pixels=144_000_000, pool=pool) as pdf:
+            with pytest.raises(PageOverBudget, match="memory"):
+                pdf.render(0)  # 12000 x 12000 x 3 bytes: 432 MB, over the child's 256 MB
+    finally:
+        pool.close()
+
+
+def test_a_worker_dies_with_its_parent_even_mid_render():
+    """A replica killed while its PDF child draws a page for minutes leaves
+    no orphan behind (the child has PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys, threading
+        sys.path[:0] = sys.argv[1:3]
+        from pdfs import nested_forms_pdf
+        from serve_app.config import DocumentLimits
+        from serve_app.documents import PdfFile
+        pdf = PdfFile(nested_forms_pdf(depth=7), DocumentLimits(page_timeout_s=600))
+        child = pdf.pool.idle[0].proc.pid
+        threading.Thread(target=pdf.render, args=(0,), daemon=True).start()
+        print(child, flush=True)
+        threading.Event().wait()
+    """)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", code, root, os.path.join(root, "tests")],
+                              stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for _ in range(200):  # explicit steps: poll until the kernel has delivered the signal (at most 10 s)
+        try:
+            os.kill(child, 0)
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split(") ", 1)[1].startswith("Z"):
+                    break  # a zombie: dead, waiting for init to reap it
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the PDF child outlived its parent")
+
+
+def test_a_worker_started_from_a_short_lived_thread_outlives_that_thread():
+    import threading
+
+    pool = WorkerPool(1)
+    try:
+        opened = []
+        t = threading.Thread(target=lambda: opened.append(PdfFile(blank_pdf(1), DocumentLimits(), pool=pool)))
+        t.start()
+        t.join()  # the thread that asked for the child has ended
+        assert opened[0].render(0).shape == (200, 400, 3) and pool.started == 1
+    finally:
+        pool.close()

@@ -388,3 +388,33 @@ def test_the_reference_profile_keeps_the_references_answer_shape_and_order():
     result = asyncio.run(Pipeline(calls.stages(), reference_config()).read(png(100, 240), OcrOptions()))
     body = result.to_dict()
     assert len(calls.seen["det"]) == 1 and "orientation" not in body and "blocks" not in body
+
+
+def test_a_long_image_s_tiles_reach_the_detector_through_a_bounded_window():
+    from serve_app.config import PipelineOptions
+    from serve_app.stages.tiling import tile_count
+
+    cfg = EngineConfig(pipeline=PipelineOptions(tile_window=3, max_tiles=20))
+    total = tile_count(40, 19_000, cfg.pipeline, 1280)
+
+    class Window(Calls):
+        """A tile waits in detection until 3 are there (or every tile has
+        come): explicit steps, no race of sleeps."""
+        active = most = started = 0
+        cond = None
+
+        async def detect(self, work, params=None, ctx=None):
+            Window.cond = Window.cond or asyncio.Condition()
+            Window.active += 1
+            Window.started += 1
+            Window.most = max(Window.most, Window.active)
+            async with Window.cond:
+                Window.cond.notify_all()
+                await Window.cond.wait_for(lambda: Window.active >= 3 or Window.started >= total)
+            Window.active -= 1
+            self.seen["det"].append(work.shape)
+            return np.zeros((0, 4, 2), np.float32)
+
+    calls = Window([])
+    asyncio.run(Pipeline(calls.stages(), cfg).read(np.full((40, 19_000, 3), 255, np.uint8)))
+    assert 10 <= total <= 20 and len(calls.seen["det"]) == total and Window.most == 3

@@ -123,3 +123,56 @@ def test_second_pass_only_for_small_text_that_more_pixels_would_help():
     # never past tile_max_pixels
     s = finer_scale(lines, 0.3, (6000, 4000), OPTS)
     assert 6000 * 4000 * s * s <= 16e6 + 1
+
+
+# -- bounded tiles (issue 24, item 2) --------------------------------------------------
+
+
+@pytest.mark.parametrize("h, w", [(300_000, 1), (40_000_000, 1), (1, 300_000), (60, 30_000), (100, 50_000),
+                                  (1280, 31_000), (2000, 20_000), (7200, 1600)])
+def test_tiles_per_image_are_capped(h, w):
+    from serve_app.stages.tiling import tile_count, tiled_plan
+
+    opts = PipelineOptions(max_tiles=32)
+    n = tile_count(h, w, opts, 1280)
+    assert 1 <= n <= 32
+    if wants_tiles(h, w, opts):
+        ratio, hh, ww, tiles = tiled_plan(h, w, opts, 1280)
+        assert len(tiles) == n and ratio <= 1.0
+        long = max(hh, ww)
+        starts = sorted((t.y0 if hh >= ww else t.x0) for t in tiles)
+        ends = sorted((t.y1 if hh >= ww else t.x1) for t in tiles)
+        assert starts[0] == 0 and ends[-1] == long  # the whole working image is covered
+
+
+def test_an_image_within_the_cap_keeps_its_resolution_and_one_over_it_is_read_smaller():
+    from serve_app.stages.tiling import tiled_plan
+
+    assert tiled_plan(7200, 1600, PipelineOptions(), 1280)[0] == 1.0  # a receipt: 5 tiles, full resolution
+    ratio, _, _, tiles = tiled_plan(100, 50_000, PipelineOptions(max_tiles=8), 1280)
+    assert ratio < 0.3 and len(tiles) <= 8
+    work, _, tiles = prepare_tiled(np.zeros((100, 50_000, 3), np.uint8), PipelineOptions(max_tiles=8), 1280)
+    assert len(tiles) <= 8 and work.shape[1] < 15_000
+
+
+def test_an_image_longer_than_max_aspect_is_refused_before_decoding():
+    import io
+
+    from PIL import Image
+
+    from serve_app.config import ImageLimits
+    from serve_app.errors import BadImage
+    from serve_app.image_header import check_image_header
+    from serve_app.stages.decode import decode_image
+
+    buf = io.BytesIO()
+    Image.new("L", (300_000, 1), 255).save(buf, "PNG", optimize=True)
+    data = buf.getvalue()
+    assert len(data) < 1000
+    for check in (decode_image, check_image_header):
+        with pytest.raises(BadImage, match="300000x1 px: its long side is over 500 times its short side"):
+            check(data, ImageLimits())
+    # a line crop of text is not
+    buf = io.BytesIO()
+    Image.new("L", (4000, 40), 255).save(buf, "PNG")
+    assert decode_image(buf.getvalue(), ImageLimits()).shape == (40, 4000, 3)

@@ -1,0 +1,237 @@
+"""Benchmark: the cheapest, costliest requests (issue 24), each sent alone
+to the real service while a normal client keeps reading one word image,
+one request after another.
+
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python load_tests/hostile_costs.py
+
+The service is deployments.yaml (result cache off, as in every benchmark)
+with engine.documents.page_timeout_s at --page-timeout (default 10, as
+shipped). First the normal client alone (--baseline requests: its p50 and
+max latency, the baseline of this run), then each case: what is sent (its
+bytes), the status and error code the service answered, in what time, the
+ingress's peak RSS growth while it ran, and the normal client's requests
+meanwhile (how many, their statuses, p50 and max latency). Prints one table
+(markdown, for docs/reliability.md).
+
+`CASES` is also what tests/integration/test_hostile_costs.py and the soak's
+hostile share (load_tests/soak.py) send."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import statistics
+import struct
+import sys
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from pdfs import blank_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf  # noqa: E402
+
+
+def png_strip(w: int, h: int) -> bytes:
+    """A white w x h greyscale PNG, as small as zlib makes it."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (w, h), 255).save(buf, "PNG", optimize=True)
+    return buf.getvalue()
+
+
+def long_png_40m() -> bytes:
+    """A 1 x 40,000,000 px PNG (~39 KB): one row, written directly (Pillow
+    would allocate the whole image first)."""
+    w, h = 1, 40_000_000
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
+    raw = zlib.compress(b"\x00\xff" * h, 9)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+
+
+def empty_chunks_png(mib: float) -> bytes:
+    """A 1x1 PNG with `mib` MiB of empty private chunks before its image data."""
+    real = png_strip(1, 1)
+    c = struct.pack(">I", 0) + b"prVt" + struct.pack(">I", zlib.crc32(b"prVt"))
+    return real[:33] + c * int(mib * 1024 * 1024 / len(c)) + real[33:]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # what is sent, for the table
+    make: Callable[[], bytes]
+    ctype: str  # image/png, application/pdf, or application/json (then `options` go with it)
+    status: int  # what the service answers
+    code: str  # its error code
+    options: Optional[dict] = None
+
+    def request(self) -> tuple[bytes, str]:
+        """(body, Content-Type) as sent."""
+        data = self.make()
+        if self.options is None:
+            return data, self.ctype
+        return json.dumps({"image": {"base64": base64.b64encode(data).decode()},
+                           "options": self.options}).encode(), "application/json"
+
+
+CASES = (
+    Case("PDF page of nested form XObjects (10^7 fills)", lambda: nested_forms_pdf(depth=7), "application/pdf",
+         413, "page_over_budget"),
+    # 20 pages: under admission's one-request share (100 such pages are priced
+    # at ~30 s, at the share's edge: a 503 naming the jobs API instead).
+    Case("PDF text layer: 20 pages share one 200,000-character stream",
+         lambda: shared_text_pdf(20, 200_000), "application/pdf", 413, "too_large", {"pdf_text_layer": True}),
+    Case("PDF page with MediaBox 1e9 x 0.1 pt", lambda: mediabox_pdf((0, 0, 1e9, 0.1)), "application/pdf",
+         400, "bad_request"),
+    Case("PDF whose /Count says 100 pages, with 1", lambda: lying_count_pdf(100), "application/pdf",
+         400, "bad_request"),
+    Case("PNG of 1 x 300,000 px", lambda: png_strip(300_000, 1), "image/png", 400, "bad_image"),
+    Case("PNG of 1 x 40,000,000 px", long_png_40m, "image/png", 400, "bad_image"),
+    Case("PNG with 19 MiB of empty chunks", lambda: empty_chunks_png(19), "image/png", 400, "bad_image"),
+    Case("blank PDF of 500 A4 pages", lambda: blank_pdf(500, (595, 842)), "application/pdf", 503, "overloaded"),
+)
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Normal:
+    """A normal client reading one image again and again, one at a time."""
+
+    def __init__(self, url: str, body: bytes, headers: dict):
+        self.url, self.body, self.headers = url, body, headers
+        self.seen: list[tuple[int, float]] = []
+        self._stop = threading.Event()
+
+    def one(self) -> tuple[int, float]:
+        import requests
+
+        t = time.perf_counter()
+        try:
+            r = requests.post(f"{self.url}/v1/ocr", data=self.body,
+                              headers={"Content-Type": "image/jpeg", **self.headers}, timeout=120)
+            status = r.status_code
+        except Exception:
+            status = 0
+        return status, time.perf_counter() - t
+
+    def __enter__(self):
+        def loop():
+            while not self._stop.is_set():
+                self.seen.append(self.one())
+
+        self._t = threading.Thread(target=loop, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def send_case(url: str, case: Case, headers: dict, ingress_pid: Optional[int]) -> dict:
+    """Send one case; its status, code, seconds, bytes and the ingress's peak RSS growth."""
+    import requests
+
+    body, ctype = case.request()
+    base = rss_mb(ingress_pid) if ingress_pid else 0.0
+    peak = [base]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set() and ingress_pid:
+            peak[0] = max(peak[0], rss_mb(ingress_pid))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t = time.perf_counter()
+    try:
+        r = requests.post(f"{url}/v1/ocr", data=body, headers={"Content-Type": ctype, **headers}, timeout=600)
+        status, text = r.status_code, r.text
+    except Exception as e:
+        status, text = 0, type(e).__name__
+    seconds = time.perf_counter() - t
+    stop.set()
+    sampler.join()
+    try:
+        err = json.loads(text).get("error", {})
+    except Exception:
+        err = {}
+    return {"status": status, "code": err.get("code", ""), "message": err.get("message", ""), "seconds": seconds,
+            "bytes": len(body), "rss_mb": peak[0] - base}
+
+
+def summary(seen: list[tuple[int, float]]) -> str:
+    if not seen:
+        return "none"
+    codes = sorted({s for s, _ in seen})
+    ms = [s * 1000 for _, s in seen]
+    return (f"{len(seen)} x {'/'.join(map(str, codes))}, p50 {statistics.median(ms):.0f} ms, "
+            f"max {max(ms):.0f} ms")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--page-timeout", type=float, default=10.0)
+    p.add_argument("--baseline", type=int, default=10)
+    p.add_argument("--only", default="", help="cases whose name contains this")
+    args = p.parse_args()
+
+    from load_tests import service
+    from tests.peer import PEER
+
+    small = (PEER / "mmocr_word_1036169.jpg").read_bytes()
+    service.start_ray()
+    cfg = service.load_config()
+    app = cfg["applications"][0]
+    app["args"]["engine"]["documents"] = {**app["args"]["engine"].get("documents", {}),
+                                          "page_timeout_s": args.page_timeout}
+    rows = []
+    try:
+        url = service.deploy_config(cfg, service.free_port())
+        pid = service.replica_pids(["OcrIngress"])["OcrIngress"][0]
+        normal = Normal(url, small, {})
+        for _ in range(3):
+            normal.one()  # warm
+        alone = [normal.one() for _ in range(args.baseline)]
+        print(f"normal client alone: {summary(alone)}", flush=True)
+        for case in CASES:
+            if args.only and args.only not in case.name:
+                continue
+            with Normal(url, small, {}) as during:
+                got = send_case(url, case, {}, pid)
+            print(f"{case.name}: {got}; normal meanwhile: {summary(during.seen)}", flush=True)
+            rows.append((case, got, during.seen))
+    finally:
+        service.stop_all()
+    print(f"\nbaseline (normal client alone, same run): {summary(alone)}\n")
+    print("| sent | bytes | answer | time | ingress RSS growth | normal request meanwhile |")
+    print("|---|---:|---|---:|---:|---|")
+    for case, got, seen in rows:
+        print(f"| {case.name} | {got['bytes']:,} | {got['status']} {got['code']} | {got['seconds']:.2f} s | "
+              f"{got['rss_mb']:.0f} MB | {summary(seen)} |")
+
+
+if __name__ == "__main__":
+    main()
