@@ -87,6 +87,8 @@ yaml.safe_dump(cfg, open(sys.argv[1], "w"), sort_keys=False)
 PY
 say "- $(cat "$OUT/profile.txt")"
 
+# The profile needs its token (ingress.auth_token_env); a throwaway one for this run.
+export OCR_AUTH_TOKEN=${OCR_AUTH_TOKEN:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 say ""
 rm -rf /tmp/ocr_trt_cache  # a first start: engines built here, timed below
 t0=$(date +%s)

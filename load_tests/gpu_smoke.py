@@ -121,8 +121,12 @@ def engines(out_json: Path) -> int:
 def _post(url: str, path: Path, timeout: float = 120):
     import requests
 
+    import os
+
+    token = os.environ.get("OCR_AUTH_TOKEN")  # the GPU profile's token (gpu_run.sh sets one)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     with path.open("rb") as f:
-        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=timeout)
+        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, headers=headers, timeout=timeout)
 
 
 def service(url: str, engines_json: Path, seconds: float, clients: int) -> int:

@@ -24,6 +24,8 @@ from serve_app.shape_ranges import range_of, rec_shapes
 
 CUDA_BUILD, GPUS = gpu_status()
 REAL_GPU = CUDA_BUILD and GPUS > 0
+TOKEN = "gpu-profile-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,8 @@ def cluster():
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:
     cfg = load_config(REPO / "deployments.gpu.yaml")
     app = cfg["applications"][0]
+    # The profile needs its token (OCR_AUTH_TOKEN) where the app is built and in the ingress.
+    app["runtime_env"] = {"env_vars": {app["args"]["ingress"]["auth_token_env"]: TOKEN}}
     for block in [app["args"]["engine"]] + [app["args"].get(s, {}) for s in ("detector", "classifier", "recognizer")]:
         if "predictor" in block:
             block["predictor"]["allow_cpu_fallback"] = fallback
@@ -143,7 +147,7 @@ def test_four_quarter_gpu_replicas_share_one_gpu_and_a_fifth_waits(cluster):
             assert trt["max_batch_size"] == 16 == engine.rec.batch_size
 
     with open(PEER / "rapidocr_issue_170.png", "rb") as f:
-        r = requests.post(f"{url}/v1/ocr", files={"file": f}, timeout=120)
+        r = requests.post(f"{url}/v1/ocr", files={"file": f}, headers=AUTH, timeout=120)
     assert r.status_code == 200 and [x["text"] for x in r.json()["results"]] == ["TEST"]
 
 

@@ -312,3 +312,18 @@ def test_python_versions_agree_with_the_code():
     assert "cancelling()" in (REPO / "serve_app" / "ingress.py").read_text()
     runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
     assert "(3, 11) <= v" in runs
+
+
+def test_service_token_comes_from_a_secret_in_every_ray_container(cluster, embedded):
+    """#24 item 4: the embedded profile names its token variable, and every
+    Ray container (the build runs on the head, the ingress on workers) reads
+    it from a Kubernetes Secret, never from a literal."""
+    name = embedded["applications"][0]["args"]["ingress"]["auth_token_env"]
+    assert name == "OCR_AUTH_TOKEN"
+    assert not embedded["applications"][0]["args"]["ingress"].get("allow_anonymous")
+    for c in _ray_containers(cluster):
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert name in env, f"{c['name']}: no {name}"
+        assert "value" not in env[name], f"{c['name']}: {name} must come from a Secret"
+        ref = env[name]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "ocr-auth-token", "key": "token"}, ref
