@@ -407,6 +407,8 @@ class PaddlePredictor:
         self.name = name or files.name
         self.requested = options  # as configured and placed, before the device was settled
         self.options = resolve_device(options)
+        # GPUs this process's Paddle sees (0 for a stage without a GPU share: serve_app.replica).
+        self.gpus_seen = gpu_status()[1]
         self.gpu_memory: Optional[GpuMemoryBound] = None
         self.tuned_shapes: Optional[str] = None
         # The compiled-engine cache entry this predictor used: its folder,

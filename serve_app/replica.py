@@ -61,6 +61,18 @@ def placed_options(options: PredictorOptions, cores: Optional[list[int]],
     return options.model_copy(update=update) if update else options
 
 
+def hide_gpus_without_share(gpu_share: Optional[float], environ=os.environ) -> bool:
+    """A replica Ray gave no GPU share (num_gpus: 0) sees no GPU: Ray 2.60
+    leaves CUDA_VISIBLE_DEVICES as the node has it for such a process, so
+    Paddle would find every GPU and run there, outside any share and any
+    memory limit. Set to "" before Paddle is imported (CUDA reads it once,
+    at its initialisation). True when it hid them."""
+    if gpu_share:
+        return False
+    environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
+
+
 class ModelReplica:
     """One model's predictor inside a replica, and what the replica reports."""
 
@@ -92,8 +104,13 @@ class ModelReplica:
         from .weights import model_files
 
         started = time.time()
-        options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()),
-                                 _ray_context("gpu_share"))
+        share = _ray_context("gpu_share")
+        if "ray" in sys.modules and hide_gpus_without_share(share):
+            import logging
+
+            logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
+                                                stage)
+        options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
         replica = cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
         replica.started_at = started
         return replica
@@ -220,6 +237,9 @@ class ModelReplica:
             "canary": self.canary.stats() if self.canary is not None else None,
             "pending_calls": self._pending,
             "gpu_ids": _ray_context("gpu_ids") or [],
+            # What this process's CUDA (and so Paddle) can see: "" for a stage without a GPU share.
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpus_seen_by_paddle": getattr(self.predictor, "gpus_seen", None),
             "node_id": _ray_context("node_id"),
             "rss_mb": rss_mb(),
             "device": opts.device,

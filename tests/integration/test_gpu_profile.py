@@ -146,6 +146,15 @@ def test_four_quarter_gpu_replicas_share_one_gpu_and_a_fifth_waits(cluster):
             assert trt["input_range"] == range_of(shapes).as_dict()
             assert trt["max_batch_size"] == 16 == engine.rec.batch_size
 
+    # #29 item 4: the stages given no GPU share (num_gpus: 0 above) see no
+    # device at all, while the recogniser sees the one Ray gave it.
+    for name in ("TextDetector", "DirectionClassifier"):
+        s = serve.get_deployment_handle(name, app_name="ocr").stats.remote().result()
+        assert s["gpu_ids"] == [] and s["cuda_visible_devices"] == "", (name, s["cuda_visible_devices"])
+        assert s["gpus_seen_by_paddle"] == 0, s
+    for s in seen.values():
+        assert s["cuda_visible_devices"] == "0", s["cuda_visible_devices"]
+
     with open(PEER / "rapidocr_issue_170.png", "rb") as f:
         r = requests.post(f"{url}/v1/ocr", files={"file": f}, headers=AUTH, timeout=120)
     assert r.status_code == 200 and [x["text"] for x in r.json()["results"]] == ["TEST"]
