@@ -144,9 +144,13 @@ class ModelReplica:
         self.ready_at = time.time()
         import logging
 
+        trt = getattr(self.predictor, "tensorrt_status", None) or {}
         logging.getLogger("ray.serve").info(
-            "%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s", self.stage,
-            self.predictor.load_seconds, self.warm_seconds, len(calls), self.predictor.options.cpu_affinity)
+            "%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s, device %s%s", self.stage,
+            self.predictor.load_seconds, self.warm_seconds, len(calls), self.predictor.options.cpu_affinity,
+            self.predictor.options.device,
+            f", TensorRT {'on' if trt.get('on') else 'off'} ({trt.get('reason')})" if trt.get("enable") is not None
+            else "")
 
     def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
         """New batch knobs (validated) applied to the `@serve.batch` method."""
@@ -261,8 +265,12 @@ def gpu_stats(predictor: Predictor) -> dict[str, Any]:
     if trt is not None:
         from .shape_ranges import range_of
 
+        status = getattr(predictor, "tensorrt_status", None) or {}
         trt_stats = {
             "enabled": predictor.options.tensorrt is not None,
+            "enable": trt.enable,  # as configured: auto, true (required) or false
+            "why": status.get("reason"),  # why it is on or off in this replica
+            "libraries": status.get("libraries"),
             "precision": trt.precision,
             "max_batch_size": trt.max_batch_size,
             "cache_dir": trt.cache_dir,

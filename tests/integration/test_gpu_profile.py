@@ -142,6 +142,8 @@ def test_four_quarter_gpu_replicas_share_one_gpu_and_a_fifth_waits(cluster):
             # TensorRT as a GPU would get it: every recogniser input shape, batch dim included.
             trt = s["tensorrt"]
             assert trt["enabled"] is False and trt["precision"] == "fp16"
+            # #29 item 1: TensorRT optional (enable: auto), and the replica says why it is off.
+            assert trt["enable"] == "auto" and "CPU fallback" in trt["why"], trt
             assert trt["input_shapes"] == len(shapes) == 113
             assert trt["input_range"] == range_of(shapes).as_dict()
             assert trt["max_batch_size"] == 16 == engine.rec.batch_size
