@@ -254,13 +254,41 @@ def _base_image() -> str:
     raise AssertionError("no FROM in the Dockerfile")
 
 
-def test_dockerfile_starts_from_a_paddle_gpu_image():
+# The python3 each Ubuntu release ships (what `apt-get install python3` gives
+# on the base): 20.04 3.8, 22.04 3.10, 24.04 3.12.
+UBUNTU_PYTHON = {"20.04": (3, 8), "22.04": (3, 10), "24.04": (3, 12)}
+# Paddle's CUDA builds and the CUDA major.minor of the matching base image.
+PADDLE_CUDA = {"cu118": "11.8", "cu126": "12.6", "cu129": "12.9"}
+
+
+def _dockerfile_args() -> dict[str, str]:
+    return {rest.partition("=")[0].strip(): rest.partition("=")[2].strip().strip('"')
+            for word, rest in _dockerfile_instructions() if word == "ARG" and "=" in rest}
+
+
+def test_dockerfile_base_has_a_python_the_package_accepts():
+    """#29 item 1: the base's own python3 is 3.11 or 3.12 (Paddle's GPU image
+    ships 3.10 and stopped the build), and its CUDA is the Paddle build's."""
     words = [w for w, _ in _dockerfile_instructions() if w != "ARG"]
     assert words[0] == "FROM"
     image = _base_image()
-    repo, _, tag = image.partition(":")
-    assert repo == "paddlepaddle/paddle", image
-    assert "gpu" in tag, image
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(base|runtime|cudnn-runtime)-ubuntu(\d+\.\d+)", image)
+    assert m, f"{image}: expected an nvidia/cuda:X.Y.Z-...-ubuntuNN.NN tag"
+    cuda, ubuntu = f"{m.group(1)}.{m.group(2)}", m.group(5)
+    assert (3, 11) <= UBUNTU_PYTHON[ubuntu] < (3, 13), f"ubuntu {ubuntu} ships Python {UBUNTU_PYTHON[ubuntu]}"
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert "apt-get install" in runs and " python3 " in runs and "deadsnakes" not in runs
+    args = _dockerfile_args()
+    assert PADDLE_CUDA[args["CUDA"]] == cuda, (args["CUDA"], image)
+    assert "packages/stable/${CUDA}/" in runs  # paddlepaddle-gpu from Paddle's index for that CUDA
+    assert args["PADDLE_GPU_VERSION"] == "3.3.1"
+
+
+def test_dockerfile_tensorrt_is_optional_and_linked():
+    args = _dockerfile_args()
+    assert args["REQUIRE_TENSORRT"] == "0" and args["TENSORRT"] == "1"
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert "python -m serve_app.tensorrt_libs" in runs and "tensorrt-${cu}-libs" in runs
 
 
 def test_dockerfile_verifies_the_models_at_build_time():
