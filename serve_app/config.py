@@ -31,9 +31,10 @@ class TensorRTOptions(_Strict):
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
     use_static: bool = True
     # Serialized engines and the tuned shape-range file land here
-    # (`set_optim_cache_dir`). Keep it node-local: replicas of a stage on one
-    # node take a file lock in it, so one at a time builds and writes while
-    # the others wait and then read what it wrote.
+    # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in
+    # it, so one at a time builds and writes while the others wait and then
+    # read what it wrote: node-local, or shared storage whose flock works
+    # across clients (the KubeRay claim, deploy/kuberay/trt-cache-pvc.yaml).
     cache_dir: Optional[str] = None
     # Every input shape this predictor can be given (N, C, H, W). In a Serve
     # replica the app builder fills it from the stage's closed set (detector

@@ -355,3 +355,45 @@ def test_service_token_comes_from_a_secret_in_every_ray_container(cluster, embed
         assert "value" not in env[name], f"{c['name']}: {name} must come from a Secret"
         ref = env[name]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": "ocr-auth-token", "key": "token"}, ref
+
+
+# --- GPU packaging on KubeRay (#29 item 3) ------------------------------------------------
+
+
+def _pod_specs(cluster: dict) -> list[dict]:
+    return [g["template"]["spec"] for g in [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]]
+
+
+def test_every_ray_pod_has_a_memory_backed_dev_shm(cluster):
+    for spec in _pod_specs(cluster):
+        mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+        assert "/dev/shm" in mounts, spec["containers"][0]["name"]
+        vol = next(v for v in spec["volumes"] if v["name"] == mounts["/dev/shm"])
+        assert vol["emptyDir"]["medium"] == "Memory" and vol["emptyDir"]["sizeLimit"]
+
+
+def test_tensorrt_engine_cache_is_on_a_claim_that_outlives_pods(cluster, embedded):
+    pvc = _load(REPO / "deploy" / "kuberay" / "trt-cache-pvc.yaml")
+    assert pvc["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in pvc["spec"]["accessModes"]
+    args = embedded["applications"][0]["args"]
+    for g in _gpu_groups(cluster):
+        spec = g["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"].rstrip("/") + "/" for m in spec["containers"][0]["volumeMounts"]}
+        for stage in ("detector", "recognizer"):
+            cache = args[stage]["predictor"]["tensorrt"]["cache_dir"]
+            name = next((n for n, p in mounts.items() if cache.startswith(p)), None)
+            assert name, f"{stage}'s engine cache {cache} is on no mounted volume"
+            vol = next(v for v in spec["volumes"] if v["name"] == name)
+            assert vol.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"], vol
+
+
+def test_runtime_class_is_optional_and_only_on_gpu_pods():
+    from serve_app.tools.rayservice import PROFILE, TEMPLATE, render
+
+    plain = yaml.safe_load(render(TEMPLATE.read_text(), PROFILE.read_text()))["spec"]["rayClusterConfig"]
+    assert all("runtimeClassName" not in s for s in _pod_specs(plain))  # the committed manifest: none
+    with_rc = yaml.safe_load(render(TEMPLATE.read_text(), PROFILE.read_text(), "nvidia"))["spec"]["rayClusterConfig"]
+    assert [g["template"]["spec"].get("runtimeClassName") for g in _gpu_groups(with_rc)] == ["nvidia"]
+    assert "runtimeClassName" not in with_rc["headGroupSpec"]["template"]["spec"]
+    with pytest.raises(ValueError, match="not a Kubernetes object name"):
+        render(TEMPLATE.read_text(), PROFILE.read_text(), "Nvidia Runtime")
