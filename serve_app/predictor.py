@@ -327,16 +327,23 @@ def tuned_shape_file(files: ModelFiles, trt: TensorRTOptions) -> Optional[str]:
     from .shape_ranges import shapes_key
 
     folder = trt.cache_dir or os.path.join(os.path.dirname(str(files.program)), "_trt")
-    key = shapes_key(trt.input_shapes, str(files.program), trt.precision)
+    # "opt=served": collected with the opt runs (older files were not).
+    key = shapes_key(trt.input_shapes, str(files.program), f"{trt.precision}|opt=served")
     return os.path.join(folder, f"shape_range_{files.name}_{key}.pbtxt")
 
 
 def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: Sequence[Sequence[int]],
                          out: str) -> None:
-    """Run the model once per shape without TensorRT, recording every
-    tensor's range into `out` (written to a temporary name, then renamed, so
-    a reader never sees half a file)."""
+    """Run the model once per shape without TensorRT, then the set's opt
+    (serve_app.shape_ranges.range_of: the configured batch) as often again,
+    so Paddle records it as every tensor's opt; every tensor's range into
+    `out` (written to a temporary name, then renamed, so a reader never sees
+    half a file)."""
     from paddle import inference
+
+    from .shape_ranges import collection_runs, range_of
+
+    shapes = collection_runs([tuple(s) for s in shapes], range_of(shapes).opt)
 
     plain = options.model_copy(update={"tensorrt": None})
     tmp = f"{out}.{os.getpid()}.tmp"

@@ -176,6 +176,8 @@ def test_tuned_shape_ranges_are_collected_over_the_shape_set(tmp_path):
     text = out.read_text()
     block = text[text.index('name: "x"'):].split("}")[0]
     dims = {k: [int(v) for v in [line.split(":")[1] for line in block.splitlines() if line.strip().startswith(k)]]
-            for k in ("min_shape", "max_shape")}
+            for k in ("min_shape", "max_shape", "opt_shape")}
     assert dims["min_shape"] == [1, 3, 48, 320] and dims["max_shape"] == [3, 3, 48, 960], block
+    # #29 item 5: the optimum Paddle recorded is the served one (largest batch), not the most frequent batch.
+    assert dims["opt_shape"] == [3, 3, 48, 640] == list(range_of(shapes).opt), block
     assert not list(tmp_path.glob("*.tmp"))  # written under a temporary name, then renamed
