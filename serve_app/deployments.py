@@ -170,6 +170,8 @@ class TextRecognizerDeployment(_Replica):
         self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"])
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
+        # TensorRT fp16: refuse to start unless it reads real words as fp32 does (#29 item 5).
+        self.replica.check_precision(lambda p: TextRecognizer(p, engine.rec, charset).recognize)
         opts = engine.rec
         self.scheduler: Optional[CropScheduler] = None
         if opts.batch_padding == "bucket":

@@ -93,6 +93,8 @@ class ModelReplica:
         self._probe: Optional[Callable[[], CanaryResult]] = None
         # In front of the FIFO batch queue: interactive first (serve_app.lanes); None: no lanes.
         self.gate: Optional[PriorityGate] = None
+        self.precision_check: Optional[dict] = None  # fp16 vs fp32 at start (check_precision)
+        self._model: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -111,9 +113,51 @@ class ModelReplica:
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
-        replica = cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
+        predictor = PaddlePredictor(model_files(stage, model_dir), options, stage)
+        trt = predictor.options.tensorrt
+        if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/precision_check.py)
+            from .precision_check import precision_policy
+
+            try:
+                predictor.needs_precision_check = precision_policy(stage, trt.precision)
+            except Exception:
+                predictor.close()
+                raise
+        replica = cls(stage, predictor, knobs, StageMetrics(stage))
         replica.started_at = started
+        replica._model = (model_dir, predictor.options)
         return replica
+
+    def check_precision(self, make_reader: Callable[[Any], Callable[[list], list]]) -> Optional[dict]:
+        """Before ready: a TensorRT stage below fp32 reads the real word crops
+        kept in the package with its engine and with a plain fp32 predictor
+        on the same GPU; below the agreement threshold it refuses to start
+        with the figure (ConfigError). make_reader(predictor) -> crops -> texts.
+        None where no check is needed. Not run on a GPU here."""
+        if not getattr(self.predictor, "needs_precision_check", False):
+            return None
+        import cv2
+
+        from .precision_check import check, word_crops
+        from .predictor import PaddlePredictor
+        from .weights import model_files
+
+        model_dir, options = self._model
+        reference = PaddlePredictor(model_files(self.stage, model_dir), options.model_copy(update={"tensorrt": None}),
+                                    f"{self.stage}-fp32-reference")
+        try:
+            names, crops = word_crops(cv2.imread)
+            precision = self.predictor.options.tensorrt.precision
+            line, agreed = check(self.stage, precision, names, crops,
+                                 lambda c: [r.text for r in make_reader(reference)(c)],
+                                 lambda c: [r.text for r in make_reader(self.predictor)(c)])
+        finally:
+            reference.close()
+        import logging
+
+        logging.getLogger("ray.serve").info("%s", line)
+        self.precision_check = agreed.as_dict()
+        return self.precision_check
 
     def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
         """Check the predictor with `probe` (serve_app.canary) before ready,
@@ -249,6 +293,7 @@ class ModelReplica:
             "device": opts.device,
             "openvino_precision": opts.openvino_precision,
             "compile_cache": getattr(self.predictor, "cache", None),
+            "precision_check": self.precision_check,
             **gpu_stats(self.predictor),
         }
 
