@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick test-system bench-engine rayservice clean install-gpu serve-gpu gpu-run gpu-check
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -80,10 +80,14 @@ install-gpu:
 serve-gpu: install-gpu
 	$(GPU_VENV)/bin/serve run deployments.gpu.yaml
 
-# The one GPU proof run: install, CPU vs GPU text, ms/img, the profile under
-# load, per-replica GPU memory and batch sizes, into one report file.
-gpu-run:
-	bash load_tests/gpu_run.sh
+# The GPU check from a clean clone on one GPU machine (at most 10 minutes):
+# preflight (each missing piece stops it with its fix), install, CPU vs GPU
+# text, the profile under 1/8/32 clients, per-stage ms, GPU memory against
+# the limits, TensorRT on/off and why: one report (load_tests/gpu_run.sh).
+gpu-check:
+	timeout --foreground 600 bash load_tests/gpu_run.sh || { rc=$$?; [ $$rc -eq 124 ] && echo "gpu-check: over its 10 minutes (see the report's last step)"; exit $$rc; }
+
+gpu-run: gpu-check
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) *.egg-info
