@@ -26,6 +26,7 @@ from .errors import DeadlineExceeded
 from .lanes import INTERACTIVE, PriorityGate, current_lane, lane_of
 from .metrics import LaneMetrics, LaneRequestMetrics
 from .options import DetParams, OcrOptions, parse_options
+from .payloads import sized
 from .pipeline import Pipeline, Stages, current_deadline, fanned_out, route_tag
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
@@ -248,11 +249,15 @@ class OcrPipeline:
         # sets them in the request's own task), so the replicas drop work
         # queued for a request that is gone and serve interactive work first.
         # Positional: the stage methods' arguments (lists of items are batched below them).
+        # Arrays over 1 MiB go by reference (serve_app/payloads.py): gRPC's 4 MiB
+        # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
         self.pipeline = Pipeline(Stages(
-            detect=lambda image, params: detector.detect.remote(image, current_deadline(), params, current_lane()),
-            classify=(lambda crops: classifier.classify.remote(crops, current_lane())) if classifier is not None
-            else None,
-            recognize=fanned_out(lambda crops, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
+            detect=lambda image, params: sized(detector, image).detect.remote(image, current_deadline(), params,
+                                                                               current_lane()),
+            classify=(lambda crops: sized(classifier, crops).classify.remote(crops, current_lane()))
+            if classifier is not None else None,
+            recognize=fanned_out(lambda crops, part=None: sized(recognizer, crops)
+                                 .options(multiplexed_model_id=route_tag(part))
                                  .recognize.remote(crops, current_deadline(), current_lane()),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
         ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)

@@ -21,6 +21,7 @@ from .job_book import JobBook
 from .job_journal import journal_path
 from .lanes import BULK
 from .options import OcrOptions, parse_options
+from .payloads import sized
 from .settings import JobArgs, LaneArgs
 
 
@@ -45,9 +46,10 @@ class JobStore:
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
         deadline = time.time() + self.args.job_timeout_s
+        pipeline = sized(self.pipeline, image)  # big images by reference (serve_app/payloads.py)
         if not is_pdf(image):
-            return await self.pipeline.ocr.remote(image, options, deadline)
-        stream = self.pipeline.options(stream=True).ocr_progress.remote(image, options, deadline)
+            return await pipeline.ocr.remote(image, options, deadline)
+        stream = pipeline.options(stream=True).ocr_progress.remote(image, options, deadline)
         try:
             async for event in stream:
                 if "result" in event:
