@@ -407,7 +407,7 @@ def tensorrt_cache_dir(files: ModelFiles, options: PredictorOptions, name: str) 
 
     parts = {"model": model_digest(files), "precision": trt.precision, "max_batch_size": trt.max_batch_size,
              "min_subgraph_size": trt.min_subgraph_size, "input_shapes": sorted(map(list, trt.input_shapes or [])),
-             "shape_range_info_path": trt.shape_range_info_path,
+             "shape_range_info_path": trt.shape_range_info_path, "opt": "served",  # engines tuned at the served batch
              "gpu": paddle.device.cuda.get_device_properties(options.gpu_device_id).name,
              **library_versions(True)}
     return os.path.join(base, compile_cache.entry_name(name, "tensorrt", parts))
