@@ -62,12 +62,17 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> N
 
     import ray
 
+    from ray.serve._private import constants
+
     start_ray(num_cpus=8)
-    result: dict = {"mode": mode}
+    result: dict = {"mode": mode, "grpc_between_deployments": bool(constants.RAY_SERVE_USE_GRPC_BY_DEFAULT)}
     try:
         t0 = time.monotonic()
         url = deploy_config(load_config(), free_port())
         result["ready_s"] = time.monotonic() - t0
+        r = _post(url, RECEIPT)
+        result["receipt_status"] = r.status_code
+        result["receipt_texts"] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else r.text
         for name, path in (("receipt", RECEIPT), ("word", WORD)):
             _post(url, path)  # first-call costs out
             lat, codes = [], []
