@@ -144,20 +144,28 @@ def test_a_taken_port_stops_it():
         s.close()
 
 
+def _path_with(tmp_path, tools) -> str:
+    """A PATH holding only `tools` (and this interpreter as python3)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))
+    for tool in tools:
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+BASICS = ("bash", "git", "make", "date", "mkdir", "tee", "grep", "sed", "cat", "dirname", "tr", "tail", "head", "od",
+          "env")
+
+
 def test_gpu_run_without_curl_stops_at_once_instead_of_waiting(tmp_path):
     """The old script polled /readyz with curl for up to 30 minutes; without
     curl every poll failed. Now the real script, on a PATH without curl,
     stops in its preflight with the fix, before installing anything."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(os.path.realpath(sys.executable))
-    for tool in ("bash", "git", "make", "date", "mkdir", "tee", "grep", "sed", "cat", "dirname", "tr",
-                 "tail", "head", "od", "env"):
-        found = shutil.which(tool)
-        if found:
-            (bin_dir / tool).symlink_to(found)
     out = tmp_path / "out"
-    env = {**os.environ, "PATH": str(bin_dir)}
+    env = {**os.environ, "PATH": _path_with(tmp_path, BASICS)}
     proc = subprocess.run(["bash", str(REPO / "load_tests" / "gpu_run.sh"), str(out)], env=env, capture_output=True,
                           text=True, timeout=120)
     report = (out / "report.md").read_text()
@@ -167,11 +175,16 @@ def test_gpu_run_without_curl_stops_at_once_instead_of_waiting(tmp_path):
 
 
 def test_gpu_run_without_a_driver_stops_naming_it(tmp_path):
-    """This machine has curl but no NVIDIA driver: the preflight says so."""
+    """curl there, nvidia-smi not (a PATH without it, on any machine): the
+    preflight says to install the driver."""
+    path = _path_with(tmp_path, BASICS)
+    curl = Path(path) / "curl"  # a stand-in: the preflight stops before anything calls it
+    curl.write_text("#!/bin/sh\nexit 7\n")
+    curl.chmod(0o755)
     out = tmp_path / "out"
+    env = {**os.environ, "PATH": path, "PORT": str(pre_port())}
     proc = subprocess.run(["bash", str(REPO / "load_tests" / "gpu_run.sh"), str(out)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PORT": str(pre_port())})
+                          text=True, timeout=120, env=env)
     report = (out / "report.md").read_text()
-    if shutil.which("nvidia-smi"):
-        pytest.fail("this test expects a machine without nvidia-smi (the unit tier runs on CPU machines)")
     assert proc.returncode == 1 and "nvidia-smi not found" in report, report
+    assert not (out / "install.log").exists()
