@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run
+.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -49,35 +49,54 @@ config-doc: $(STAMP)
 
 # GPU: a separate environment (.venv-gpu), so that `make serve` / `make test`
 # keep the CPU build (both builds provide the `paddle` module; one per env).
-# paddlepaddle-gpu 3.x is only on Paddle's own index, one per CUDA version:
-# CUDA=cu126 needs an NVIDIA driver >= 550.54.14, CUDA=cu118 >= 450.80.02
-# (Paddle's install docs; from Paddle's docs, not yet run on a GPU here).
-# The wheel brings its CUDA/cuDNN runtime as pip packages; TensorRT is not in
-# it (load_tests/gpu_run.sh checks and says). PyPI stays the index for the rest.
-CUDA ?= cu126
+# paddlepaddle-gpu 3.x is only on Paddle's own index, one per CUDA version.
+# The build is picked from nvidia-smi (driver version, each GPU's compute
+# capability: serve_app/tools/gpu_build.py, which stops at once naming the fix
+# when none fits); CUDA=cu118|cu126|cu129 asks for one (checked the same way).
+# The wheel brings its CUDA/cuDNN runtime as pip packages. TENSORRT=1 (the
+# default) adds NVIDIA's TensorRT libraries of the version this paddle was
+# compiled against (tensorrt-cu12-libs / tensorrt-cu11-libs from PyPI) and
+# links them where Paddle looks (python -m serve_app.tensorrt_libs); if that
+# fails the replicas run without TensorRT (tensorrt.enable: auto) and say so.
+# TENSORRT=0: none. Read from Paddle's/NVIDIA's docs, not yet run on a GPU here.
+CUDA ?=
+TENSORRT ?= 1
 PADDLE_GPU_VERSION ?= 3.3.1
-PADDLE_INDEX ?= https://www.paddlepaddle.org.cn/packages/stable/$(CUDA)/
+PADDLE_INDEX_ROOT ?= https://www.paddlepaddle.org.cn/packages/stable
 GPU_VENV ?= .venv-gpu
-GPU_STAMP := $(GPU_VENV)/.installed-$(CUDA)-$(PADDLE_GPU_VERSION)
 
-$(GPU_STAMP): pyproject.toml
+$(GPU_VENV)/.installed-%-$(PADDLE_GPU_VERSION): pyproject.toml
 	$(PY) -m venv $(GPU_VENV)
 	$(GPU_VENV)/bin/pip install -q --upgrade pip
 	$(GPU_VENV)/bin/pip install -q "paddlepaddle-gpu==$(PADDLE_GPU_VERSION)" \
-	  --index-url $(PADDLE_INDEX) --extra-index-url https://pypi.org/simple
+	  --index-url $(PADDLE_INDEX_ROOT)/$*/ --extra-index-url https://pypi.org/simple
 	$(GPU_VENV)/bin/pip install -q -e ".[gpu,test,bench]"
 	$(GPU_VENV)/bin/python -c "import paddle; print('paddle', paddle.__version__, 'CUDA build:', paddle.is_compiled_with_cuda(), 'CUDA', paddle.version.cuda())"
-	touch $(GPU_STAMP)
+	@if [ "$(TENSORRT)" != 0 ]; then \
+	  trt=$$($(GPU_VENV)/bin/python -c "from paddle import inference as i; v = i.get_trt_compile_version(); print(f'{v[0]}.{v[1]}' if v[0] else '')"); \
+	  case "$*" in cu11*) cu=cu11;; *) cu=cu12;; esac; \
+	  if [ -z "$$trt" ]; then echo "this paddle build has no TensorRT support: replicas run without it"; \
+	  else $(GPU_VENV)/bin/pip install -q "tensorrt-$$cu-libs==$$trt.*" \
+	    || echo "TensorRT $$trt ($$cu) NOT installed: replicas run without it (tensorrt.enable: auto)"; fi; \
+	  $(GPU_VENV)/bin/python -m serve_app.tensorrt_libs; \
+	fi
+	touch $@
 
-install-gpu: $(GPU_STAMP)
+install-gpu:
+	@cuda=$$($(PY) -m serve_app.tools.gpu_build $(if $(CUDA),--cuda $(CUDA))) || exit 1; \
+	  $(MAKE) --no-print-directory $(GPU_VENV)/.installed-$$cuda-$(PADDLE_GPU_VERSION)
 
-serve-gpu: $(GPU_STAMP)
+serve-gpu: install-gpu
 	$(GPU_VENV)/bin/serve run deployments.gpu.yaml
 
-# The one GPU proof run: install, CPU vs GPU text, ms/img, the profile under
-# load, per-replica GPU memory and batch sizes, into one report file.
-gpu-run:
-	bash load_tests/gpu_run.sh
+# The GPU check from a clean clone on one GPU machine (at most 10 minutes):
+# preflight (each missing piece stops it with its fix), install, CPU vs GPU
+# text, the profile under 1/8/32 clients, per-stage ms, GPU memory against
+# the limits, TensorRT on/off and why: one report (load_tests/gpu_run.sh).
+gpu-check:
+	timeout --foreground 600 bash load_tests/gpu_run.sh || { rc=$$?; [ $$rc -eq 124 ] && echo "gpu-check: over its 10 minutes (see the report's last step)"; exit $$rc; }
+
+gpu-run: gpu-check
 
 clean:
 	rm -rf $(VENV) $(GPU_VENV) *.egg-info

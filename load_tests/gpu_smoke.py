@@ -121,27 +121,17 @@ def engines(out_json: Path) -> int:
 def _post(url: str, path: Path, timeout: float = 120):
     import requests
 
+    import os
+
+    token = os.environ.get("OCR_AUTH_TOKEN")  # the GPU profile's token (gpu_run.sh sets one)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     with path.open("rb") as f:
-        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=timeout)
+        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, headers=headers, timeout=timeout)
 
 
-def service(url: str, engines_json: Path, seconds: float, clients: int) -> int:
-    images = peer_images()
-    print("## The GPU profile as a service (deployments.gpu.yaml, TensorRT fp16)\n")
-    # Answers vs the CPU engine (one request at a time).
-    texts, t0 = {}, time.perf_counter()
-    for p in images:
-        r = _post(url, p)
-        texts[p.name] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else []
-    seq_ms = (time.perf_counter() - t0) * 1000 / len(images)
-    print(f"- one request at a time: {seq_ms:.1f} ms/img over HTTP")
-    if engines_json.exists():
-        cpu = json.loads(engines_json.read_text())["cpu"]["texts"]
-        same, total, differ = line_agreement(cpu, texts)
-        print(f"- service (GPU, TensorRT fp16) vs in-process CPU engine: {same}/{total} lines identical "
-              f"({100 * same / max(total, 1):.1f}%); images that differ: {', '.join(differ) or 'none'}")
-
-    # Load: `clients` threads, each posting the peer images in turn.
+def load(url: str, images: list[Path], clients: int, seconds: float, post=_post) -> dict:
+    """`clients` threads, each posting the peer images in turn for `seconds`;
+    a request that fails is recorded (its exception's name), never raised."""
     lat, codes, stop = [], collections.Counter(), time.monotonic() + seconds
     lock = threading.Lock()
 
@@ -150,7 +140,7 @@ def service(url: str, engines_json: Path, seconds: float, clients: int) -> int:
         while time.monotonic() < stop:
             t = time.perf_counter()
             try:
-                code = _post(url, images[i % len(images)]).status_code
+                code = post(url, images[i % len(images)]).status_code
             except Exception as e:  # noqa: BLE001 - recorded, never raised
                 code = type(e).__name__
             with lock:
@@ -164,13 +154,54 @@ def service(url: str, engines_json: Path, seconds: float, clients: int) -> int:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return summarize(clients, lat, codes, time.perf_counter() - t0)
+
+
+def summarize(clients: int, lat_ms: list[float], codes: dict, wall_s: float) -> dict:
     ok = codes.get(200, 0)
-    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [float("nan")] * 99
-    print(f"- load: {clients} clients for {wall:.0f} s: {ok / wall:.2f} img/s ({1000 * wall / max(ok, 1):.1f} "
-          f"ms/img at that throughput); p50 {q[49]:.0f} ms, p99 {q[98]:.0f} ms; statuses {dict(codes)}")
-    replicas()
-    return 0 if ok and set(codes) == {200} else 1
+    q = statistics.quantiles(lat_ms, n=100, method="inclusive") if len(lat_ms) >= 2 else [float("nan")] * 99
+    return {"clients": clients, "ok": ok, "img_s": ok / wall_s if wall_s > 0 else 0.0,
+            "p50_ms": q[49], "p99_ms": q[98], "codes": dict(codes), "clean": bool(ok) and set(codes) == {200}}
+
+
+def stage_ms(batches: list[dict]) -> dict:
+    """From a replica's recent batches: median ms of a batch of one item and
+    of the largest batch seen (the served batch under load)."""
+    by_items: dict[int, list[float]] = collections.defaultdict(list)
+    for b in batches:
+        by_items[int(b["items"])].append(float(b["ms"]))
+    served = max(by_items) if by_items else None
+    return {"batch1_ms": statistics.median(by_items[1]) if 1 in by_items else None, "served_batch": served,
+            "served_ms": statistics.median(by_items[served]) if served else None}
+
+
+def service(url: str, engines_json: Path, seconds: float, levels: list[int]) -> int:
+    images = peer_images()
+    print("## The GPU profile as a service (deployments.gpu.yaml)\n")
+    # Answers vs the CPU engine (one request at a time).
+    texts, t0 = {}, time.perf_counter()
+    for p in images:
+        r = _post(url, p)
+        texts[p.name] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else []
+    seq_ms = (time.perf_counter() - t0) * 1000 / len(images)
+    agreement = "n/a (no engines step)"
+    if engines_json.exists():
+        cpu = json.loads(engines_json.read_text())["cpu"]["texts"]
+        same, total, differ = line_agreement(cpu, texts)
+        agreement = (f"{same}/{total} lines identical ({100 * same / max(total, 1):.1f}%); images that differ: "
+                     f"{', '.join(differ) or 'none'}")
+    runs = [load(url, images, n, seconds) for n in levels]
+    rows = replicas()
+    print("\n## Summary\n")
+    print("| what | value |\n|---|---|")
+    print(f"| text, service on the GPU vs in-process CPU engine (peer images) | {agreement} |")
+    print(f"| one request at a time over HTTP | {seq_ms:.1f} ms/img |")
+    for r in runs:
+        print(f"| {r['clients']} clients, {seconds:.0f} s | {r['img_s']:.2f} img/s, p50 {r['p50_ms']:.0f} ms, "
+              f"p99 {r['p99_ms']:.0f} ms; statuses {r['codes']} |")
+    for row in rows:
+        print(f"| {row['stage']} pid {row['pid']} | {row['summary']} |")
+    return 0 if all(r["clean"] for r in runs) else 1
 
 
 def _gpu_memory_by_pid() -> dict[int, int]:
@@ -187,7 +218,7 @@ def _gpu_memory_by_pid() -> dict[int, int]:
     return used
 
 
-def replicas() -> None:
+def replicas() -> list[dict]:
     """Every model replica's stats (through Serve handles), with the GPU
     memory nvidia-smi sees for its process."""
     import ray
@@ -195,6 +226,7 @@ def replicas() -> None:
 
     ray.init(address="auto", logging_level="ERROR")
     used = _gpu_memory_by_pid()
+    rows: list[dict] = []
     print("\n### Model replicas\n")
     print("| stage | pid | device | Ray GPU share | Paddle limit MiB (enforced) | GPU MiB used (nvidia-smi) "
           "| TensorRT shapes / batch max | batches seen | items per batch (count) |")
@@ -212,9 +244,23 @@ def replicas() -> None:
                   f"{s.get('gpu_memory_limit_mb')} | {used.get(pid, 'n/a')} | "
                   f"{trt.get('input_shapes', '-')} / {trt.get('max_batch_size', '-')} | {len(s['recent_batches'])} | "
                   f"{dict(sorted(sizes.items()))} |")
+            rows.append({"stage": s["stage"], "pid": pid, "summary": replica_summary(s, used.get(pid))})
     print("\nPaddle's limit counts what Paddle allocates; nvidia-smi also counts the CUDA context, "
           "cuBLAS/cuDNN and TensorRT's own memory: the difference per replica is the figure for "
           "gpu_memory_reserve_mb (768 MiB by default, not measured before this run).")
+    return rows
+
+
+def replica_summary(s: dict, gpu_used_mib) -> str:
+    """One cell: ms per batch at 1 and at the served batch, GPU memory
+    against the limit, TensorRT on/off and why."""
+    ms = stage_ms(s.get("recent_batches") or [])
+    trt = s.get("tensorrt") or {}
+    trt_text = ("TensorRT " + ("on" if trt.get("enabled") else "off") + f" ({trt.get('why')})") if trt else "no TensorRT"
+    b1 = f"{ms['batch1_ms']:.1f}" if ms["batch1_ms"] is not None else "n/a"
+    served = f"{ms['served_ms']:.1f} ms at batch {ms['served_batch']}" if ms["served_batch"] else "no batch seen"
+    return (f"{s.get('device')}: {b1} ms at batch 1, {served}; GPU {gpu_used_mib if gpu_used_mib is not None else 'n/a'}"
+            f" MiB used (nvidia-smi) vs limit {s.get('gpu_memory_limit_mb')} MiB; {trt_text}")
 
 
 def main(argv=None) -> int:
@@ -226,15 +272,15 @@ def main(argv=None) -> int:
     s = sub.add_parser("service")
     s.add_argument("--url", default="http://127.0.0.1:8000")
     s.add_argument("--engines", type=Path, default=Path("/nonexistent"))
-    s.add_argument("--seconds", type=float, default=60)
-    s.add_argument("--clients", type=int, default=16)
+    s.add_argument("--seconds", type=float, default=20, help="per client level")
+    s.add_argument("--clients", default="1,8,32", help="client levels, comma-separated")
     a = p.parse_args(argv)
     sys.path.insert(0, str(REPO))
     if a.cmd == "probe":
         return probe()
     if a.cmd == "engines":
         return engines(a.json)
-    return service(a.url, a.engines, a.seconds, a.clients)
+    return service(a.url, a.engines, a.seconds, [int(c) for c in a.clients.split(",")])
 
 
 if __name__ == "__main__":

@@ -8,10 +8,27 @@ and fails its own start with a message saying what to do."""
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from .config import EngineConfig, PredictorOptions
-from .settings import AppArgs, ModelArgs
+from .errors import ConfigError
+from .settings import AppArgs, IngressArgs, ModelArgs
+
+
+def check_token_present(ingress: IngressArgs, environ=os.environ) -> None:
+    """A profile that names a token variable (the network profiles: GPU,
+    Docker image, KubeRay) is not built without it: the builder runs with the
+    application's runtime_env and the node's environment, as the ingress
+    replicas do, so a missing token is refused here, before any replica
+    starts, with what to set."""
+    name = ingress.auth_token_env
+    if name and not environ.get(name):
+        raise ConfigError(
+            f"ingress.auth_token_env names {name!r}, but that environment variable is not set (or empty) where "
+            f"the app is built: export {name}=\"$(openssl rand -hex 32)\" before `serve run` (docker run -e {name}=...; "
+            f"on KubeRay from a Secret, deploy/kuberay), or put it in the application's runtime_env.env_vars; "
+            "to serve without authentication on purpose, remove auth_token_env and set allow_anonymous: true")
 
 
 def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> ModelArgs:
@@ -40,6 +57,7 @@ def build_app(args: Optional[dict] = None):
     from .paddlex import PaddleXDefaults
 
     a = AppArgs.model_validate(args or {})
+    check_token_present(a.ingress)
     det_args = with_shape_ranges("det", a.detector, a.engine)
     cls_args = with_shape_ranges("cls", a.classifier, a.engine)
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)

@@ -4,7 +4,7 @@ fix it."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -16,6 +16,12 @@ class _Strict(BaseModel):
 class TensorRTOptions(_Strict):
     """Paddle Inference `enable_tensorrt_engine` and friends (GPU only)."""
 
+    # "auto": TensorRT where Paddle can load its library (serve_app/tensorrt_libs.py),
+    # else Paddle's own GPU kernels; the replica's start-up log and stats say
+    # which and why. true: a replica without a loadable TensorRT refuses to
+    # start, saying what to install. false: off (as no `tensorrt:` at all).
+    # `tensorrt: auto` / `tensorrt: true` is short for this field alone.
+    enable: Union[Literal["auto"], bool] = "auto"
     workspace_size: int = 1 << 30  # TensorRT's builder workspace in bytes
     # The largest batch the engine takes. In a Serve replica it is set from
     # the stage's closed set of input shapes (serve_app.shape_ranges), so it
@@ -25,9 +31,10 @@ class TensorRTOptions(_Strict):
     precision: Literal["fp32", "fp16", "int8"] = "fp16"  # the engines' precision (int8 needs calibration data)
     use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
     # Serialized engines and the tuned shape-range file land here
-    # (`set_optim_cache_dir`). Keep it node-local: replicas of a stage on one
-    # node take a file lock in it, so one at a time builds and writes while
-    # the others wait and then read what it wrote.
+    # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in
+    # it, so one at a time builds and writes while the others wait and then
+    # read what it wrote: node-local, or shared storage whose flock works
+    # across clients (the KubeRay claim, deploy/kuberay/trt-cache-pvc.yaml).
     cache_dir: Optional[str] = None
     # Every input shape this predictor can be given (N, C, H, W). In a Serve
     # replica the app builder fills it from the stage's closed set (detector
@@ -95,6 +102,21 @@ class PredictorOptions(_Strict):
     # With the CPU build of paddle, a GPU config is refused unless this is set,
     # in which case the predictor falls back to the CPU with a warning.
     allow_cpu_fallback: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tensorrt_shorthand(cls, data: Any) -> Any:
+        """`tensorrt: auto | true` = TensorRTOptions(enable=...); `tensorrt:
+        false` or `enable: false` = no TensorRT."""
+        if not isinstance(data, dict) or "tensorrt" not in data:
+            return data
+        trt = data["tensorrt"]
+        if trt is False or (isinstance(trt, dict) and trt.get("enable") is False) or (
+                isinstance(trt, TensorRTOptions) and trt.enable is False):
+            return {**data, "tensorrt": None}
+        if trt is True or trt == "auto":
+            return {**data, "tensorrt": {"enable": trt}}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> "PredictorOptions":

@@ -26,6 +26,7 @@ from .errors import DeadlineExceeded
 from .lanes import INTERACTIVE, PriorityGate, lane_of
 from .metrics import LaneMetrics, LaneRequestMetrics
 from .options import DetParams, OcrOptions, parse_options
+from .payloads import sized
 from .pipeline import Context, Pipeline, Stages, fanned_out, route_tag
 from .replica import Crops, ModelReplica, crops_weight
 from .results import Direction, Recognition
@@ -180,6 +181,8 @@ class TextRecognizerDeployment(_Replica):
         self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"])
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
+        # TensorRT fp16: refuse to start unless it reads real words as fp32 does (#29 item 5).
+        self.replica.check_precision(lambda p: TextRecognizer(p, engine.rec, charset).recognize)
         opts = engine.rec
         self.scheduler: Optional[CropScheduler] = None
         if opts.batch_padding == "bucket":
@@ -256,11 +259,15 @@ class OcrPipeline:
         # and passes on its deadline and lane, so the replicas drop work queued
         # for a request that is gone and serve interactive work first.
         # Positional: the stage methods' arguments (lists of items are batched below them).
+        # Arrays over 1 MiB go by reference (serve_app/payloads.py): gRPC's 4 MiB
+        # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
         self.pipeline = Pipeline(Stages(
-            detect=lambda image, params, ctx: detector.detect.remote(image, ctx.deadline, params, ctx.lane),
-            classify=(lambda crops, ctx: classifier.classify.remote(crops, ctx.deadline, ctx.lane))
+            detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
+                                                                                    ctx.lane),
+            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
             if classifier is not None else None,
-            recognize=fanned_out(lambda crops, ctx=None, part=None: recognizer.options(multiplexed_model_id=route_tag(part))
+            recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
+                                 .options(multiplexed_model_id=route_tag(part))
                                  .recognize.remote(crops, ctx.deadline, ctx.lane),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
         ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)

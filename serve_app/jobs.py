@@ -20,6 +20,7 @@ from .job_book import JobBook
 from .job_journal import journal_path
 from .lanes import BULK, lane_of
 from .options import OcrOptions, parse_options
+from .payloads import sized
 from .request_context import RequestContext
 from .settings import JobArgs, LaneArgs
 from .upload import upload_of
@@ -47,9 +48,10 @@ class JobStore:
         # read as a stream of progress reports ending in its result.
         upload = upload_of(image)  # what it is was decided when it was submitted; bytes from the journal: again
         ctx = RequestContext("", time.time() + self.args.job_timeout_s, lane_of(options.priority, BULK))
+        pipeline = sized(self.pipeline, upload.data)  # big images by reference (serve_app/payloads.py)
         if not upload.is_document:
-            return await self.pipeline.ocr.remote(upload, options, ctx)
-        stream = self.pipeline.options(stream=True).ocr_progress.remote(upload, options, ctx)
+            return await pipeline.ocr.remote(upload, options, ctx)
+        stream = pipeline.options(stream=True).ocr_progress.remote(upload, options, ctx)
         try:
             async for event in stream:
                 if "result" in event:

@@ -134,6 +134,61 @@ def resolve_device(options: PredictorOptions) -> PredictorOptions:
     return options.model_copy(update={"device": "cpu", "tensorrt": None, "enable_openvino_engine": True})
 
 
+# --- TensorRT: on where its library loads (serve_app/tensorrt_libs.py) -------------------
+
+
+def trt_compile_version() -> tuple[int, int, int]:
+    """The TensorRT this paddle was compiled against; (0, 0, 0): none."""
+    from paddle import inference
+
+    try:
+        v = tuple(int(x) for x in inference.get_trt_compile_version())
+    except Exception:  # noqa: BLE001 - a build without the call
+        return (0, 0, 0)
+    return (v + (0, 0, 0))[:3]  # type: ignore[return-value]
+
+
+def paddle_location() -> str:
+    import paddle
+
+    return os.path.dirname(os.path.abspath(paddle.__file__))
+
+
+def tensorrt_decision(enable: Any, usable: bool, reason: str) -> tuple[bool, str]:
+    """(use TensorRT, why) for `tensorrt.enable` and what the library probe
+    found; `enable: true` without a usable TensorRT is a ConfigError (the
+    replica refuses to start), "auto" falls back to Paddle's GPU kernels."""
+    if enable is False:
+        return False, "tensorrt.enable: false"
+    if usable:
+        return True, reason
+    if enable is True:
+        raise ConfigError(f"tensorrt.enable: true, but TensorRT cannot be used here: {reason}; or set "
+                          "tensorrt.enable: auto to run on Paddle's own GPU kernels without it")
+    return False, f"tensorrt.enable: auto, running on Paddle's GPU kernels without TensorRT: {reason}"
+
+
+def resolve_tensorrt(options: PredictorOptions,
+                     locate: Optional[Callable[[], Any]] = None) -> tuple[PredictorOptions, dict[str, Any]]:
+    """Settle `tensorrt.enable` on this GPU process: the options to build
+    with (tensorrt None where it is off) and the status for logs and stats."""
+    trt = options.tensorrt
+    if trt is None:
+        return options, {"on": False, "enable": None, "reason": "no tensorrt in the config", "libraries": None}
+    if options.device != "gpu":
+        return options, {"on": False, "enable": trt.enable, "libraries": None,
+                         "reason": "no GPU in this process (CPU fallback): TensorRT needs one"}
+    if locate is None:
+        from .tensorrt_libs import locate as find
+
+        def locate():
+            return find(trt_compile_version(), paddle_location())
+    libs = locate()
+    on, reason = tensorrt_decision(trt.enable, libs.usable, libs.reason)
+    status = {"on": on, "enable": trt.enable, "reason": reason, "libraries": libs.as_dict()}
+    return (options if on else options.model_copy(update={"tensorrt": None})), status
+
+
 # --- GPU memory bound --------------------------------------------------------------------
 #
 # What Paddle enforces (Paddle 3.x source; not yet run on a GPU here):
@@ -272,16 +327,23 @@ def tuned_shape_file(files: ModelFiles, trt: TensorRTOptions) -> Optional[str]:
     from .shape_ranges import shapes_key
 
     folder = trt.cache_dir or os.path.join(os.path.dirname(str(files.program)), "_trt")
-    key = shapes_key(trt.input_shapes, str(files.program), trt.precision)
+    # "opt=served": collected with the opt runs (older files were not).
+    key = shapes_key(trt.input_shapes, str(files.program), f"{trt.precision}|opt=served")
     return os.path.join(folder, f"shape_range_{files.name}_{key}.pbtxt")
 
 
 def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: Sequence[Sequence[int]],
                          out: str) -> None:
-    """Run the model once per shape without TensorRT, recording every
-    tensor's range into `out` (written to a temporary name, then renamed, so
-    a reader never sees half a file)."""
+    """Run the model once per shape without TensorRT, then the set's opt
+    (serve_app.shape_ranges.range_of: the configured batch) as often again,
+    so Paddle records it as every tensor's opt; every tensor's range into
+    `out` (written to a temporary name, then renamed, so a reader never sees
+    half a file)."""
     from paddle import inference
+
+    from .shape_ranges import collection_runs, range_of
+
+    shapes = collection_runs([tuple(s) for s in shapes], range_of(shapes).opt)
 
     plain = options.model_copy(update={"tensorrt": None})
     tmp = f"{out}.{os.getpid()}.tmp"
@@ -345,7 +407,7 @@ def tensorrt_cache_dir(files: ModelFiles, options: PredictorOptions, name: str) 
 
     parts = {"model": model_digest(files), "precision": trt.precision, "max_batch_size": trt.max_batch_size,
              "min_subgraph_size": trt.min_subgraph_size, "input_shapes": sorted(map(list, trt.input_shapes or [])),
-             "shape_range_info_path": trt.shape_range_info_path,
+             "shape_range_info_path": trt.shape_range_info_path, "opt": "served",  # engines tuned at the served batch
              "gpu": paddle.device.cuda.get_device_properties(options.gpu_device_id).name,
              **library_versions(True)}
     return os.path.join(base, compile_cache.entry_name(name, "tensorrt", parts))
@@ -407,6 +469,17 @@ class PaddlePredictor:
         self.name = name or files.name
         self.requested = options  # as configured and placed, before the device was settled
         self.options = resolve_device(options)
+        if options.tensorrt is not None and self.options.device != "gpu":  # fell back to the CPU
+            self.tensorrt_status = {"on": False, "enable": options.tensorrt.enable, "libraries": None,
+                                    "reason": "no GPU in this process (CPU fallback): TensorRT needs one"}
+        else:
+            self.options, self.tensorrt_status = resolve_tensorrt(self.options)
+        if options.tensorrt is not None:
+            (log.info if self.tensorrt_status["on"] else log.warning)(
+                "%s: TensorRT %s: %s", self.name, "on" if self.tensorrt_status["on"] else "off",
+                self.tensorrt_status["reason"])
+        # GPUs this process's Paddle sees (0 for a stage without a GPU share: serve_app.replica).
+        self.gpus_seen = gpu_status()[1]
         self.gpu_memory: Optional[GpuMemoryBound] = None
         self.tuned_shapes: Optional[str] = None
         # The compiled-engine cache entry this predictor used: its folder,

@@ -61,6 +61,18 @@ def placed_options(options: PredictorOptions, cores: Optional[list[int]],
     return options.model_copy(update=update) if update else options
 
 
+def hide_gpus_without_share(gpu_share: Optional[float], environ=os.environ) -> bool:
+    """A replica Ray gave no GPU share (num_gpus: 0) sees no GPU: Ray 2.60
+    leaves CUDA_VISIBLE_DEVICES as the node has it for such a process, so
+    Paddle would find every GPU and run there, outside any share and any
+    memory limit. Set to "" before Paddle is imported (CUDA reads it once,
+    at its initialisation). True when it hid them."""
+    if gpu_share:
+        return False
+    environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
+
+
 class ModelReplica:
     """One model's predictor inside a replica, and what the replica reports."""
 
@@ -81,6 +93,8 @@ class ModelReplica:
         self._probe: Optional[Callable[[], CanaryResult]] = None
         # In front of the FIFO batch queue: interactive first (serve_app.lanes); None: no lanes.
         self.gate: Optional[PriorityGate] = None
+        self.precision_check: Optional[dict] = None  # fp16 vs fp32 at start (check_precision)
+        self._model: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -92,11 +106,58 @@ class ModelReplica:
         from .weights import model_files
 
         started = time.time()
-        options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()),
-                                 _ray_context("gpu_share"))
-        replica = cls(stage, PaddlePredictor(model_files(stage, model_dir), options, stage), knobs, StageMetrics(stage))
+        share = _ray_context("gpu_share")
+        if "ray" in sys.modules and hide_gpus_without_share(share):
+            import logging
+
+            logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
+                                                stage)
+        options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
+        predictor = PaddlePredictor(model_files(stage, model_dir), options, stage)
+        trt = predictor.options.tensorrt
+        if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/precision_check.py)
+            from .precision_check import precision_policy
+
+            try:
+                predictor.needs_precision_check = precision_policy(stage, trt.precision)
+            except Exception:
+                predictor.close()
+                raise
+        replica = cls(stage, predictor, knobs, StageMetrics(stage))
         replica.started_at = started
+        replica._model = (model_dir, predictor.options)
         return replica
+
+    def check_precision(self, make_reader: Callable[[Any], Callable[[list], list]]) -> Optional[dict]:
+        """Before ready: a TensorRT stage below fp32 reads the real word crops
+        kept in the package with its engine and with a plain fp32 predictor
+        on the same GPU; below the agreement threshold it refuses to start
+        with the figure (ConfigError). make_reader(predictor) -> crops -> texts.
+        None where no check is needed. Not run on a GPU here."""
+        if not getattr(self.predictor, "needs_precision_check", False):
+            return None
+        import cv2
+
+        from .precision_check import check, word_crops
+        from .predictor import PaddlePredictor
+        from .weights import model_files
+
+        model_dir, options = self._model
+        reference = PaddlePredictor(model_files(self.stage, model_dir), options.model_copy(update={"tensorrt": None}),
+                                    f"{self.stage}-fp32-reference")
+        try:
+            names, crops = word_crops(cv2.imread)
+            precision = self.predictor.options.tensorrt.precision
+            line, agreed = check(self.stage, precision, names, crops,
+                                 lambda c: [r.text for r in make_reader(reference)(c)],
+                                 lambda c: [r.text for r in make_reader(self.predictor)(c)])
+        finally:
+            reference.close()
+        import logging
+
+        logging.getLogger("ray.serve").info("%s", line)
+        self.precision_check = agreed.as_dict()
+        return self.precision_check
 
     def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
         """Check the predictor with `probe` (serve_app.canary) before ready,
@@ -127,9 +188,13 @@ class ModelReplica:
         self.ready_at = time.time()
         import logging
 
+        trt = getattr(self.predictor, "tensorrt_status", None) or {}
         logging.getLogger("ray.serve").info(
-            "%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s", self.stage,
-            self.predictor.load_seconds, self.warm_seconds, len(calls), self.predictor.options.cpu_affinity)
+            "%s replica ready: load %.2fs, warm-up %.2fs over %d shapes, cores %s, device %s%s", self.stage,
+            self.predictor.load_seconds, self.warm_seconds, len(calls), self.predictor.options.cpu_affinity,
+            self.predictor.options.device,
+            f", TensorRT {'on' if trt.get('on') else 'off'} ({trt.get('reason')})" if trt.get("enable") is not None
+            else "")
 
     def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
         """New batch knobs (validated) applied to the `@serve.batch` method."""
@@ -220,11 +285,15 @@ class ModelReplica:
             "canary": self.canary.stats() if self.canary is not None else None,
             "pending_calls": self._pending,
             "gpu_ids": _ray_context("gpu_ids") or [],
+            # What this process's CUDA (and so Paddle) can see: "" for a stage without a GPU share.
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "gpus_seen_by_paddle": getattr(self.predictor, "gpus_seen", None),
             "node_id": _ray_context("node_id"),
             "rss_mb": rss_mb(),
             "device": opts.device,
             "openvino_precision": opts.openvino_precision,
             "compile_cache": getattr(self.predictor, "cache", None),
+            "precision_check": self.precision_check,
             **gpu_stats(self.predictor),
         }
 
@@ -241,8 +310,12 @@ def gpu_stats(predictor: Predictor) -> dict[str, Any]:
     if trt is not None:
         from .shape_ranges import range_of
 
+        status = getattr(predictor, "tensorrt_status", None) or {}
         trt_stats = {
             "enabled": predictor.options.tensorrt is not None,
+            "enable": trt.enable,  # as configured: auto, true (required) or false
+            "why": status.get("reason"),  # why it is on or off in this replica
+            "libraries": status.get("libraries"),
             "precision": trt.precision,
             "max_batch_size": trt.max_batch_size,
             "cache_dir": trt.cache_dir,

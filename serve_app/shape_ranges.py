@@ -45,16 +45,41 @@ class ShapeRange:
 
 def range_of(shapes: Iterable[Sequence[int]]) -> ShapeRange:
     """The smallest box holding every shape. opt (where TensorRT tunes its
-    kernels): the largest batch, at the median height and width of the set
-    (under load the GPU runs full batches; the median is the typical image)."""
+    kernels): the configured batch (the set's largest, which full batches
+    under load run at), at the shape of that batch nearest the median height
+    and width: always a shape the stage is really given."""
     shapes = [tuple(int(d) for d in s) for s in shapes]
     if not shapes or any(len(s) != 4 for s in shapes):
         raise ValueError(f"need at least one NCHW shape; got {shapes[:3]}")
     lo = tuple(min(s[i] for s in shapes) for i in range(4))
     hi = tuple(max(s[i] for s in shapes) for i in range(4))
-    h = int(statistics.median_low([s[2] for s in shapes]))
-    w = int(statistics.median_low([s[3] for s in shapes]))
-    return ShapeRange(lo, (hi[0], hi[1], h, w), hi)  # type: ignore[arg-type]
+    full = sorted({s for s in shapes if s[0] == hi[0]})
+    h = statistics.median_low([s[2] for s in full])
+    w = statistics.median_low([s[3] for s in full])
+    opt = min(full, key=lambda s: (abs(s[2] - h) + abs(s[3] - w), s[2] * s[3], s))
+    return ShapeRange(lo, opt, hi)  # type: ignore[arg-type]
+
+
+def paddle_opt(runs: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The opt shape Paddle's collect_shape_range_info records for a tensor
+    given these runs: per dimension, the most frequent value (Paddle 3.x
+    analysis_predictor.cc, StatisticShapeRangeInfo; ties unordered). A model
+    of Paddle's rule, for tests and docs."""
+    import collections
+
+    return tuple(collections.Counter(r[d] for r in runs).most_common(1)[0][0] for d in range(len(runs[0])))
+
+
+def collection_runs(shapes: Sequence[Shape], opt: Sequence[int]) -> list[Shape]:
+    """The inputs the collection pass runs: every shape once (min and max),
+    then `opt` len(shapes) more times, so that in every dimension of every
+    tensor (inner ones too, whatever function of the input they are) the
+    value opt gives is strictly the most frequent and Paddle records it as
+    opt. Run once, every shape would count alike and Paddle would pick
+    whichever value most shapes share in each dimension: batch 1 for the
+    recogniser's set (most widths allow few crops), not the batch served."""
+    opt = tuple(int(d) for d in opt)
+    return [tuple(s) for s in shapes] + [opt] * len(shapes)  # type: ignore[misc]
 
 
 def det_shapes(det: DetOptions) -> list[Shape]:

@@ -24,6 +24,8 @@ from serve_app.shape_ranges import range_of, rec_shapes
 
 CUDA_BUILD, GPUS = gpu_status()
 REAL_GPU = CUDA_BUILD and GPUS > 0
+TOKEN = "gpu-profile-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +38,8 @@ def cluster():
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:
     cfg = load_config(REPO / "deployments.gpu.yaml")
     app = cfg["applications"][0]
+    # The profile needs its token (OCR_AUTH_TOKEN) where the app is built and in the ingress.
+    app["runtime_env"] = {"env_vars": {app["args"]["ingress"]["auth_token_env"]: TOKEN}}
     for block in [app["args"]["engine"]] + [app["args"].get(s, {}) for s in ("detector", "classifier", "recognizer")]:
         if "predictor" in block:
             block["predictor"]["allow_cpu_fallback"] = fallback
@@ -138,12 +142,23 @@ def test_four_quarter_gpu_replicas_share_one_gpu_and_a_fifth_waits(cluster):
             # TensorRT as a GPU would get it: every recogniser input shape, batch dim included.
             trt = s["tensorrt"]
             assert trt["enabled"] is False and trt["precision"] == "fp16"
+            # #29 item 1: TensorRT optional (enable: auto), and the replica says why it is off.
+            assert trt["enable"] == "auto" and "CPU fallback" in trt["why"], trt
             assert trt["input_shapes"] == len(shapes) == 113
             assert trt["input_range"] == range_of(shapes).as_dict()
             assert trt["max_batch_size"] == 16 == engine.rec.batch_size
 
+    # #29 item 4: the stages given no GPU share (num_gpus: 0 above) see no
+    # device at all, while the recogniser sees the one Ray gave it.
+    for name in ("TextDetector", "DirectionClassifier"):
+        s = serve.get_deployment_handle(name, app_name="ocr").stats.remote().result()
+        assert s["gpu_ids"] == [] and s["cuda_visible_devices"] == "", (name, s["cuda_visible_devices"])
+        assert s["gpus_seen_by_paddle"] == 0, s
+    for s in seen.values():
+        assert s["cuda_visible_devices"] == "0", s["cuda_visible_devices"]
+
     with open(PEER / "rapidocr_issue_170.png", "rb") as f:
-        r = requests.post(f"{url}/v1/ocr", files={"file": f}, timeout=120)
+        r = requests.post(f"{url}/v1/ocr", files={"file": f}, headers=AUTH, timeout=120)
     assert r.status_code == 200 and [x["text"] for x in r.json()["results"]] == ["TEST"]
 
 
@@ -161,6 +176,8 @@ def test_tuned_shape_ranges_are_collected_over_the_shape_set(tmp_path):
     text = out.read_text()
     block = text[text.index('name: "x"'):].split("}")[0]
     dims = {k: [int(v) for v in [line.split(":")[1] for line in block.splitlines() if line.strip().startswith(k)]]
-            for k in ("min_shape", "max_shape")}
+            for k in ("min_shape", "max_shape", "opt_shape")}
     assert dims["min_shape"] == [1, 3, 48, 320] and dims["max_shape"] == [3, 3, 48, 960], block
+    # #29 item 5: the optimum Paddle recorded is the served one (largest batch), not the most frequent batch.
+    assert dims["opt_shape"] == [3, 3, 48, 640] == list(range_of(shapes).opt), block
     assert not list(tmp_path.glob("*.tmp"))  # written under a temporary name, then renamed

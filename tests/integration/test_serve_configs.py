@@ -131,3 +131,17 @@ def test_deployment_options_have_one_home():
         for app in _load(path)["applications"]:
             store = [x for x in app["deployments"] if x["name"] == "JobStore"]
             assert store and "num_replicas" not in store[0] and "autoscaling_config" not in store[0], path.name
+
+
+def test_gpu_profile_app_is_not_built_without_its_token(monkeypatch):
+    """#24 item 4: the network profile's builder (what `serve run` and
+    KubeRay call) refuses without OCR_AUTH_TOKEN, and builds with it."""
+    from serve_app.app import build_app
+    from serve_app.errors import ConfigError
+
+    args = _load(GPU_PROFILE)["applications"][0]["args"]
+    monkeypatch.delenv("OCR_AUTH_TOKEN", raising=False)
+    with pytest.raises(ConfigError, match="OCR_AUTH_TOKEN"):
+        build_app(args)
+    monkeypatch.setenv("OCR_AUTH_TOKEN", "s3cret")
+    assert build_app(args) is not None

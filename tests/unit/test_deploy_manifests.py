@@ -254,13 +254,41 @@ def _base_image() -> str:
     raise AssertionError("no FROM in the Dockerfile")
 
 
-def test_dockerfile_starts_from_a_paddle_gpu_image():
+# The python3 each Ubuntu release ships (what `apt-get install python3` gives
+# on the base): 20.04 3.8, 22.04 3.10, 24.04 3.12.
+UBUNTU_PYTHON = {"20.04": (3, 8), "22.04": (3, 10), "24.04": (3, 12)}
+# Paddle's CUDA builds and the CUDA major.minor of the matching base image.
+PADDLE_CUDA = {"cu118": "11.8", "cu126": "12.6", "cu129": "12.9"}
+
+
+def _dockerfile_args() -> dict[str, str]:
+    return {rest.partition("=")[0].strip(): rest.partition("=")[2].strip().strip('"')
+            for word, rest in _dockerfile_instructions() if word == "ARG" and "=" in rest}
+
+
+def test_dockerfile_base_has_a_python_the_package_accepts():
+    """#29 item 1: the base's own python3 is 3.11 or 3.12 (Paddle's GPU image
+    ships 3.10 and stopped the build), and its CUDA is the Paddle build's."""
     words = [w for w, _ in _dockerfile_instructions() if w != "ARG"]
     assert words[0] == "FROM"
     image = _base_image()
-    repo, _, tag = image.partition(":")
-    assert repo == "paddlepaddle/paddle", image
-    assert "gpu" in tag, image
+    m = re.fullmatch(r"nvidia/cuda:(\d+)\.(\d+)\.(\d+)-(base|runtime|cudnn-runtime)-ubuntu(\d+\.\d+)", image)
+    assert m, f"{image}: expected an nvidia/cuda:X.Y.Z-...-ubuntuNN.NN tag"
+    cuda, ubuntu = f"{m.group(1)}.{m.group(2)}", m.group(5)
+    assert (3, 11) <= UBUNTU_PYTHON[ubuntu] < (3, 13), f"ubuntu {ubuntu} ships Python {UBUNTU_PYTHON[ubuntu]}"
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert "apt-get install" in runs and " python3 " in runs and "deadsnakes" not in runs
+    args = _dockerfile_args()
+    assert PADDLE_CUDA[args["CUDA"]] == cuda, (args["CUDA"], image)
+    assert "packages/stable/${CUDA}/" in runs  # paddlepaddle-gpu from Paddle's index for that CUDA
+    assert args["PADDLE_GPU_VERSION"] == "3.3.1"
+
+
+def test_dockerfile_tensorrt_is_optional_and_linked():
+    args = _dockerfile_args()
+    assert args["REQUIRE_TENSORRT"] == "0" and args["TENSORRT"] == "1"
+    runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
+    assert "python -m serve_app.tensorrt_libs" in runs and "tensorrt-${cu}-libs" in runs
 
 
 def test_dockerfile_verifies_the_models_at_build_time():
@@ -312,3 +340,60 @@ def test_python_versions_agree_with_the_code():
     assert "cancelling()" in (REPO / "serve_app" / "ingress.py").read_text()
     runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
     assert "(3, 11) <= v" in runs
+
+
+def test_service_token_comes_from_a_secret_in_every_ray_container(cluster, embedded):
+    """#24 item 4: the embedded profile names its token variable, and every
+    Ray container (the build runs on the head, the ingress on workers) reads
+    it from a Kubernetes Secret, never from a literal."""
+    name = embedded["applications"][0]["args"]["ingress"]["auth_token_env"]
+    assert name == "OCR_AUTH_TOKEN"
+    assert not embedded["applications"][0]["args"]["ingress"].get("allow_anonymous")
+    for c in _ray_containers(cluster):
+        env = {e["name"]: e for e in c.get("env", [])}
+        assert name in env, f"{c['name']}: no {name}"
+        assert "value" not in env[name], f"{c['name']}: {name} must come from a Secret"
+        ref = env[name]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": "ocr-auth-token", "key": "token"}, ref
+
+
+# --- GPU packaging on KubeRay (#29 item 3) ------------------------------------------------
+
+
+def _pod_specs(cluster: dict) -> list[dict]:
+    return [g["template"]["spec"] for g in [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]]
+
+
+def test_every_ray_pod_has_a_memory_backed_dev_shm(cluster):
+    for spec in _pod_specs(cluster):
+        mounts = {m["mountPath"]: m["name"] for m in spec["containers"][0]["volumeMounts"]}
+        assert "/dev/shm" in mounts, spec["containers"][0]["name"]
+        vol = next(v for v in spec["volumes"] if v["name"] == mounts["/dev/shm"])
+        assert vol["emptyDir"]["medium"] == "Memory" and vol["emptyDir"]["sizeLimit"]
+
+
+def test_tensorrt_engine_cache_is_on_a_claim_that_outlives_pods(cluster, embedded):
+    pvc = _load(REPO / "deploy" / "kuberay" / "trt-cache-pvc.yaml")
+    assert pvc["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in pvc["spec"]["accessModes"]
+    args = embedded["applications"][0]["args"]
+    for g in _gpu_groups(cluster):
+        spec = g["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"].rstrip("/") + "/" for m in spec["containers"][0]["volumeMounts"]}
+        for stage in ("detector", "recognizer"):
+            cache = args[stage]["predictor"]["tensorrt"]["cache_dir"]
+            name = next((n for n, p in mounts.items() if cache.startswith(p)), None)
+            assert name, f"{stage}'s engine cache {cache} is on no mounted volume"
+            vol = next(v for v in spec["volumes"] if v["name"] == name)
+            assert vol.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"], vol
+
+
+def test_runtime_class_is_optional_and_only_on_gpu_pods():
+    from serve_app.tools.rayservice import PROFILE, TEMPLATE, render
+
+    plain = yaml.safe_load(render(TEMPLATE.read_text(), PROFILE.read_text()))["spec"]["rayClusterConfig"]
+    assert all("runtimeClassName" not in s for s in _pod_specs(plain))  # the committed manifest: none
+    with_rc = yaml.safe_load(render(TEMPLATE.read_text(), PROFILE.read_text(), "nvidia"))["spec"]["rayClusterConfig"]
+    assert [g["template"]["spec"].get("runtimeClassName") for g in _gpu_groups(with_rc)] == ["nvidia"]
+    assert "runtimeClassName" not in with_rc["headGroupSpec"]["template"]["spec"]
+    with pytest.raises(ValueError, match="not a Kubernetes object name"):
+        render(TEMPLATE.read_text(), PROFILE.read_text(), "Nvidia Runtime")

@@ -10,7 +10,8 @@ import pytest
 from serve_app.config import PredictorOptions
 from serve_app.errors import ConfigError
 from serve_app.isolation import run_isolated
-from serve_app.replica import Crops, ModelReplica, crops_weight, placed_options, replica_cores
+from serve_app.replica import (Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options,
+                               replica_cores)
 from serve_app.settings import BatchKnobs, ModelArgs
 
 
@@ -174,3 +175,15 @@ def test_the_lane_gate_lets_a_batch_worth_into_the_fifo_queue_interactive_first(
     assert entered == ["b0", "b1", "i", "b2", "b3"] and r.pending == 0
     r.reconfigure({"max_batch_size": 3}, FakeBatched())
     assert r.gate.capacity() == 3  # the gate follows the live batch size
+
+
+@pytest.mark.parametrize("share, before, after, hidden", [
+    (None, "0,1", "", True),      # num_gpus: 0 on a GPU node: Ray 2.60 leaves the node's devices visible
+    (0.0, None, "", True),
+    (0.25, "1", "1", False),      # a GPU share: Ray's own CUDA_VISIBLE_DEVICES stays
+    (1.0, "0", "0", False),
+])
+def test_a_stage_without_a_gpu_share_sees_no_gpu(share, before, after, hidden):
+    env = {} if before is None else {"CUDA_VISIBLE_DEVICES": before}
+    assert hide_gpus_without_share(share, env) is hidden
+    assert env.get("CUDA_VISIBLE_DEVICES") == after

@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import collections
+
 import pytest
 import yaml
 
@@ -16,12 +18,15 @@ from serve_app.errors import ConfigError
 from serve_app.settings import AppArgs, ClassifierArgs, RecognizerArgs
 from serve_app.shape_ranges import (
     ShapeRange,
+    collection_runs,
+    paddle_opt,
     cls_shapes,
     det_shapes,
     missing,
     range_of,
     rec_shapes,
     shapes_key,
+    stage_shapes,
 )
 from serve_app.stages.det_preprocess import det_input_shapes, det_layout
 from serve_app.stages.recognition import batch_limit, batch_width, input_shapes
@@ -36,8 +41,10 @@ def gpu_args() -> AppArgs:
 
 def test_range_of_is_the_box_with_opt_at_full_batch_and_median_size():
     r = range_of([(1, 3, 64, 320), (2, 3, 64, 640), (4, 3, 48, 960)])
-    assert r == ShapeRange((1, 3, 48, 320), (4, 3, 64, 640), (4, 3, 64, 960))
+    # opt: at the largest (configured) batch, a shape of the set at that batch.
+    assert r == ShapeRange((1, 3, 48, 320), (4, 3, 48, 960), (4, 3, 64, 960))
     assert r.contains((3, 3, 50, 700)) and not r.contains((5, 3, 64, 640)) and not r.contains((1, 3, 64))
+    assert range_of([(n, 3, 48, w) for n in (1, 2) for w in (320, 640, 960)]).opt == (2, 3, 48, 640)
 
 
 def test_range_of_refuses_nothing_or_non_nchw():
@@ -157,7 +164,7 @@ def test_tuned_shape_file_lives_in_the_cache_dir_named_by_its_shape_set(tmp_path
     shapes = rec_shapes(RecOptions())
     trt = TensorRTOptions(cache_dir=str(tmp_path / "cache"), input_shapes=shapes)
     path = tuned_shape_file(files, trt)
-    assert path.startswith(str(tmp_path / "cache")) and shapes_key(shapes, str(files.program), "fp16") in path
+    assert path.startswith(str(tmp_path / "cache")) and shapes_key(shapes, str(files.program), "fp16|opt=served") in path
     assert tuned_shape_file(files, trt.model_copy(update={"shape_range_info_path": "/x.pbtxt"})) == "/x.pbtxt"
     assert tuned_shape_file(files, TensorRTOptions()) is None
 
@@ -185,3 +192,24 @@ def test_the_build_lock_admits_one_holder_at_a_time(tmp_path):
     for t in threads:
         t.join()
     assert overlaps == []
+
+
+# --- #29 item 5: the optimum TensorRT is built for is the one served ------------------------
+
+
+@pytest.mark.parametrize("stage, opt", [("det", (8, 3, 640, 640)), ("rec", (16, 3, 48, 320)), ("cls", (6, 3, 48, 192))])
+def test_collection_makes_paddle_record_the_served_optimum(stage, opt):
+    """Paddle takes each dimension's most frequent collected value as opt.
+    Each shape run once, that is batch 1 (most shapes of the set have few
+    crops per batch); with the collection runs it is the configured batch at
+    the median shape, for every stage of the GPU profile."""
+    a = gpu_args()
+    shapes = stage_shapes(stage, a.engine.det, a.engine.cls, a.engine.rec)
+    r = range_of(shapes)
+    assert r.opt == opt and r.opt in shapes
+    assert paddle_opt(shapes)[0] == 1  # what a single pass over the set would build for
+    runs = collection_runs(shapes, r.opt)
+    assert paddle_opt(runs) == r.opt
+    assert set(runs) == set(shapes)  # min and max still come from the whole set
+    # Any tensor derived from the input (here: height x width) gets opt's value too.
+    assert collections.Counter(s[2] * s[3] for s in runs).most_common(1)[0][0] == r.opt[2] * r.opt[3]

@@ -1,0 +1,160 @@
+"""Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1)
+against the default mode, on this machine, with the CPU profile.
+
+    python load_tests/throughput_mode.py [--seconds 15] [--clients 6] [--repeats 12]
+
+Each mode in its own process and its own Ray cluster (Serve reads the mode
+at import, in every process of the cluster): one client sending the peer
+set's 1600x1200 receipt (5.76 MB decoded, over the 4 MiB gRPC message: a 500
+before stage payloads were sized) and a word image one at a time (p50), then
+`clients` clients at once for `seconds` (img/s, p50, p99, statuses); and a
+synchronous handle call from a plain driver (another process), with and
+without RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=1 in that driver. Prints one
+table; a benchmark, not a test (nothing is asserted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PEER = REPO / "tests" / "data" / "peer"
+RECEIPT = PEER / "mmocr_wildreceipt_1.jpeg"
+WORD = PEER / "rapidocr_issue_170.png"
+MODES = {"default": {}, "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}}
+
+DRIVER = """
+import json, sys, time, ray
+from ray import serve
+ray.init(address=sys.argv[1], log_to_driver=False)
+data = open(sys.argv[2], "rb").read()
+t0 = time.perf_counter()
+try:
+    r = serve.get_app_handle("ocr").ocr.remote(data).result(timeout_s=120)
+    print(json.dumps({"ok": True, "lines": len(r["results"]), "ms": (time.perf_counter() - t0) * 1000}))
+except Exception as e:
+    print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {str(e)[:160]}"}))
+"""
+
+
+def _post(url: str, path: Path):
+    import requests
+
+    with path.open("rb") as f:
+        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=120)
+
+
+def _q(lat: list[float], p: int) -> float:
+    return statistics.quantiles(lat, n=100, method="inclusive")[p - 1] if len(lat) >= 2 else float("nan")
+
+
+def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> None:
+    sys.path.insert(0, str(REPO))
+    from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all
+
+    import ray
+
+    from ray.serve._private import constants
+
+    start_ray(num_cpus=8)
+    result: dict = {"mode": mode, "grpc_between_deployments": bool(constants.RAY_SERVE_USE_GRPC_BY_DEFAULT)}
+    try:
+        t0 = time.monotonic()
+        url = deploy_config(load_config(), free_port())
+        result["ready_s"] = time.monotonic() - t0
+        r = _post(url, RECEIPT)
+        result["receipt_status"] = r.status_code
+        result["receipt_texts"] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else r.text
+        for name, path in (("receipt", RECEIPT), ("word", WORD)):
+            _post(url, path)  # first-call costs out
+            lat, codes = [], []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                codes.append(_post(url, path).status_code)
+                lat.append((time.perf_counter() - t) * 1000)
+            result[f"one_{name}"] = {"p50_ms": statistics.median(lat), "codes": sorted(set(codes))}
+        lat, codes, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds
+        mix = [RECEIPT, WORD, WORD, WORD]
+
+        def run(k: int) -> None:
+            i = k
+            while time.monotonic() < stop:
+                t = time.perf_counter()
+                try:
+                    code = _post(url, mix[i % len(mix)]).status_code
+                except Exception as e:  # noqa: BLE001 - recorded
+                    code = type(e).__name__
+                with lock:
+                    lat.append((time.perf_counter() - t) * 1000)
+                    codes[str(code)] = codes.get(str(code), 0) + 1
+                i += 1
+
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+        t1 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t1
+        result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": _q(lat, 50), "p99_ms": _q(lat, 99),
+                                "codes": codes}
+        gcs = ray.get_runtime_context().gcs_address
+        for sep in ("0", "1"):
+            env = {**os.environ, "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": sep}
+            p = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(RECEIPT)], env=env, capture_output=True,
+                               text=True, timeout=300)
+            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+            result[f"handle_sep{sep}"] = json.loads(lines[-1]) if lines else {"ok": False,
+                                                                               "error": p.stderr[-200:]}
+    finally:
+        out.write_text(json.dumps(result))
+        stop_all()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=15)
+    p.add_argument("--clients", type=int, default=6)
+    p.add_argument("--repeats", type=int, default=12)
+    p.add_argument("--child", default=None)
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    if a.child:
+        child(a.child, a.out, a.seconds, a.clients, a.repeats)
+        return 0
+    results = []
+    for mode, extra in MODES.items():
+        out = Path(f"/tmp/throughput_mode_{os.getpid()}_{mode}.json")
+        env = {**os.environ, **extra, "PYTHONPATH": str(REPO)}
+        subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out), "--seconds", str(a.seconds),
+                        "--clients", str(a.clients), "--repeats", str(a.repeats)], env=env, timeout=900)
+        results.append(json.loads(out.read_text()) if out.exists() else {"mode": mode, "error": "no result"})
+    print(f"| mode | ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
+          "p50 / p99 ms | statuses | sync handle, plain driver (separate loop 0 / 1) |")
+    print("|---|---:|---|---:|---:|---|---|---|")
+    for r in results:
+        if "saturation" not in r:
+            print(f"| {r['mode']} | failed: {r.get('error', r)} |")
+            continue
+
+        def h(k):
+            x = r.get(k, {})
+            return f"ok {x['ms']:.0f} ms" if x.get("ok") else f"fails ({x.get('error', '?')[:90]})"
+        s = r["saturation"]
+        print(f"| {r['mode']} | {r['ready_s']:.0f} | {r['one_receipt']['p50_ms']:.0f} ({r['one_receipt']['codes']}) | "
+              f"{r['one_word']['p50_ms']:.0f} | {s['img_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | "
+              f"{s['codes']} | {h('handle_sep0')} / {h('handle_sep1')} |")
+    print(json.dumps(results), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
