@@ -80,6 +80,8 @@ class JobBook:
         self.jobs: dict[str, Job] = {}
         # finished jobs, oldest first, by client (their result's JSON bytes)
         self.finished = ResultShares(args.max_finished, args.max_finished_bytes, args.client_share)
+        # One result fits its client's share (else it would evict itself at once).
+        self.result_limit = min(args.max_result_bytes, self.finished.share_bytes)
         self.by_key: dict[str, str] = {}
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
@@ -254,6 +256,9 @@ class JobBook:
         job = self.jobs.get(job_id)
         return job.view() if job else None
 
+    async def acounts(self) -> dict[str, int]:
+        return self.counts()
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for j in self.jobs.values():
@@ -379,8 +384,8 @@ class JobBook:
                     await asyncio.sleep(pause)
             else:
                 blob = encode_result({"request_id": job.job_id, **result})
-                if len(blob) > self.args.max_result_bytes:
-                    job.fail("result_too_large", result_too_large(len(blob), self.args.max_result_bytes))
+                if len(blob) > self.result_limit:
+                    job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
                 else:
                     job.succeed(blob)
                 return
@@ -405,5 +410,6 @@ class JobBook:
 
 
 def result_too_large(size: int, limit: int) -> str:
-    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes); "
+    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes, at most "
+            f"jobs.client_share of max_finished_bytes); "
             f"send the document in parts, or fewer pages")

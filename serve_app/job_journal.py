@@ -151,3 +151,8 @@ def _decode(blob: bytes, kind: str) -> Any:
 
         return np.load(io.BytesIO(blob), allow_pickle=False)
     return bytes(blob)
+
+
+# For the Redis backend (serve_app.job_redis): the same encoding of images.
+encode_image = _encode
+decode_image = _decode
