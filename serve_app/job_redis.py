@@ -249,8 +249,11 @@ class RedisJobBook(JobBook):
 
         # Workers block on the wake list with a connection each; the rest
         # serve submits, polls, leases and progress.
-        self.r = aioredis.Redis.from_url(url, max_connections=args.concurrency + 32,
-                                         socket_connect_timeout=5, socket_timeout=30, health_check_interval=30)
+        # A burst of calls waits for a free connection (up to 10 s) rather than failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=args.concurrency + 64, timeout=10,
+            socket_connect_timeout=5, socket_timeout=30, health_check_interval=30)
+        self.r = aioredis.Redis(connection_pool=pool)
         self.url_shown = url.split("@")[-1]  # no password in messages
         self.P = prefix
         self.lanes_on = lanes.enabled
