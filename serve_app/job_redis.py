@@ -30,10 +30,10 @@ import uuid
 from typing import Any, Optional
 
 from .errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
-from .job_book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes, result_too_large
+from .job_book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
 from .job_journal import decode_image, encode_image
 from .job_state import Job, JobStatus
-from .lanes import BULK, INTERACTIVE
+from .lanes import BULK
 from .options import OcrOptions, parse_options
 from .settings import JobArgs, LaneArgs
 
@@ -328,11 +328,9 @@ class RedisJobBook(JobBook):
             except asyncio.CancelledError:
                 await self._after_cancelled_submit(call, job_id, key)
                 raise
-        except (IdempotencyConflict, asyncio.CancelledError):
+        except asyncio.CancelledError:
             raise
         except Exception as e:
-            if isinstance(e, (Overloaded,)):
-                raise
             self.redis_error = repr(e)
             log.error("job book Redis %s: %r", self.url_shown, e)
             raise Unavailable("the job book cannot be written just now; the job was not accepted, retry",
@@ -527,5 +525,3 @@ class RedisJobBook(JobBook):
                                  repr(now), ttl, self.args.max_finished, self.args.max_finished_bytes,
                                  self.share_count, self.share_bytes])
 
-
-__all__ = ["RedisJobBook", "check_fsync", "redis_prefix", "result_too_large", "INTERACTIVE"]
