@@ -203,7 +203,7 @@ def test_a_flood_of_tiny_jobs_from_one_client_does_not_erase_another_clients_res
     10,000, scaled down for the unit tier's time.)"""
     async def go():
         book = await books(FakePipeline().run, max_finished=100, client_share=0.1, capacity=10000,
-                           concurrency=16)
+                           concurrency=1)  # one worker: jobs finish in the order sent (oldest = first sent)
         mine = [(await book.submit(f"mine{k}".encode(), OcrOptions(), client="addr:10.0.0.1"))["job_id"]
                 for k in range(5)]
         await settle(book, mine)
@@ -231,7 +231,7 @@ def test_a_flood_of_tiny_jobs_from_one_client_does_not_erase_another_clients_res
 def test_one_clients_oversized_result_does_not_erase_other_clients_results(books):
     async def go():
         # share 0.25 of 4000 bytes: 1000 bytes a client; one result may be 1000 bytes
-        book = await books(FakePipeline().run, max_finished_bytes=4000, client_share=0.25)
+        book = await books(FakePipeline().run, max_finished_bytes=4000, client_share=0.25, concurrency=1)
         others = [(await book.submit(f"o{k}".encode(), OcrOptions(), client=f"addr:10.0.0.{k}"))["job_id"]
                   for k in range(5)]
         await settle(book, others)
@@ -319,3 +319,21 @@ def test_a_submit_cancelled_during_its_journal_write_leaves_no_unseen_job(tmp_pa
 
     out = run(go())
     assert out["book"] == [b"k"] and out["file"] == [b"k"]
+
+
+def test_a_store_over_its_bound_with_every_client_within_its_share_drops_the_biggest_holders_oldest(books):
+    """Many clients at once (say, many addresses): each within its share, the
+    store over max_finished; the client holding the most loses its oldest."""
+    async def go():
+        book = await books(FakePipeline().run, max_finished=10, client_share=0.5, concurrency=1)  # finish in order
+        ids = {}
+        for client, n in (("addr:a", 5), ("addr:b", 3), ("addr:c", 3)):
+            ids[client] = [(await book.submit(f"{client}{k}".encode(), OcrOptions(), client=client))["job_id"]
+                           for k in range(n)]
+            await settle(book, ids[client])
+        kept = {c: [await book.get(i) is not None for i in js] for c, js in ids.items()}
+        await books.close_all()
+        return kept
+
+    kept = run(go())
+    assert kept == {"addr:a": [False, True, True, True, True], "addr:b": [True] * 3, "addr:c": [True] * 3}
