@@ -337,6 +337,7 @@ class RedisJobBook(JobBook):
                               retry_after_s=JOURNAL_RETRY_AFTER_S) from None
         answer = answer.decode()
         if answer == "full":
+            self.unfinished = int(other)  # the whole book's, for Retry-After
             raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
                              retry_after_s=self._retry_after())
         if answer == "bytes":
