@@ -119,8 +119,6 @@ if key ~= '' then redis.call('SET', P..'key:'..key, id) end
 redis.call('ZADD', P..'q:'..ARGV[7], ARGV[8], id)
 redis.call('HINCRBY', P..'stats', 'unfinished', 1)
 redis.call('HINCRBY', P..'stats', 'held', ARGV[6])
-redis.call('LPUSH', P..'wake', '1')
-redis.call('LTRIM', P..'wake', 0, 63)
 return {'ok', id}
 """
 
@@ -247,8 +245,6 @@ class RedisJobBook(JobBook):
         super().__init__(run, args.model_copy(update={"journal": None}), lanes, lane_metrics)
         import redis.asyncio as aioredis
 
-        # Workers block on the wake list with a connection each; the rest
-        # serve submits, polls, leases and progress.
         # A burst of calls waits for a free connection (up to 10 s) rather than failing.
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=args.concurrency + 64, timeout=10,
@@ -269,6 +265,7 @@ class RedisJobBook(JobBook):
         self._expire_script = self.r.register_script(_EXPIRE)
         self._forget_one = self.r.register_script(_FORGET_ONE)
         self._tasks: set[asyncio.Task] = set()
+        self._wake: Optional[asyncio.Event] = None  # set by this replica's submits
         self.redis_error: Optional[str] = None
 
     # -- lifecycle ------------------------------------------------------------
@@ -288,6 +285,7 @@ class RedisJobBook(JobBook):
             warning = check_fsync(config, self.args.redis_fsync)
             if warning:
                 log.warning("%s", warning)
+        self._wake = asyncio.Event()
         self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
 
     async def health(self) -> None:
@@ -344,6 +342,8 @@ class RedisJobBook(JobBook):
             raise Overloaded(f"the job store holds {int(other)} bytes of queued images; retry later",
                              retry_after_s=self._retry_after())
         self.redis_error = None
+        if answer == "ok" and self._wake is not None:
+            self._wake.set()
         if answer == "dup":
             view = await self.get(other.decode())
             theirs = await self.r.hget(self._job(other.decode()), "fingerprint")
@@ -353,8 +353,9 @@ class RedisJobBook(JobBook):
                     f"use a new key for a new request")
             if view is not None:
                 return view
-            raise Unavailable("the job for this Idempotency-Key is being written; retry",
-                              retry_after_s=1)
+            # The key's job has expired (not yet dropped): the key is free again.
+            await self._forget_one(args=[self.P, other.decode()])
+            return await self.submit(image, options, key, client)
         return {"job_id": job_id, "status": JobStatus.QUEUED.value}
 
     async def _after_cancelled_submit(self, call: asyncio.Future, job_id: str, key: Optional[str]) -> None:
@@ -430,17 +431,23 @@ class RedisJobBook(JobBook):
         return t
 
     async def _worker(self) -> None:
-        """Claims jobs until the store closes; waits on the wake list (a
-        submit pushes to it), looking for jobs whose lease ran out at least
-        every second."""
-        wake = self.P + "wake"
-        while True:
+        """Claims jobs until the store closes. Between claims it waits for a
+        submit to this replica, or one second: jobs submitted to other
+        replicas, and jobs whose lease ran out, are found within a second.
+        The loop also ends on its own once the store has closed: Python
+        3.11's wait_for (and redis-py's timeouts) can swallow a cancellation
+        that lands as their timeout fires, and the worker would go on."""
+        while not self._closed:
             try:
                 now = time.time()
                 claimed = await self._claim(args=[self.P, repr(now), repr(now + self.args.lease_s),
                                                   self.bulk_max_wait_s if self.lanes_on else 0, self.owner])
                 if not claimed:
-                    await self.r.blpop([wake], timeout=1)
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        pass
+                    self._wake.clear()
                     continue
             except asyncio.CancelledError:
                 raise

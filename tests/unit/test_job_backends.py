@@ -167,18 +167,22 @@ def test_finished_results_expire_after_their_ttl(books, clock):
         book = await books(FakePipeline().run, ttl_s=60)
         job = (await book.submit(b"old", OcrOptions()))["job_id"]
         await settle(book, [job])
+        keyed = (await book.submit(b"keyed", OcrOptions(), key="k"))["job_id"]
+        await settle(book, [keyed])
         clock[0] += 59
         kept = await book.get(job)
         clock[0] += 2
         gone = await book.get(job)
         await book.submit(b"new", OcrOptions())  # a submit drops the expired ones from the store
         counts = await book.acounts()
+        fresh = (await book.submit(b"other", OcrOptions(), key="k"))["job_id"]  # the key expired with its job
         await books.close_all()
-        return kept, gone, counts
+        return kept, gone, counts, keyed, fresh
 
-    kept, gone, counts = run(go())
+    kept, gone, counts, keyed, fresh = run(go())
     assert kept["status"] == "succeeded" and gone is None
     assert counts.get("succeeded", 0) <= 1  # only "new" (if it has finished)
+    assert fresh != keyed
 
 
 def test_a_result_over_the_per_job_bound_fails_the_job_clearly(books):
