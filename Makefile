@@ -21,7 +21,8 @@ serve: $(STAMP)
 # in two disjoint parts: the unit tier first (`make test-quick`, seconds, no
 # Ray, no models) so a broken build fails fast, then everything else. Each
 # test runs once. Exit 5 (no tests selected) is not a failure.
-test-quick: $(STAMP)
+# The job-book tests of the unit tier drive a real redis-server: test-system first.
+test-quick: $(STAMP) test-system
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
 
 # The unit tier 3 times in a row, each beside a busy core (tests/unit_stress.sh):

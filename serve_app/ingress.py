@@ -39,6 +39,7 @@ from .http_body import (
 from .http_headers import bearer_matches, check_exposure, deadline_s, idempotency_key, priority
 from .http_schema import batch_request_body, ocr_request_body
 from .image_header import check_image_header
+from .job_clients import client_of_request
 from .lanes import BULK, INTERACTIVE
 from .live_stats import RollingHistory, deployment_summary, stage_summary
 from .metrics import AdmissionMetrics, CacheMetrics, RequestMetrics
@@ -542,7 +543,7 @@ class OcrIngress:
             # Junk is a 400 now, not a failed job later (header only, off
             # the loop); a document is opened, its pages counted, none rendered.
             await asyncio.to_thread(self._check_upload, upload)
-            job = await downstream(self.jobs.submit.remote(upload.data, opts, key))
+            job = await downstream(self.jobs.submit.remote(upload.data, opts, key, client_of_request(request)))
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 

@@ -7,8 +7,11 @@ own with a stand-in for the pipeline.
 What a careless or hostile client can cost is bounded here:
 - capacity counts unfinished jobs (queued or running) and the image bytes
   they hold; finished jobs have their own bounds (max_finished results and
-  max_finished_bytes of them, oldest go first) besides their time to live, so junk that fails at once never locks
-  the store;
+  max_finished_bytes of them, counted as stored, a share of each per client:
+  serve_app.job_results) besides their time to live, so junk that fails at
+  once never locks the store and one client cannot evict another's results;
+- one job's result is at most max_result_bytes (else the job fails with
+  `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
   with another, it is a 422, never the other payload's job;
 - each attempt of a job has a timeout; a worker survives any exception,
@@ -25,13 +28,13 @@ import logging
 import math
 import time
 import uuid
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Optional
 
 from .errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
 from .job_journal import JobJournal
-from .job_state import Job, JobStatus
+from .job_results import ALL, ResultShares
+from .job_state import Job, JobStatus, encode_result
 from .lanes import BULK, LaneQueue, lane_of
 from .options import OcrOptions
 from .settings import JobArgs, LaneArgs
@@ -69,9 +72,10 @@ class JobBook:
         self.run = run
         self.args = args
         self.jobs: dict[str, Job] = {}
-        # finished jobs, oldest first -> their result's size (JSON bytes)
-        self.finished: "OrderedDict[str, int]" = OrderedDict()
-        self.finished_bytes = 0
+        # finished jobs, oldest first, by client (their result's JSON bytes)
+        self.finished = ResultShares(args.max_finished, args.max_finished_bytes, args.client_share)
+        # One result fits its client's share (else it would evict itself at once).
+        self.result_limit = min(args.max_result_bytes, self.finished.share_bytes)
         self.by_key: dict[str, str] = {}
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
@@ -150,11 +154,20 @@ class JobBook:
                 self.unfinished += 1
                 self.queue.put_nowait(job.job_id, self._lane(job))
                 unfinished += 1
+        gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
+        for job_id in gone:
+            self._forget(job_id)
+        if gone:
+            self.journal.delete(gone)
         if n:
             log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, n, unfinished)
 
     # -- the store's API --------------------------------------------------------
-    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None) -> dict:
+    @property
+    def finished_bytes(self) -> int:
+        return self.finished.total_bytes
+
+    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "") -> dict:
         self.replace_dead_workers()
         await self._expire()
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
@@ -176,13 +189,19 @@ class JobBook:
             raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
                              retry_after_s=self._retry_after())
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
-                  fingerprint=payload, nbytes=nbytes)
+                  fingerprint=payload, nbytes=nbytes, client=client)
         pending = asyncio.get_running_loop().create_future() if key else None
         if key:
             self._keys_pending[key] = pending
+        write = asyncio.ensure_future(self._write("add", job))
         try:
-            # Accepted only once it is on disk (with a journal).
-            await self._write("add", job)
+            # Accepted only once it is on disk (with a journal). Shielded: a
+            # submit cancelled meanwhile (its caller went away) still learns
+            # how the write ended, below.
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await self._after_cancelled_add(write, job)
+            raise
         except Exception as e:
             self._journal_failed(e)
             raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
@@ -192,19 +211,47 @@ class JobBook:
                 del self._keys_pending[key]
                 pending.set_result(None)
         self.journal_error = None
+        self._accept(job)
+        return job.view()
+
+    async def _after_cancelled_add(self, write: asyncio.Future, job: Job) -> None:
+        """A submit cancelled while its job was being written: nobody was
+        told its id. With an Idempotency-Key the client's retry gets this
+        job, so it is accepted (it runs once); without one nobody could ever
+        read it, so it is taken out of the journal again."""
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await asyncio.wait([write])
+        except Exception:
+            pass
+        if write.cancelled() or write.exception() is not None:
+            return
+        if job.key:
+            self._accept(job)
+            return
+        try:
+            await asyncio.shield(asyncio.ensure_future(self._write("delete", [job.job_id])))
+        except Exception as e:  # noqa: BLE001  it stays in the file: it runs after a restart, unseen
+            self._journal_failed(e)
+
+    def _accept(self, job: Job) -> None:
+        key = job.key
         self.jobs[job.job_id] = job
         if key:
             self.by_key[key] = job.job_id
         self.unfinished += 1
-        self.held_bytes += nbytes
+        self.held_bytes += job.nbytes
         self.queue.put_nowait(job.job_id, self._lane(job))
-        return job.view()
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
         await self._expire()
         job = self.jobs.get(job_id)
         return job.view() if job else None
+
+    async def acounts(self) -> dict[str, int]:
+        return self.counts()
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -239,31 +286,19 @@ class JobBook:
             await self._io_call(getattr(self.journal, method), *args)
 
     def _keep_finished(self, job: Job) -> None:
-        size = result_bytes(job.result)
-        self.finished[job.job_id] = size
-        self.finished_bytes += size
+        self.finished.add(job.job_id, job.client, job.finished or time.time(), job.result_size)
 
     def _forget(self, job_id: str) -> None:
         job = self.jobs.pop(job_id, None)
-        self.finished_bytes -= self.finished.pop(job_id, 0)
+        self.finished.remove(job_id)
         if job is not None and job.key and self.by_key.get(job.key) == job_id:
             del self.by_key[job.key]
 
-    async def _expire(self) -> None:
-        """Finished jobs past their time to live, and the oldest beyond
-        max_finished or max_finished_bytes (results with pictures or many
-        pages are large)."""
-        now = time.time()
-        gone = []
-        kept_bytes = self.finished_bytes
-        for job_id, size in self.finished.items():  # oldest finished first
-            job = self.jobs[job_id]
-            if (now - job.finished > self.args.ttl_s or len(self.finished) - len(gone) > self.args.max_finished
-                    or kept_bytes > self.args.max_finished_bytes):
-                gone.append(job_id)
-                kept_bytes -= size
-            else:
-                break
+    async def _expire(self, client: Optional[str] = None) -> None:
+        """Finished jobs past their time to live, then (serve_app.job_results)
+        the oldest of a client over its share, then the biggest holder's
+        oldest while the store is over max_finished or max_finished_bytes."""
+        gone = self.finished.to_evict(time.time(), self.args.ttl_s, client)
         for job_id in gone:
             self._forget(job_id)
         if gone:
@@ -342,7 +377,11 @@ class JobBook:
                 if pause is not None:
                     await asyncio.sleep(pause)
             else:
-                job.succeed({"request_id": job.job_id, **result})
+                blob = encode_result({"request_id": job.job_id, **result})
+                if len(blob) > self.result_limit:
+                    job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
+                else:
+                    job.succeed(blob)
                 return
         job.fail("internal", "internal error; the job was not completed")
 
@@ -361,8 +400,10 @@ class JobBook:
         except Exception as e:  # the result is still served from memory
             self._journal_failed(e)
             log.error("job %s: could not write its result to the journal: %r", job.job_id, e)
+        await self._expire(job.client)  # this client's share, at once (not only at the next submit)
 
 
-def result_bytes(result: Optional[dict]) -> int:
-    """What a finished job's result holds, as its JSON's length."""
-    return len(json.dumps(result, ensure_ascii=False)) if result else 0
+def result_too_large(size: int, limit: int) -> str:
+    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes, at most "
+            f"jobs.client_share of max_finished_bytes); "
+            f"send the document in parts, or fewer pages")

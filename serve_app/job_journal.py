@@ -4,9 +4,8 @@ again; finished ones keep their results until they expire).
 
 A job is written (and committed) before its submit is answered, and again
 when it finishes; its image is dropped from the file then. Write-ahead
-logging with synchronous=NORMAL: a committed job survives the process dying
-(the case that matters here: a replica killed or crashing), not necessarily
-the machine losing power.
+logging with synchronous=FULL: a commit is fsynced before it returns, so an
+accepted job survives the process dying and the machine losing power.
 
 No Ray import: unit-tested on its own."""
 
@@ -34,10 +33,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     result   TEXT,
     error    TEXT,
     finished REAL,
-    fingerprint TEXT
+    fingerprint TEXT,
+    client   TEXT
 )
 """
-COLUMNS = "job_id, status, created, key, options, kind, result, error, finished, fingerprint"
+COLUMNS = "job_id, status, created, key, options, kind, result, error, finished, fingerprint, client"
 
 
 def journal_path(template: str, app_name: str) -> str:
@@ -63,19 +63,21 @@ class JobJournal:
         os.chmod(self.path, 0o600)
         self.db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA synchronous=FULL")  # each commit fsynced: durable before the 202
         self.db.execute(SCHEMA)
         have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
         if "fingerprint" not in have:  # a file written before idempotency was scoped to the payload
             self.db.execute("ALTER TABLE jobs ADD COLUMN fingerprint TEXT")
+        if "client" not in have:  # a file written before results were shared out by client
+            self.db.execute("ALTER TABLE jobs ADD COLUMN client TEXT")
 
     def add(self, job: Job) -> None:
         """An accepted job, with its image (options as their JSON dict)."""
         self.db.execute(
-            "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind, fingerprint)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind, fingerprint, client)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (job.job_id, job.status.value, job.created, job.key, json.dumps(job.options.to_dict()),
-             *_encode(job.image), job.fingerprint))
+             *_encode(job.image), job.fingerprint, job.client))
 
     def probe(self) -> None:
         """Raises if the file cannot be read (health check)."""
@@ -98,7 +100,8 @@ class JobJournal:
         """A done job: its status, result or error; the image leaves the file."""
         self.db.execute(
             "UPDATE jobs SET status = ?, result = ?, error = ?, finished = ?, image = NULL WHERE job_id = ?",
-            (job.status.value, _json(job.result), _json(job.error), job.finished, job.job_id))
+            (job.status.value, job.result_json.decode() if job.result_json is not None else None,
+             _json(job.error), job.finished, job.job_id))
 
     def delete(self, job_ids: Iterable[str]) -> None:
         self.db.executemany("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in job_ids])
@@ -118,10 +121,10 @@ class JobJournal:
 
 
 def _job(row: tuple) -> Job:
-    job_id, status, created, key, options, kind, result, error, finished, fingerprint = row
+    job_id, status, created, key, options, kind, result, error, finished, fingerprint, client = row
     return Job(job_id=job_id, created=created, status=JobStatus(status), key=key,
                options=parse_options(json.loads(options) if options is not None else None),
-               result=json.loads(result) if result is not None else None,
+               result_json=result.encode() if result is not None else None, client=client or "",
                error=json.loads(error) if error is not None else None,
                finished=finished, fingerprint=fingerprint)
 
@@ -148,3 +151,8 @@ def _decode(blob: bytes, kind: str) -> Any:
 
         return np.load(io.BytesIO(blob), allow_pickle=False)
     return bytes(blob)
+
+
+# For the Redis backend (serve_app.job_redis): the same encoding of images.
+encode_image = _encode
+decode_image = _decode

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -34,7 +35,10 @@ class Job:
     key: Optional[str] = None  # Idempotency-Key
     fingerprint: Optional[str] = None  # hash of the image and options: what the key stands for
     nbytes: int = 0  # image bytes counted against the store's bound until the job is done
-    result: Optional[dict] = None
+    # A finished job's result as it is kept (its JSON, UTF-8): what the
+    # result store's bounds count is what it holds, not a guess at a dict's size.
+    result_json: Optional[bytes] = None
+    client: str = ""  # who submitted it (serve_app.job_clients): its share of the result store
     error: Optional[dict] = None  # {"code", "message"}
     finished: Optional[float] = None
     # A document's progress while it runs (pages read, pages in all).
@@ -47,8 +51,17 @@ class Job:
     def start(self) -> None:
         self.status = JobStatus.RUNNING
 
-    def succeed(self, result: dict) -> None:
-        self.result = result
+    @property
+    def result(self) -> Optional[dict]:
+        return json.loads(self.result_json) if self.result_json is not None else None
+
+    @property
+    def result_size(self) -> int:
+        """Bytes a finished job holds in the result store."""
+        return len(self.result_json or b"") + len(json.dumps(self.error).encode() if self.error else b"")
+
+    def succeed(self, result: dict | bytes) -> None:
+        self.result_json = result if isinstance(result, bytes) else encode_result(result)
         self._finish(JobStatus.SUCCEEDED)
 
     def fail(self, code: str, message: str) -> None:
@@ -70,13 +83,18 @@ class Job:
     def view(self) -> dict:
         """The HTTP body of `GET /v1/ocr/jobs/{job_id}`."""
         out: dict[str, Any] = {"job_id": self.job_id, "status": self.status.value}
-        pages = (self.result or {}).get("document", {}).get("pages")  # a finished document (also once recovered)
+        result = self.result
+        pages = (result or {}).get("document", {}).get("pages")  # a finished document (also once recovered)
         if pages is not None:
             out.update(pages_done=pages, pages_total=pages)
         elif self.pages_total is not None:
             out.update(pages_done=self.pages_done, pages_total=self.pages_total)
-        if self.result is not None:
-            out.update(self.result)
+        if result is not None:
+            out.update(result)
         if self.error is not None:
             out["error"] = self.error
         return out
+
+
+def encode_result(result: dict) -> bytes:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()

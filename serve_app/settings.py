@@ -13,7 +13,7 @@ Where each setting lives (one home each):
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -199,7 +199,30 @@ class JobArgs(_Args):
                                   description="image bytes of unfinished jobs held at once (more: 503)")
     max_finished: int = Field(10000, ge=1, description="finished jobs' results kept; the oldest go first")
     max_finished_bytes: int = Field(512 * 1024 * 1024, ge=1,
-                                    description="bytes (as JSON) of finished jobs' results kept; the oldest go first")
+                                    description="bytes of finished jobs' results kept, counted as stored (their "
+                                    "JSON, UTF-8)")
+    client_share: float = Field(0.1, gt=0, le=1, description="the part of max_finished and of max_finished_bytes "
+                                "one client's finished results may hold (client: the bearer token, else the "
+                                "address). Before its TTL a result is dropped only when its client is over its "
+                                "share, or when the store is over its bounds with every client within its share "
+                                "(then the biggest holder's oldest)")
+    max_result_bytes: int = Field(32 * 1024 * 1024, ge=1, description="one job's result (JSON bytes): a job "
+                                  "whose result is bigger fails with `result_too_large` (split the document)")
+    backend: Literal["sqlite", "redis"] = Field(
+        "sqlite", description="where the job book lives: `sqlite` (the journal file, one JobStore replica, one "
+        "machine) or `redis` (a Redis server shared by several JobStore replicas; a cluster needs no shared "
+        "file system)")
+    redis_url_env: str = Field("OCR_REDIS_URL", description="backend redis: the environment variable holding "
+                               "the server's URL (redis://[:password@]host:port/db)")
+    redis_fsync: Literal["always", "everysec", "any"] = Field(
+        "always", description="backend redis: the AOF policy the server must have (CONFIG GET appendonly, "
+        "appendfsync, checked at start). `always`: a job is on the server's disk before its 202 (else the "
+        "store refuses to start); `everysec`: up to a second of accepted jobs may be lost if the server's "
+        "machine dies (a warning unless the server has it); `any`: not checked (a server without CONFIG)")
+    lease_s: float = Field(30.0, gt=0, description="backend redis: a running job's lease, renewed while it runs; "
+                           "a job whose worker died runs again on another replica after this long")
+    max_claims: int = Field(4, ge=1, description="backend redis: a job whose worker died this many times (a job "
+                            "that kills its replica) fails with `internal` instead of running again")
     job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(

@@ -20,3 +20,24 @@ def pytest_collection_modifyitems(config, items):
             continue
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """One real redis-server for the session (tests/redis_server.py); fails,
+    never skips, when redis-server is not installed."""
+    from redis_server import RedisServer
+
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    """The session's server, emptied for this test."""
+    redis_server.flush()
+    return redis_server.url

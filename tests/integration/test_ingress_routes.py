@@ -83,10 +83,12 @@ class Fake:
     calls: list = []
     contexts: list = []
     jobs: dict = {}
+    clients: list = []  # whose share of the result store each submitted job counts against
 
 
-async def jobs_submit(data, options, key):
+async def jobs_submit(data, options, key, client):
     Fake.calls.append((data, options, key))
+    Fake.clients.append(client)
     Fake.jobs["j1"] = {"job_id": "j1", "status": "queued"}
     return Fake.jobs["j1"]
 
@@ -272,6 +274,9 @@ def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
     assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk"), "k")  # a job is bulk by default
+    assert Fake.clients[-1] == "addr:testclient"  # no token: the client is its address
+    client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Authorization": "Bearer abc"})
+    assert Fake.clients[-1].startswith("token:") and "abc" not in Fake.clients[-1]  # a token, hashed
     assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
     missing = client.get("/v1/ocr/jobs/nope")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"

@@ -35,7 +35,8 @@ async def started(run_ocr, **args) -> JobBook:
 
 def test_1100_junk_jobs_that_fail_at_once_leave_room_for_a_real_one():
     async def go():
-        book = await started(FakePipeline().run, capacity=1000, max_finished=500)
+        # one client holding the whole store (client_share 1): the store's own bound
+        book = await started(FakePipeline().run, capacity=1000, max_finished=500, client_share=1.0)
         junk = []
         for _ in range(1100):  # junk that passes the header check and fails in the pipeline, as fast as it comes
             junk.append((await book.submit(b"bad", OcrOptions()))["job_id"])
@@ -187,7 +188,7 @@ def test_finished_results_are_bounded_by_their_bytes_too():
     """Results with pictures or many pages are large: the oldest finished
     go first once their JSON passes max_finished_bytes."""
     async def go():
-        book = await started(FakePipeline().run, max_finished_bytes=2000)
+        book = await started(FakePipeline().run, max_finished_bytes=2000, client_share=1.0)
         ids = []
         for k in range(40):  # each result is ~80 bytes of JSON
             ids.append((await book.submit(f"img{k:02d}".encode() * 4, OcrOptions()))["job_id"])
@@ -202,4 +203,5 @@ def test_finished_results_are_bounded_by_their_bytes_too():
     gone = [i for i, v in views.items() if v is None]
     assert gone and views[list(views)[-1]]["status"] == "succeeded"  # the newest results stay
     assert gone == list(views)[: len(gone)]  # the oldest went first
-    assert 0 < kept <= 2000 and kept == sum(book.finished.values())
+    stored = sum(len(book.jobs[i].result_json) for i in views if views[i] is not None)
+    assert 0 < kept <= 2000 and kept == stored  # counted as stored: the results' JSON bytes

@@ -1,0 +1,105 @@
+"""The service on deployments.redis.yaml (jobs.backend: redis, two JobStore
+replicas) against a real redis-server (the `redis_server` fixture,
+appendonly yes, appendfsync always): jobs through real HTTP, one store
+replica killed with jobs queued and running on it, every accepted job
+succeeds with the engine's text; each client's results within its share."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from peer import PEER
+from serve_fixtures import REPO, deploy_config, free_port, load_config, start_ray, stop_all
+
+IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "mmocr_word_1036169.jpg",
+          "rapidocr_two_dim_image_LA.png", "mmocr_icdar15_img_2.jpg"]
+LEASE_S = 5
+
+
+@pytest.fixture(scope="module")
+def service(redis_server):
+    redis_server.flush()
+    start_ray()
+    cfg = load_config(REPO / "deployments.redis.yaml")
+    app = cfg["applications"][0]
+    app["args"]["jobs"] = {**app["args"]["jobs"], "lease_s": LEASE_S, "concurrency": 2}
+    app["args"]["lanes"] = {"bulk_max_wait_s": 120}
+    for d in app["deployments"]:
+        if d["name"] == "JobStore":  # the URL where the store replicas run (as docs/jobs.md says)
+            d["ray_actor_options"] = {**d.get("ray_actor_options", {}),
+                                      "runtime_env": {"env_vars": {"OCR_REDIS_URL": redis_server.url}}}
+    try:
+        yield deploy_config(cfg, free_port())
+    finally:
+        stop_all(graceful=False)
+
+
+@pytest.fixture(scope="module")
+def engine_texts(engine):
+    return {n: [l.to_dict() for l in engine.read(PEER / n).lines] for n in IMAGES}
+
+
+def submit(url: str, name: str, **headers) -> requests.Response:
+    return requests.post(f"{url}/v1/ocr/jobs", data=(PEER / name).read_bytes(),
+                         headers={"Content-Type": "application/octet-stream", **headers}, timeout=60)
+
+
+def wait_jobs(url: str, ids: list[str], timeout_s: float = 600) -> dict[str, dict]:
+    done: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(done) < len(ids) and time.monotonic() < deadline:
+        for job_id in ids:
+            if job_id not in done:
+                r = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30)
+                if r.status_code == 503:
+                    break
+                assert r.status_code == 200, (r.status_code, r.text)
+                if r.json()["status"] in ("succeeded", "failed"):
+                    done[job_id] = r.json()
+        time.sleep(0.5)
+    return done
+
+
+def test_two_store_replicas_share_the_book_and_a_killed_one_loses_no_job(service, engine_texts, redis_server):
+    import ray
+    import redis
+
+    url = service
+    stores = [a for a in ray.util.list_named_actors(all_namespaces=True) if "#JobStore#" in a["name"]]
+    assert len(stores) == 2, stores
+    names = [IMAGES[i % len(IMAGES)] for i in range(20)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: submit(url, n), names))
+    assert [a.status_code for a in answers] == [202] * 20
+    ids = [a.json()["job_id"] for a in answers]
+    # Jobs run on both replicas (each claims from the one book): wait until
+    # both hold a lease, then kill one of them with its jobs in flight.
+    r = redis.Redis.from_url(redis_server.url)
+    owners: set = set()
+    deadline = time.monotonic() + 300
+    while len(owners) < 2 and time.monotonic() < deadline:
+        owners = {r.hget(f"ocr:{{ocr}}:job:{j}", "owner") for j in ids} - {None}
+        time.sleep(0.1)
+    assert len(owners) == 2, owners
+    ray.kill(ray.get_actor(stores[0]["name"], namespace=stores[0]["namespace"]), no_restart=True)
+    done = wait_jobs(url, ids)
+    assert len(done) == 20
+    for name, job_id in zip(names, ids):
+        assert done[job_id]["status"] == "succeeded", done[job_id]
+        assert done[job_id]["results"] == engine_texts[name]
+    claims = [int(r.hget(f"ocr:{{ocr}}:job:{j}", "claims")) for j in ids]
+    assert max(claims) >= 2  # some job the killed replica held ran again on the other
+    r.close()
+
+
+def test_an_idempotency_key_gives_one_job_across_replicas(service):
+    url = service
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: submit(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "same"}),
+                                range(8)))
+    assert {a.status_code for a in answers} == {202}
+    assert len({a.json()["job_id"] for a in answers}) == 1
