@@ -69,7 +69,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from .documents import open_document
-from .errors import DeadlineExceeded, Overloaded
+from .errors import DeadlineExceeded, Overloaded, TooLarge
 from .image_header import png_dimensions
 from .upload import upload_of
 
@@ -538,10 +538,12 @@ class Gate:
     answered; leaving the `with` block gives its cost back either way."""
 
     def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
-                 deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+                 deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
+                 limits: Any = None):
         self.admission = admission
         self.data = data
         self.documents = documents
+        self.limits = limits  # ImageLimits: an image over max_pixels is a 413, never priced
         # Time left is taken when admit() runs: a request may wait (a batch's items, a shared flight).
         self.deadline = None if time_left_s is None else clock() + time_left_s
         self.clock = clock
@@ -562,6 +564,11 @@ class Gate:
             size = image_size(upload)
         else:  # a header, from its first header_bytes: off the event loop all the same
             size = await asyncio.to_thread(image_size, upload, None, header_bytes)
+        if (self.limits is not None and not upload.is_document and size.known
+                and size.pixels > self.limits.max_pixels):
+            # Over the pixel limit: what the decoder would answer, at once (a
+            # decompression bomb is a 413, not work too big to take).
+            raise TooLarge(f"image is {size.pixels} pixels, over the limit of {self.limits.max_pixels}")
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left, self.client)
 

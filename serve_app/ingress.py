@@ -373,7 +373,7 @@ class OcrIngress:
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
-            with Gate(self.admission, upload, left, self.documents) as gate:
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
                     late, fresh, admit=gate.admit)

@@ -40,8 +40,9 @@ def service():
     cfg = load_config()
     app = cfg["applications"][0]
     app["runtime_env"] = {"env_vars": {"OCR_COSTS_TOKEN": TOKEN}}
-    app["args"]["ingress"] = {**app["args"]["ingress"], "auth_token_env": "OCR_COSTS_TOKEN", "max_in_flight": 8}
-    app["args"]["engine"]["documents"] = {**app["args"]["engine"]["documents"], "page_timeout_s": PAGE_TIMEOUT_S}
+    app["args"]["ingress"] = {**app["args"].get("ingress", {}), "auth_token_env": "OCR_COSTS_TOKEN", "max_in_flight": 8}
+    engine = app["args"].setdefault("engine", {})
+    engine["documents"] = {**engine.get("documents", {}), "page_timeout_s": PAGE_TIMEOUT_S}
     try:
         yield deploy_config(cfg, free_port())
     finally:

@@ -460,3 +460,27 @@ def test_a_gate_reads_its_client_from_the_context():
         CLIENT.reset(token)
     asyncio.run(gate.admit())
     assert list(a.owner.values()) == ["addr:192.0.2.7"]
+
+
+def test_an_image_over_the_pixel_limit_is_a_413_at_the_door_never_priced():
+    """A decompression bomb's header says billions of pixels: that is the
+    pixel limit's 413 (what the decoder would answer), not a request too big
+    to take (503) nor work that teaches the cost model anything."""
+    from serve_app.config import ImageLimits
+    from serve_app.errors import TooLarge
+
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        with pytest.raises(TooLarge, match="over the limit of 1000000"):
+            with Gate(a, png(2000, 1000), 10.0, DocumentLimits(), clock=clock,
+                      limits=ImageLimits(max_pixels=1_000_000)) as gate:
+                await gate.admit()
+        assert a.queued_s == 0 and not a.meter.done and a.refused == {}
+        with Gate(a, png(900, 1000), 10.0, DocumentLimits(), clock=clock,
+                  limits=ImageLimits(max_pixels=1_000_000)) as gate:  # under it: priced as before
+            await gate.admit()
+            assert gate.ticket is not None
+
+    asyncio.run(go())
