@@ -184,6 +184,12 @@ def stop_all(graceful: bool = True) -> None:
             serve.shutdown()
     finally:
         ray.shutdown()
+        # Serve keeps its controller's handle in this process; the next
+        # cluster's first driver has the same job id, so Serve would take
+        # the dead handle for a live one (serve.status(): "Can't find actor").
+        from ray.serve.context import _set_global_client
+
+        _set_global_client(None)
         wait_ray_gone()
 
 
