@@ -302,7 +302,16 @@ class RedisJobBook(JobBook):
 
     async def aclose(self) -> None:
         self.close()
-        await asyncio.gather(*self.workers, *self._tasks, return_exceptions=True)
+        # Cancelled again each second until every task has ended: Python
+        # 3.11's wait_for (and redis-py's timeouts) can swallow a cancellation
+        # that lands as their timeout fires, and a worker that then waits on
+        # its job would keep a single gather waiting for good (seen: the
+        # unit tier hung beside a busy core).
+        pending = {*self.workers, *self._tasks}
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+            for t in pending:
+                t.cancel()
         await self.r.aclose()
 
     # -- the store's API --------------------------------------------------------
