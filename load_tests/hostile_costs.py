@@ -36,6 +36,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from load_tests.procfs import rss_mb  # noqa: E402  the one /proc reader
 from pdfs import blank_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf  # noqa: E402
 
 
@@ -105,14 +106,6 @@ CASES = (
 
 
 # -- the run ------------------------------------------------------------------------------
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class Normal:
