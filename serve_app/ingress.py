@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from . import paddlex
 from .admission import Admission, Gate, current_client, set_client
 from .config import DocumentLimits, ImageLimits
-from .documents import check_document, open_document
+from .documents import check_document
 from .errors import (
     BadRequest, ConfigError, DeadlineExceeded, Forbidden, NotFound, OcrError, Overloaded, Unauthorized, Unavailable,
 )
@@ -47,7 +47,6 @@ from .options import FORMATS, OcrOptions, parse_options, with_format
 from .request_context import RequestContext
 from .result_cache import Dedupe, ResultCache, wants_fresh
 from .settings import CacheArgs, IngressArgs, LaneArgs
-from .stages.decode import decode_image
 from .ui import page_config, static_file
 from .upload import Upload, upload_of
 
@@ -511,25 +510,15 @@ class OcrIngress:
             data, opts = await asyncio.to_thread(paddlex.to_call, req)
             upload = upload_of(data, self.limits, "file")
             del data
+            if req.visualize is not False:  # PaddleX visualizes unless told not to: the pipeline draws it
+                opts = replace(opts, visualize="boxes")
             opts = lease.take_lane(with_lane(opts, request, INTERACTIVE))
             result, cache = await self.read(upload, opts, lease.context(rid, opts), lease.late(),
                                             wants_fresh(request.headers.get("cache-control")))
-            images = None
-            if req.visualize is not False:  # PaddleX visualizes unless told not to
-                images = await asyncio.to_thread(self._visualize, upload, result)
+        images = [paddlex.images_of(page) for page in paddlex.pages_of(result)] if opts.visualize else None
         response = JSONResponse(paddlex.success(request.state.log_id, paddlex.result(result, opts, self.paddlex, images)))
         response.headers["X-Cache"] = cache
         return response
-
-    def _visualize(self, upload: Upload, result: dict) -> list[dict[str, str]]:
-        """Each page's ocrImage and inputImage (a worker thread; one page
-        bitmap at a time)."""
-        pages = paddlex.pages_of(result)
-        if not upload.is_document:
-            image = decode_image(upload.data, self.limits, self.paddlex.exif_transpose)
-            return [paddlex.visualization(image, pages[0]["results"])]
-        with open_document(upload.data, self.documents, self.limits.max_pixels, self.paddlex.exif_transpose) as pdf:
-            return [paddlex.visualization(pdf.render(k), page["results"]) for k, page in enumerate(pages)]
 
     @api.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
               summary="Submit an image; poll the job for the result")

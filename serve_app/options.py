@@ -4,7 +4,7 @@ ingress, handle API, CLI, engine) and passed down unchanged."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -58,7 +58,11 @@ class OcrOptions:
     box_thresh: _bounded("box_thresh", float) = None
     unclip_ratio: _bounded("unclip_ratio", float) = None
     drop_score: _bounded("drop_score", float) = None
-    visualize: bool = False  # add a JPEG of the boxes and text (serve_app.visualize)
+    # Add a JPEG picture of the result (serve_app.visualize): true or
+    # "panels", the boxes and the text side by side; "boxes", the image
+    # itself with the boxes drawn on it and the image as read (PaddleX's
+    # ocrImage and inputImage).
+    visualize: Union[bool, Literal["panels", "boxes"]] = False
     # PDF input: a page that has a text layer takes its lines from it
     # (page "source": "text_layer") instead of OCR; never done unasked.
     pdf_text_layer: bool = False

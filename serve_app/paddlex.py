@@ -34,7 +34,8 @@ Where this service differs, on purpose:
   (the pipeline does not report them per line), and `dt_polys` is
   `rec_polys` (lines below the score threshold are not kept).
 - `ocrImage` is the input with the line boxes drawn on it (PaddleX also
-  renders the text beside it, which needs its fonts).
+  renders the text beside it, which needs its fonts); the pipeline draws it
+  (`visualize: "boxes"`, serve_app/visualize.py) from the image it decoded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import binascii
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .config import EngineConfig
@@ -188,7 +188,10 @@ def pages_of(body: dict) -> list[dict]:
     """This service's body (image or document) as pages: {width, height, results}."""
     if "document" in body:
         return body["pages"]
-    return [{"width": body["image"]["width"], "height": body["image"]["height"], "results": body["results"]}]
+    page = {"width": body["image"]["width"], "height": body["image"]["height"], "results": body["results"]}
+    if "visualization" in body:
+        page["visualization"] = body["visualization"]
+    return [page]
 
 
 def result(body: dict, options: OcrOptions, defaults: PaddleXDefaults,
@@ -219,24 +222,10 @@ def failure(log_id: str, status: int, message: str) -> dict:
     return {"logId": log_id, "errorCode": status, "errorMsg": message}
 
 
-MAX_IMAGE_SIDE = 2000  # PaddleX's DEFAULT_MAX_OUTPUT_IMG_SIZE (2000, 2000)
-
-
-def visualization(bgr: np.ndarray, lines: list[dict]) -> dict[str, str]:
-    """ocrImage (the boxes drawn on the page) and inputImage, as base64
-    JPEGs no larger than 2000 px a side, as PaddleX sends them."""
-    import cv2
-
-    h, w = bgr.shape[:2]
-    f = min(1.0, MAX_IMAGE_SIDE / max(h, w))
-    small = cv2.resize(bgr, (max(1, int(w * f)), max(1, int(h * f)))) if f < 1.0 else bgr
-    drawn = small.copy()
-    for line in lines:
-        quad = np.round(np.asarray(line["box"], dtype=np.float64) * f).astype(np.int32)
-        cv2.polylines(drawn, [quad], True, (0, 200, 0), 2)
-
-    def jpeg(img: np.ndarray) -> str:
-        ok, buf = cv2.imencode(".jpg", img)
-        return base64.b64encode(buf.tobytes()).decode("ascii")
-
-    return {"ocrImage": jpeg(drawn), "inputImage": jpeg(small)}
+def images_of(page: dict) -> dict[str, str]:
+    """A page's ocrImage and inputImage, from the picture the pipeline drew
+    for it (`visualize: "boxes"`, serve_app.visualize.render_boxes)."""
+    picture = page.get("visualization")  # none for a page read from its text layer (never asked here)
+    if picture is None:
+        return {}
+    return {"ocrImage": picture["base64"], "inputImage": picture["input"]["base64"]}

@@ -123,7 +123,7 @@ class Pipeline:
         picture = None
         if options.visualize:
             t = time.perf_counter()
-            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline)
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline, options.visualize)
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
@@ -434,10 +434,15 @@ def read_file(path: Path, limits: ImageLimits) -> bytes:
     return path.read_bytes()
 
 
-def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions) -> Visualization:
-    """The `visualize` picture of one read image (serve_app.visualize)."""
-    from .visualize import find_font, render
+def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions,
+                style: Union[bool, str] = True) -> Visualization:
+    """The `visualize` picture of one read image (serve_app.visualize), from
+    the image the pipeline decoded: "boxes" is PaddleX's ocrImage, else the
+    two panels."""
+    from .visualize import find_font, render, render_boxes
 
+    if style == "boxes":
+        return render_boxes(img, lines)
     return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
 
 

@@ -89,10 +89,16 @@ class Visualization:
     data: bytes
     width: int
     height: int
+    # `visualize: "boxes"` (PaddleX's ocrImage): the input image, scaled as
+    # the picture is (PaddleX's inputImage).
+    input: Optional["Visualization"] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"media_type": self.media_type, "width": self.width, "height": self.height,
-                "base64": base64.b64encode(self.data).decode("ascii")}
+        d = {"media_type": self.media_type, "width": self.width, "height": self.height,
+             "base64": base64.b64encode(self.data).decode("ascii")}
+        if self.input is not None:
+            d["input"] = self.input.to_dict()
+        return d
 
 
 @dataclass(frozen=True)

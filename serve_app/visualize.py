@@ -1,9 +1,17 @@
-"""The picture of an OCR result (`visualize: true`), as PaddleX's `ocrImage`:
-on the left the image with each line's box tinted and outlined, on the right
-a white panel with each line's text written where its box is.
+"""The one drawer of an OCR result's picture, two styles:
+- `visualize: true` ("panels"): on the left the image with each line's box
+  tinted and outlined, on the right a white panel with each line's text
+  written where its box is (`render`);
+- `visualize: "boxes"`: PaddleX's `ocrImage` (the image itself with the line
+  boxes drawn on it) and `inputImage` (the image as read), `render_boxes`.
+Both are drawn by the pipeline from the image it decoded (nothing decodes an
+upload a second time to draw it).
 
 Bounded: the picture (both halves) is scaled so that its longest side is at
-most `max_side` pixels (never enlarged), and encoded as JPEG.
+most `max_side` pixels (never enlarged; "boxes": PaddleX's 2000), and
+encoded as JPEG. The memory it takes is that of the scaled copies, at most
+max_side squared pixels each, whatever the image's size (which the pixel
+limit bounds before the pipeline decodes it).
 
 Fonts. Chinese needs a font with CJK glyphs, and none ships in this
 project's Python dependencies (Pillow's built-in font and matplotlib's
@@ -21,6 +29,7 @@ from __future__ import annotations
 import io
 import math
 import os
+from dataclasses import replace
 from functools import lru_cache
 from typing import Optional, Sequence
 
@@ -31,6 +40,7 @@ from PIL import Image, ImageDraw, ImageFont
 from .results import TextLine, Visualization
 
 MAX_SIDE = 1600
+BOXES_MAX_SIDE = 2000  # PaddleX's DEFAULT_MAX_OUTPUT_IMG_SIZE (2000, 2000)
 JPEG_QUALITY = 80
 FONT_CANDIDATES = (
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
@@ -115,6 +125,26 @@ def render(image_bgr: np.ndarray, lines: Sequence[TextLine], max_side: int = MAX
     buf = io.BytesIO()
     out.save(buf, "JPEG", quality=quality, optimize=True)
     return Visualization("image/jpeg", buf.getvalue(), out.width, out.height)
+
+
+def render_boxes(image_bgr: np.ndarray, lines: Sequence[TextLine],
+                 max_side: int = BOXES_MAX_SIDE) -> Visualization:
+    """PaddleX's ocrImage (the line boxes drawn on the image) with its
+    inputImage (`.input`: the image alone), as JPEGs no larger than
+    `max_side` pixels a side, as PaddleX sends them."""
+    h, w = image_bgr.shape[:2]
+    f = min(1.0, max_side / max(h, w))
+    small = cv2.resize(image_bgr, (max(1, int(w * f)), max(1, int(h * f)))) if f < 1.0 else image_bgr
+    drawn = small.copy()
+    for line in lines:
+        quad = np.round(np.asarray(line.box, dtype=np.float64) * f).astype(np.int32)
+        cv2.polylines(drawn, [quad], True, (0, 200, 0), 2)
+
+    def jpeg(img: np.ndarray) -> Visualization:
+        ok, buf = cv2.imencode(".jpg", img)
+        return Visualization("image/jpeg", buf.tobytes(), img.shape[1], img.shape[0])
+
+    return replace(jpeg(drawn), input=jpeg(small))
 
 
 def _sides(quad: list[tuple[float, float]]) -> tuple[float, float]:

@@ -104,7 +104,7 @@ def app():
     # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
     obj = types.SimpleNamespace()
     for name in ("ocr", "read", "lease", "_take_slot", "_take_bulk_slot", "_take_submit_slot", "_probe_ready",
-                 "_static", "_gather_stats", "_check_upload", "_visualize"):
+                 "_static", "_gather_stats", "_check_upload"):
         setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
     obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
     obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
@@ -690,3 +690,84 @@ def test_a_request_over_its_own_share_is_503_naming_jobs_on_an_empty_ledger(app)
     r = post(client, b"new")
     assert r.status_code == 503 and "POST /v1/ocr/jobs" in r.json()["error"]["message"]
     assert int(r.headers["retry-after"]) >= 1 and obj.admission.refused == {"too_big": 1} and not Fake.calls
+
+
+# -- one picture drawer (issue 23 item 4) --------------------------------------------------
+def _pipeline_behind(obj, limits: ImageLimits = ImageLimits()):
+    """The real Pipeline (decode, crop, assemble, the drawer) over stand-in
+    detect/recognise stages, behind the ingress's pipeline handle; returns
+    the list each decode of an upload appends to."""
+    import numpy as np
+
+    import serve_app.pipeline as pipeline_module
+    from serve_app.pipeline import Pipeline, Stages
+    from serve_app.results import Recognition
+
+    async def detect(work, params=None, ctx=None):
+        return np.asarray([[[10, 10], [110, 10], [110, 40], [10, 40]]], np.float32)
+
+    async def recognize(crops, ctx=None):
+        return [Recognition("line", 0.9) for _ in crops]
+
+    pipe = Pipeline(Stages(detect, None, recognize), EngineConfig(limits=limits))
+
+    async def read(upload, options, ctx=None):
+        return (await pipe.read(upload.data, options, ctx)).to_dict()
+
+    obj.pipeline = types.SimpleNamespace(ocr=Method(read))
+    decodes: list[int] = []
+    real = pipeline_module.decode_image
+
+    def counted(data, *args, **kwargs):
+        decodes.append(len(data))
+        return real(data, *args, **kwargs)
+
+    return decodes, mock.patch.object(pipeline_module, "decode_image", counted)
+
+
+def _png_of(w: int, h: int) -> bytes:
+    import cv2
+    import numpy as np
+
+    return cv2.imencode(".png", np.full((h, w, 3), 255, np.uint8))[1].tobytes()
+
+
+def _jpeg_shape(b64: str) -> tuple:
+    import cv2
+    import numpy as np
+
+    return cv2.imdecode(np.frombuffer(base64.b64decode(b64), np.uint8), cv2.IMREAD_COLOR).shape
+
+
+def test_paddlex_picture_is_drawn_by_the_pipeline_from_its_one_decode(app):
+    client, obj = app
+    decodes, patch = _pipeline_behind(obj)
+    data = _png_of(300, 120)
+    with patch:
+        r = client.post("/ocr", json={"file": base64.b64encode(data).decode(), "fileType": 1})
+        assert r.status_code == 200, r.text
+        assert decodes == [len(data)]  # one decode of the upload, in the pipeline; none in the ingress
+        (res,) = r.json()["result"]["ocrResults"]
+        assert res["prunedResult"]["rec_texts"] == ["line"]
+        assert _jpeg_shape(res["ocrImage"]) == _jpeg_shape(res["inputImage"]) == (120, 300, 3)  # the image's size
+        assert "visualization" not in res and set(res) == {"prunedResult", "ocrImage", "inputImage"}
+        off = client.post("/ocr", json={"file": base64.b64encode(data).decode(), "fileType": 1, "visualize": False})
+        assert set(off.json()["result"]["ocrResults"][0]) == {"prunedResult"} and len(decodes) == 2
+
+
+def test_paddlex_picture_of_a_maximum_size_image_is_bounded_and_the_pixel_limit_holds(app):
+    """Hostile: the largest image the pixel limit lets in, visualized. The
+    picture is two copies at most 2000 px a side whatever the image (the
+    image itself is the one decoded copy the read holds anyway); one pixel
+    more is a 413 from the header, before any decode."""
+    client, obj = app
+    limits = ImageLimits(max_pixels=4000 * 1000)
+    decodes, patch = _pipeline_behind(obj, limits)
+    with patch:
+        r = client.post("/ocr", json={"file": base64.b64encode(_png_of(4000, 1000)).decode(), "fileType": 1})
+        assert r.status_code == 200, r.text
+        res = r.json()["result"]["ocrResults"][0]
+        assert _jpeg_shape(res["ocrImage"]) == _jpeg_shape(res["inputImage"]) == (500, 2000, 3)
+        over = client.post("/ocr", json={"file": base64.b64encode(_png_of(4001, 1000)).decode(), "fileType": 1})
+        assert over.status_code == 413 and over.json()["errorCode"] == 413 and "pixel" in over.json()["errorMsg"]
+    assert len(decodes) == 2  # the refused one was stopped by decode_image's header check

@@ -14,8 +14,8 @@ from serve_app.config import EngineConfig
 from serve_app.errors import BadRequest
 from serve_app.options import FIELDS, OcrOptions
 from serve_app.paddlex import (
-    OPTION_FIELDS, PaddleXDefaults, PaddleXValidation, failure, parse_request, result, success, to_call,
-    visualization,
+    OPTION_FIELDS, PaddleXDefaults, PaddleXValidation, failure, images_of, parse_request, result, success,
+    to_call,
 )
 
 PNG = cv2.imencode(".png", np.full((20, 30, 3), 255, np.uint8))[1].tobytes()
@@ -124,10 +124,9 @@ def test_envelopes():
     assert failure("id", 413, "too big") == {"logId": "id", "errorCode": 413, "errorMsg": "too big"}
 
 
-def test_visualization_images_are_jpegs_at_most_2000_px():
-    img = np.full((3000, 1000, 3), 255, np.uint8)
-    out = visualization(img, LINES)
-    ocr = cv2.imdecode(np.frombuffer(base64.b64decode(out["ocrImage"]), np.uint8), cv2.IMREAD_COLOR)
-    inp = cv2.imdecode(np.frombuffer(base64.b64decode(out["inputImage"]), np.uint8), cv2.IMREAD_COLOR)
-    assert ocr.shape == inp.shape == (2000, 666, 3)
-    assert int(inp.min()) > 200 and int(ocr.min()) < 100  # the boxes are drawn on ocrImage only
+def test_a_pages_images_are_the_pipelines_boxes_picture_and_its_input():
+    page = {"results": [], "visualization": {"media_type": "image/jpeg", "width": 3, "height": 2, "base64": "pic",
+                                             "input": {"media_type": "image/jpeg", "width": 3, "height": 2,
+                                                       "base64": "in"}}}
+    assert images_of(page) == {"ocrImage": "pic", "inputImage": "in"}
+    assert images_of({"results": []}) == {}  # a page without a picture: PaddleX leaves the fields out

@@ -88,3 +88,21 @@ def test_a_tilted_line_is_written_along_its_box():
     mx, my = int(x0 + length * c / 2 - height * s / 2), int(y0 + length * s / 2 + height * c / 2)
     assert changed(panel, (mx - 15, my - 6, mx + 15, my + 6)) > 0.1
     assert changed(panel, (200, 20, 290, 70)) < 0.01
+
+
+def test_the_boxes_picture_is_paddlexs_ocr_image_and_input_image_at_most_2000_px():
+    """`visualize: "boxes"` (what PaddleX's /ocr asks): the page with its
+    boxes drawn (ocrImage) and the page alone (inputImage), as PaddleX sends
+    them: no larger than 2000 px a side."""
+    from serve_app.visualize import render_boxes
+
+    img = np.full((3000, 1000, 3), 255, np.uint8)
+    lines = (TextLine("TEST", 0.9, ((83.0, 166.0), (770.0, 164.0), (771.0, 410.0), (84.0, 411.0))),)
+    vis = render_boxes(img, lines)
+    ocr, inp = decode(vis), decode(vis.input)
+    assert ocr.shape == inp.shape == (2000, 666, 3) and (vis.width, vis.height) == (666, 2000)
+    assert int(inp.min()) > 200 and int(ocr.min()) < 100  # the boxes are drawn on ocrImage only
+    body = vis.to_dict()
+    assert body["media_type"] == body["input"]["media_type"] == "image/jpeg" and body["input"]["width"] == 666
+    small = render_boxes(np.full((120, 300, 3), 255, np.uint8), lines)
+    assert decode(small).shape == (120, 300, 3)  # never enlarged: the image's own size
