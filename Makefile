@@ -57,7 +57,7 @@ config-doc: $(STAMP)
 # The wheel brings its CUDA/cuDNN runtime as pip packages. TENSORRT=1 (the
 # default) adds NVIDIA's TensorRT libraries of the version this paddle was
 # compiled against (tensorrt-cu12-libs / tensorrt-cu11-libs from PyPI) and
-# links them where Paddle looks (python -m serve_app.tensorrt_libs); if that
+# links them where Paddle looks (python -m serve_app.inference.tensorrt_libs); if that
 # fails the replicas run without TensorRT (tensorrt.enable: auto) and say so.
 # TENSORRT=0: none. Read from Paddle's/NVIDIA's docs, not yet run on a GPU here.
 CUDA ?=
@@ -79,7 +79,7 @@ $(GPU_VENV)/.installed-%-$(PADDLE_GPU_VERSION): pyproject.toml
 	  if [ -z "$$trt" ]; then echo "this paddle build has no TensorRT support: replicas run without it"; \
 	  else $(GPU_VENV)/bin/pip install -q "tensorrt-$$cu-libs==$$trt.*" \
 	    || echo "TensorRT $$trt ($$cu) NOT installed: replicas run without it (tensorrt.enable: auto)"; fi; \
-	  $(GPU_VENV)/bin/python -m serve_app.tensorrt_libs; \
+	  $(GPU_VENV)/bin/python -m serve_app.inference.tensorrt_libs; \
 	fi
 	touch $@
 

@@ -116,7 +116,7 @@ def make_engine(threads: int, which: str, device: str = "cpu") -> System:
 
     base = default_engine_config()
     if which == "reference":
-        from serve_app.config import reference_config
+        from serve_app.core.engine_config import reference_config
 
         base = reference_config(predictor=base.predictor)
     update = {"cpu_math_library_num_threads": threads}

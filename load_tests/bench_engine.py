@@ -7,7 +7,7 @@ use):
 * ``engine``: ``serve_app.engine.OcrEngine`` with ``default_engine_config()``
   (Paddle Inference, OpenVINO engine), its ``cpu_math_library_num_threads``
   set to N. ``--engine-config reference`` uses RapidOCR's stage parameters
-  instead (``serve_app.config.reference_config``), same predictor options.
+  instead (``serve_app.core.engine_config.reference_config``), same predictor options.
 * ``rapidocr-paddle``: ``rapidocr_paddle.RapidOCR`` (1.4.5, Paddle Inference)
   with its defaults and ``cpu_math_library_num_threads=N`` (a Global key that
   RapidOCR copies to Det, Cls and Rec; a ``det_``-prefixed key would be

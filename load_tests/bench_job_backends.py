@@ -1,7 +1,7 @@
 """Benchmark: what the Redis job book (jobs.backend: redis) costs against the
 SQLite one, per submit and per poll, on this machine, side by side in one
-run. Each book is the store's own class (serve_app.job_book.JobBook with its
-journal, serve_app.job_redis.RedisJobBook) in this process, with a pipeline
+run. Each book is the store's own class (serve_app.jobs.book.JobBook with its
+journal, serve_app.jobs.redis_book.RedisJobBook) in this process, with a pipeline
 that answers at once, so the figures are the book's own cost, not OCR's:
 
 - submit: one job (a 50 KB image) accepted, i.e. durable: the SQLite
@@ -32,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from redis_server import RedisServer  # noqa: E402  (tests/redis_server.py)
 
-from serve_app.job_book import JobBook  # noqa: E402
-from serve_app.job_redis import RedisJobBook  # noqa: E402
-from serve_app.options import OcrOptions  # noqa: E402
-from serve_app.settings import JobArgs  # noqa: E402
+from serve_app.jobs.book import JobBook  # noqa: E402
+from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402
+from serve_app.core.request_options import OcrOptions  # noqa: E402
+from serve_app.core.app_args import JobArgs  # noqa: E402
 
 IMAGE = b"\x89PNG" + bytes(50_000)
 

@@ -294,7 +294,7 @@ def spacing_rule_table(engine, out: dict) -> None:
 
 
 def _load(path: Path) -> np.ndarray:
-    from serve_app.stages.decode import decode_image
+    from serve_app.ocr.decode import decode_image
 
     return decode_image(path.read_bytes())
 

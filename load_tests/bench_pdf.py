@@ -13,7 +13,7 @@ Protocol
 --------
 1. Engine (no Ray running): OcrEngine with its defaults (every core),
    warmed on every input shape; the pages rendered once with
-   serve_app.documents (the service's renderer, the config's DPI); one
+   serve_app.flow.documents (the service's renderer, the config's DPI); one
    untimed pass, then `--repeats` timed passes, each reading the 20 pages
    one after another (`engine.read(page)`). Also timed: `engine.read_document`
    on the PDF (the same pipeline code the service runs, pages concurrently
@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO / "tests"))  # pdfs.py: the PDF builder the tests us
 from pdfs import image_pdf  # noqa: E402
 
 from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
-from serve_app.settings import AppArgs  # noqa: E402
+from serve_app.core.app_args import AppArgs  # noqa: E402
 
 PEER = REPO / "tests" / "data" / "peer"
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
@@ -74,7 +74,7 @@ def summary(name: str, seconds: list[float], pages: int, lines: int, render_ms: 
 
 
 def bench_engine(pdf: bytes, repeats: int, dpi: int) -> list[dict]:
-    from serve_app.documents import PdfFile
+    from serve_app.flow.documents import PdfFile
     from serve_app.engine import OcrEngine
 
     with OcrEngine() as engine:

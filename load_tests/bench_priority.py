@@ -1,4 +1,4 @@
-"""Benchmark: priority lanes (serve_app/lanes.py, docs/operations.md "Priority lanes").
+"""Benchmark: priority lanes (serve_app/core/lanes.py, docs/operations.md "Priority lanes").
 One service from deployments.yaml (result cache off), measured twice in one
 run: with lanes on (as configured) and with `lanes.enabled: false` (one lane,
 the service as before lanes), each a fresh Ray cluster:

@@ -3,7 +3,7 @@ ready, without a compiled-engine cache, with a cold one and with a warm
 one, in one run.
 
 Each replica is started as a fresh Python process doing what a Serve model
-replica does before it is ready (serve_app/deployments.py): import Ray
+replica does before it is ready (serve_app/serving/deployments.py): import Ray
 Serve and the deployments module, build the predictor where
 deployments.yaml places replica 0 of the stage (cores, threads), and run
 every warm-up call (ModelReplica.warm). The Ray actor's own start (worker
@@ -48,19 +48,19 @@ def child(stage: str, cache_dir: str | None) -> dict:
     import ray  # noqa: F401  (a replica process has Ray and Serve loaded)
     from ray import serve  # noqa: F401
 
-    import serve_app.deployments  # noqa: F401
+    import serve_app.serving.deployments  # noqa: F401
     import yaml
     marks["imports"] = time.time()
     import paddle.inference  # noqa: F401
     marks["paddle"] = time.time()
 
-    from serve_app.config import EngineConfig
-    from serve_app.predictor import PaddlePredictor
-    from serve_app.replica import ModelReplica, placed_options, replica_cores
-    from serve_app.runners import DirectionClassifier, TextDetector, TextRecognizer
-    from serve_app.settings import BATCH_DEFAULTS, AppArgs
-    from serve_app.stages.recognition import load_charset
-    from serve_app.weights import dictionary_path, model_files
+    from serve_app.core.engine_config import EngineConfig
+    from serve_app.inference.predictor import PaddlePredictor
+    from serve_app.serving.replica import ModelReplica, placed_options, replica_cores
+    from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
+    from serve_app.core.app_args import BATCH_DEFAULTS, AppArgs
+    from serve_app.ocr.recognition import load_charset
+    from serve_app.inference.weights import dictionary_path, model_files
 
     cfg = yaml.safe_load((ROOT / "deployments.yaml").read_text())
     args = AppArgs.model_validate(cfg["applications"][0]["args"])

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from peer import PEER, reference
-    from serve_app.config import DetOptions
+    from serve_app.core.engine_config import DetOptions
     from serve_app.engine import OcrEngine, default_engine_config
 
     names = sorted(reference())

@@ -1,7 +1,7 @@
 """Where the parts of a fanned-out page are read: the share of pages whose
 two recogniser calls ran on distinct replicas, and the page's latency at one
 client, with Serve's default request router and with the recogniser's
-part-spreading router (serve_app/routing.py), in one run.
+part-spreading router (serve_app/serving/routing.py), in one run.
 
     flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/fan_out.py
 
@@ -34,7 +34,7 @@ from load_tests.stats import percentile  # noqa: E402
 from peer import PEER  # noqa: E402
 
 REC = "TextRecognizer"
-ROUTER = "serve_app.routing:PartSpreadingRouter"
+ROUTER = "serve_app.serving.routing:PartSpreadingRouter"
 IMAGES = ("mmocr_demo_densetext_det.jpg", "rapidocr_en.jpg")
 
 

@@ -61,7 +61,7 @@ def probe() -> int:
 def _gpu_profile_engine():
     import yaml
 
-    from serve_app.settings import AppArgs
+    from serve_app.core.app_args import AppArgs
 
     cfg = yaml.safe_load((REPO / "deployments.gpu.yaml").read_text())
     return AppArgs.model_validate(cfg["applications"][0]["args"]).engine
@@ -93,7 +93,7 @@ def line_agreement(a: dict[str, list[str]], b: dict[str, list[str]]) -> tuple[in
 
 
 def engines(out_json: Path) -> int:
-    from serve_app.config import PredictorOptions
+    from serve_app.core.engine_config import PredictorOptions
     from serve_app.engine import OcrEngine
 
     images = peer_images()

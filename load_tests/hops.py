@@ -70,7 +70,7 @@ class Engine:
 
     def __init__(self):
         from serve_app.engine import OcrEngine
-        from serve_app.pipeline import Stages
+        from serve_app.flow.pipeline import Stages
 
         self.engine = OcrEngine()
         self.engine.warm()

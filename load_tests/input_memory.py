@@ -49,9 +49,9 @@ def main(argv=None) -> int:
     ap.add_argument("--open", action="store_true", help="the old open detector sizing (limit_type max 1280)")
     args = ap.parse_args(argv)
 
-    from serve_app.config import DetOptions
+    from serve_app.core.engine_config import DetOptions
     from serve_app.engine import OcrEngine, default_engine_config
-    from serve_app.stages.det_preprocess import det_input_shapes
+    from serve_app.ocr.det_preprocess import det_input_shapes
 
     det = DetOptions(limit_type="max", limit_side_len=1280) if args.open else DetOptions()
     sources = [cv2.imread(str(p)) for p in sorted(PEER.glob("*.jpg"))]

@@ -21,11 +21,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from load_tests.procfs import rss_mb  # noqa: E402
-from serve_app.config import EngineConfig  # noqa: E402
-from serve_app.weights import dictionary_path, model_files  # noqa: E402
-from serve_app.runners import TextRecognizer  # noqa: E402
-from serve_app.predictor import PaddlePredictor  # noqa: E402
-from serve_app.stages.recognition import input_shapes, load_charset  # noqa: E402
+from serve_app.core.engine_config import EngineConfig  # noqa: E402
+from serve_app.inference.weights import dictionary_path, model_files  # noqa: E402
+from serve_app.inference.runners import TextRecognizer  # noqa: E402
+from serve_app.inference.predictor import PaddlePredictor  # noqa: E402
+from serve_app.ocr.recognition import input_shapes, load_charset  # noqa: E402
 
 
 def main(argv=None) -> int:

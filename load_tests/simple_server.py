@@ -33,7 +33,7 @@ if str(REPO) not in sys.path:
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
-from serve_app.errors import OcrError  # noqa: E402
+from serve_app.core.errors import OcrError  # noqa: E402
 
 log = logging.getLogger("simple_server")
 state: dict = {"engine": None}

@@ -7,8 +7,8 @@ import json
 import logging
 import sys
 
-from .upload import upload_of
-from .errors import OcrError
+from serve_app.flow.upload import upload_of
+from serve_app.core.errors import OcrError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def engine_config(args):
-    from .config import reference_config
-    from .engine import default_engine_config
+    from serve_app.core.engine_config import reference_config
+    from serve_app.engine import default_engine_config
 
     base = default_engine_config()
     popts = base.predictor.model_copy(update={
@@ -60,7 +60,7 @@ def engine_config(args):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from .engine import OcrEngine
+    from serve_app.engine import OcrEngine
 
     try:
         extra = json.loads(args.options)
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             **({"pdf_text_layer": True} if args.pdf_text_layer else {}), **extra}
     if args.format in ("hocr", "alto"):  # they place words
         opts["return_words"] = True
-    from .options import parse_options
+    from serve_app.core.request_options import parse_options
 
     try:
         parse_options(opts)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 else:
                     result = engine.read(path, **opts)
                 if args.format != "json":
-                    from .formats import render
+                    from serve_app.flow.formats import render
 
                     print(render(result.to_dict(), args.format)[0], end="", flush=True)
                     continue

@@ -3,7 +3,7 @@ Serve config. Typed args in, a bound application out.
 
 It runs wherever Serve builds the app (on a cluster: the head, which may have
 no GPU and no CPU for replicas), so it checks no device: each replica checks
-its own GPU when it builds its predictor (serve_app.predictor.resolve_device)
+its own GPU when it builds its predictor (serve_app.inference.predictor.resolve_device)
 and fails its own start with a message saying what to do."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from .config import EngineConfig, PredictorOptions
-from .errors import ConfigError
-from .settings import AppArgs, IngressArgs, ModelArgs
+from serve_app.core.engine_config import EngineConfig, PredictorOptions
+from serve_app.core.errors import ConfigError
+from serve_app.core.app_args import AppArgs, IngressArgs, ModelArgs
 
 
 def check_token_present(ingress: IngressArgs, environ=os.environ) -> None:
@@ -33,9 +33,9 @@ def check_token_present(ingress: IngressArgs, environ=os.environ) -> None:
 
 def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> ModelArgs:
     """A stage's args with TensorRT told every input shape the stage can be
-    given (its closed set; serve_app.shape_ranges) and a max batch size equal
+    given (its closed set; serve_app.inference.shape_ranges) and a max batch size equal
     to that set's largest batch. Unchanged without TensorRT."""
-    from .shape_ranges import stage_shapes
+    from serve_app.inference.shape_ranges import stage_shapes
 
     opts: PredictorOptions = args.predictor or engine.predictor
     if opts.tensorrt is None:
@@ -46,15 +46,12 @@ def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> Mode
 
 
 def build_app(args: Optional[dict] = None):
-    from .deployments import (
-        DirectionClassifierDeployment,
-        OcrPipeline,
-        TextDetectorDeployment,
-        TextRecognizerDeployment,
+    from serve_app.serving.deployments import (
+        DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from .ingress import OcrIngress
-    from .jobs import JobStore
-    from .paddlex import PaddleXDefaults
+    from serve_app.http.ingress import OcrIngress
+    from serve_app.jobs.store import JobStore
+    from serve_app.http.paddlex import PaddleXDefaults
 
     a = AppArgs.model_validate(args or {})
     check_token_present(a.ingress)
@@ -66,7 +63,7 @@ def build_app(args: Optional[dict] = None):
     recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
-    from .result_cache import model_identity
+    from serve_app.serving.result_cache import model_identity
 
     # One pipeline placement: the OcrPipeline deployment serves sync reads
     # and jobs alike (docs/request-path.md, "Where the pipeline runs").

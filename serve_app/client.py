@@ -11,7 +11,7 @@ or deployments, without blocking.
         print(item.index, item.result or item.error)
 
 `submit`/`read`/`aread` are interactive work (served first); `map`/`amap`
-send their images in the bulk lane (serve_app.lanes) unless the options
+send their images in the bulk lane (serve_app.core.lanes) unless the options
 name a `priority`.
 """
 

@@ -1,4 +1,4 @@
-"""The in-process OCR engine: the pipeline (serve_app.pipeline) over three
+"""The in-process OCR engine: the pipeline (serve_app.flow.pipeline) over three
 local Paddle predictors loaded once. It is the library API, the CLI's
 engine, and the reference the service must agree with (same pipeline code,
 local predictors instead of deployment handles)."""
@@ -11,17 +11,17 @@ import threading
 import time
 from typing import Any, Coroutine, Optional
 
-from .config import EngineConfig, PipelineOptions
-from .errors import BadImage
-from .options import OcrOptions, parse_options
-from .pipeline import ImageInput, Pipeline, Stages, load_image, round_box
-from .predictor import PaddlePredictor
-from .results import Direction, DocumentResult, OcrResult
-from .runners import DirectionClassifier, TextDetector, TextRecognizer
-from .stages.det_preprocess import boxes_to_original, prepare_image
-from .stages.reading_order import reading_order
-from .stages.recognition import load_charset
-from .weights import dictionary_path, model_files
+from serve_app.core.engine_config import EngineConfig, PipelineOptions
+from serve_app.core.errors import BadImage
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.flow.pipeline import ImageInput, Pipeline, Stages, load_image, round_box
+from serve_app.inference.predictor import PaddlePredictor
+from serve_app.core.results import Direction, DocumentResult, OcrResult
+from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
+from serve_app.ocr.det_preprocess import boxes_to_original, prepare_image
+from serve_app.ocr.reading_order import reading_order
+from serve_app.ocr.recognition import load_charset
+from serve_app.inference.weights import dictionary_path, model_files
 
 
 class OcrEngine:
@@ -154,7 +154,7 @@ def default_engine_config(**overrides) -> EngineConfig:
     """In-process defaults: Paddle's bundled OpenVINO engine on every core this
     process may use, threads pinned there (OpenVINO would otherwise bind them
     all to CPU 0)."""
-    from .config import PredictorOptions
+    from serve_app.core.engine_config import PredictorOptions
 
     cores = sorted(os.sched_getaffinity(0))
     predictor = PredictorOptions(

@@ -5,11 +5,11 @@
 
 Every input a stage can be given comes from a closed set (the detector's
 ladder shapes x batch 1..det.batch_size, the classifier's crop x batch sizes,
-the recogniser's width ladder x batch limits; serve_app/shape_ranges.py), so
+the recogniser's width ladder x batch limits; serve_app/inference/shape_ranges.py), so
 the ranges are known before serving and need no GPU to print. The replicas
 do not need this tool: the app builder hands each TensorRT stage its shape
 set and the first replica on a node collects the full tensor ranges itself
-(serve_app/predictor.py). `--out` runs that same collection here (without
+(serve_app/inference/predictor.py). `--out` runs that same collection here (without
 TensorRT, on the GPU if paddle sees one, else on the CPU: the tensor shapes
 are the same), e.g. to bake files into an image and point
 `tensorrt.shape_range_info_path` at them."""
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def load_args(config: Path):
-    from serve_app.settings import AppArgs
+    from serve_app.core.app_args import AppArgs
 
     cfg = yaml.safe_load(config.read_text())
     return AppArgs.model_validate(cfg["applications"][0].get("args") or {})
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, help="directory to write tuned shape-range files into")
     args = p.parse_args(argv)
 
-    from serve_app.shape_ranges import describe, stage_shapes
+    from serve_app.inference.shape_ranges import describe, stage_shapes
 
     a = load_args(args.config)
     stages = args.stage or ["det", "cls", "rec"]
@@ -52,9 +52,9 @@ def main(argv=None) -> int:
     if not args.out:
         return 0
 
-    from serve_app.config import PredictorOptions
-    from serve_app.predictor import collect_shape_ranges, gpu_available
-    from serve_app.weights import model_files
+    from serve_app.core.engine_config import PredictorOptions
+    from serve_app.inference.predictor import collect_shape_ranges, gpu_available
+    from serve_app.inference.weights import model_files
 
     device = "gpu" if gpu_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)

@@ -2,7 +2,7 @@
 it: a fresh local Ray, the real config file (only the port changed, so a
 service already on 8000 is left alone), real HTTP. Started once for the
 module: the README's first request, and OCRmyPDF making a searchable PDF
-through it (serve_app.ocrmypdf_plugin)."""
+through it (serve_app.integrations.ocrmypdf_plugin)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_ocrmypdf_with_the_plugin_makes_a_pdf_searchable_with_what_the_service_r
     work.mkdir()
     env = {**os.environ, "OCR_SERVER_URL": served, "TMPDIR": str(work)}
     ocrmypdf = Path(sys.executable).parent / "ocrmypdf"
-    run = subprocess.run([str(ocrmypdf), "-k", "--plugin", "serve_app.ocrmypdf_plugin", str(src), str(out)],
+    run = subprocess.run([str(ocrmypdf), "-k", "--plugin", "serve_app.integrations.ocrmypdf_plugin", str(src), str(out)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     layer = [page.get_textpage().get_text_range() for page in pdfium.PdfDocument(str(out))]

@@ -11,7 +11,7 @@ def peer_dir():
 @pytest.fixture(scope="session")
 def ref_engine():
     """The engine with the reference's (RapidOCR 1.4.x) parameters."""
-    from serve_app.config import reference_config
+    from serve_app.core.engine_config import reference_config
     from serve_app.engine import OcrEngine, default_engine_config
 
     eng = OcrEngine(reference_config(predictor=default_engine_config().predictor))

@@ -29,7 +29,7 @@ FAULT_FILE = Path(tempfile.mkdtemp(prefix="ocr-canary-")) / "rec-fault"
 def _autoscaling(metric: str, target: float) -> dict:
     return {"min_replicas": 1, "max_replicas": 2, "upscale_delay_s": 1, "downscale_delay_s": 5,
             "look_back_period_s": 2, "metrics_interval_s": 0.5,
-            "policy": {"policy_function": "serve_app.autoscaling:BacklogPolicy",
+            "policy": {"policy_function": "serve_app.serving.autoscaling:BacklogPolicy",
                        "policy_kwargs": {"metric": metric, "target_per_replica": target}}}
 
 
@@ -183,7 +183,7 @@ def test_golden_image_reads_exactly(engine):
     line, on the word, reading GOLDEN_TEXT (what every replica checks)."""
     import numpy as np
 
-    from serve_app.canary import GOLDEN_TEXT, check_boxes, golden_image
+    from serve_app.serving.canary import GOLDEN_TEXT, check_boxes, golden_image
 
     lines = engine.read(golden_image()).lines
     assert [line.text for line in lines] == [GOLDEN_TEXT]

@@ -4,7 +4,7 @@ this is not a unit test)."""
 
 from __future__ import annotations
 
-from serve_app.weights import dictionary_path, model_files
+from serve_app.inference.weights import dictionary_path, model_files
 
 
 def test_default_model_set_resolves():

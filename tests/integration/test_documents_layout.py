@@ -12,8 +12,8 @@ from pages import (
     columns_page, fax_tiff, invoice_page, match_truth, order_score, receipt_page, sidebar_page, table_page, turned,
 )
 from peer import iou
-from serve_app.formats import render
-from serve_app.stages.orientation import to_upright
+from serve_app.flow.formats import render
+from serve_app.ocr.orientation import to_upright
 
 
 def texts(result) -> list[str]:

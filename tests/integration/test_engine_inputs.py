@@ -71,7 +71,7 @@ def test_one_page_at_many_sizes(engine, page, page_lines, long_side, min_same):
 @pytest.mark.parametrize("ratio, min_same", [((1, 4), 8), ((4, 1), 10), ((1, 12), 8), ((12, 1), 8)])
 def test_one_page_on_odd_aspect_ratios(engine, page, page_lines, ratio, min_same):
     """The page on a white canvas of an extreme shape: read, bounded. A
-    1:12 canvas is read in tiles (serve_app.stages.tiling; shrunk whole
+    1:12 canvas is read in tiles (serve_app.ocr.tiling; shrunk whole
     onto the detector's last rung it read 1-2 of the page's lines)."""
     h, w = page.shape[:2]
     H, W = max(h, w * ratio[0] // ratio[1]), max(w, h * ratio[1] // ratio[0])
@@ -86,7 +86,7 @@ def read_with(engine, img, **pipeline_options):
     """The engine's reading with other pipeline settings, on the same
     predictors (a second engine would hold ~1 GB more in this process for
     the rest of the session: closing one does not give its memory back)."""
-    from serve_app.pipeline import Pipeline
+    from serve_app.flow.pipeline import Pipeline
 
     cfg = engine.config.model_copy(update={"pipeline": engine.config.pipeline.model_copy(update=pipeline_options)})
     return engine._run(Pipeline(engine.pipeline.stages, cfg).read(img)).lines
@@ -96,7 +96,7 @@ def read_with(engine, img, **pipeline_options):
 def test_long_images_are_read_in_tiles(engine, name, copies, axis):
     """A long receipt (six WildReceipt scans stacked: 1600x7200) and a wide
     strip (four boarding passes side by side): read in overlapping tiles
-    (serve_app.stages.tiling), about as many lines as the copies read one
+    (serve_app.ocr.tiling), about as many lines as the copies read one
     by one, the same texts, no line read twice at a seam. Shrunk whole onto
     the detector's input they read a small share."""
     one = cv2.imread(str(PEER / name))
@@ -118,7 +118,7 @@ def test_small_text_on_a_large_image_is_detected_again_in_tiles(engine):
     ~11 px high): shrunk onto the detector's 1280 px the lines melt
     together (about 20 read); the first pass's small boxes send it through
     a second detection in a grid of tiles at a larger scale
-    (serve_app.stages.tiling.finer_scale), which reads most lines."""
+    (serve_app.ocr.tiling.finer_scale), which reads most lines."""
     page = cv2.imread(str(PEER / "mmocr_demo_densetext_det.jpg"))  # 221 lines alone
     small = cv2.resize(page, None, fx=0.75, fy=0.75, interpolation=cv2.INTER_AREA)
     img = np.concatenate([small, small], axis=0)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from peer import PEER, agreement, cer, expected, reference
-from serve_app.stages.decode import decode_image
+from serve_app.ocr.decode import decode_image
 
 # Not applicable to this model set (see ../shared/data/peer/README.md): asserted
 # for PP-OCRv4's server doc recognition model, not the mobile one.

@@ -18,9 +18,9 @@ import requests
 
 from peer import PEER
 from serve_fixtures import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
-from serve_app.predictor import gpu_memory_limit_mb, gpu_status
-from serve_app.settings import AppArgs
-from serve_app.shape_ranges import range_of, rec_shapes
+from serve_app.inference.predictor import gpu_memory_limit_mb, gpu_status
+from serve_app.core.app_args import AppArgs
+from serve_app.inference.shape_ranges import range_of, rec_shapes
 
 CUDA_BUILD, GPUS = gpu_status()
 REAL_GPU = CUDA_BUILD and GPUS > 0
@@ -166,9 +166,9 @@ def test_tuned_shape_ranges_are_collected_over_the_shape_set(tmp_path):
     """The collection pass a TensorRT replica runs before building engines,
     here on the CPU (same tensor shapes): the model input's recorded range is
     the range of the shapes given, batch dimension included."""
-    from serve_app.config import PredictorOptions
-    from serve_app.predictor import collect_shape_ranges
-    from serve_app.weights import model_files
+    from serve_app.core.engine_config import PredictorOptions
+    from serve_app.inference.predictor import collect_shape_ranges
+    from serve_app.inference.weights import model_files
 
     shapes = [(1, 3, 48, 320), (3, 3, 48, 640), (2, 3, 48, 960)]
     out = tmp_path / "rec.pbtxt"

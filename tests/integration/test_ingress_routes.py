@@ -18,16 +18,16 @@ from ray import serve
 from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
-import serve_app.ingress as ingress
-from serve_app.admission import Admission, Size
-from serve_app.config import DocumentLimits, EngineConfig, ImageLimits
-from serve_app.paddlex import PaddleXDefaults
-from serve_app.http_body import BodyBudget
-from serve_app.live_stats import RollingHistory
-from serve_app.errors import BadImage, BadRequest, Overloaded
-from serve_app.options import OcrOptions
-from serve_app.result_cache import Dedupe, ResultCache
-from serve_app.settings import AdmissionArgs, IngressArgs, LaneArgs
+import serve_app.http.ingress as ingress
+from serve_app.serving.admission import Admission, Size
+from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
+from serve_app.http.paddlex import PaddleXDefaults
+from serve_app.http.body import BodyBudget
+from serve_app.serving.live_stats import RollingHistory
+from serve_app.core.errors import BadImage, BadRequest, Overloaded
+from serve_app.core.request_options import OcrOptions
+from serve_app.serving.result_cache import Dedupe, ResultCache
+from serve_app.core.app_args import AdmissionArgs, IngressArgs, LaneArgs
 
 
 class Metric:
@@ -59,7 +59,7 @@ def _ray_task_error(cause: Exception) -> Exception:
 
 
 async def pipeline_ocr(upload, options, ctx=None):
-    data = upload.data  # the door's typed Upload (serve_app.upload)
+    data = upload.data  # the door's typed Upload (serve_app.flow.upload)
     Fake.calls.append((data, options))
     Fake.contexts.append(ctx)
     failures = {
@@ -642,10 +642,10 @@ def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_clas
     import cv2
     import numpy as np
 
-    from serve_app.deployments import OcrPipeline
-    from serve_app.request_context import RequestContext
-    from serve_app.results import Direction, Recognition
-    from serve_app.settings import RecognizerArgs
+    from serve_app.serving.deployments import OcrPipeline
+    from serve_app.core.request_context import RequestContext
+    from serve_app.core.results import Direction, Recognition
+    from serve_app.core.app_args import RecognizerArgs
 
     seen: dict[str, list] = {}
     answers = {"detect": lambda args: np.array([[[10, 10], [110, 10], [110, 40], [10, 40]]], np.float32),
@@ -699,9 +699,9 @@ def _pipeline_behind(obj, limits: ImageLimits = ImageLimits()):
     the list each decode of an upload appends to."""
     import numpy as np
 
-    import serve_app.pipeline as pipeline_module
-    from serve_app.pipeline import Pipeline, Stages
-    from serve_app.results import Recognition
+    import serve_app.flow.pipeline as pipeline_module
+    from serve_app.flow.pipeline import Pipeline, Stages
+    from serve_app.core.results import Recognition
 
     async def detect(work, params=None, ctx=None):
         return np.asarray([[[10, 10], [110, 10], [110, 40], [10, 40]]], np.float32)

@@ -185,7 +185,7 @@ def test_fuzzed_http_bodies_get_4xx_json(service, body, ctype):
 def test_fuzzed_handle_inputs_raise_bad_image(service, body):
     from ray import serve
 
-    from serve_app.errors import OcrError
+    from serve_app.core.errors import OcrError
 
     with pytest.raises(OcrError) as err:
         serve.get_app_handle("ocr").ocr.remote(body).result(timeout_s=60)

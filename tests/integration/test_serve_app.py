@@ -84,7 +84,7 @@ def test_http_reads_what_the_engine_reads_under_concurrency(service, engine_read
         assert r.status_code == 200, (name, r.text)
         body = r.json()
         assert body["results"] == engine_reads[name], name
-        # "orientation": the page voted turned and was read once more upright (serve_app.stages.orientation)
+        # "orientation": the page voted turned and was read once more upright (serve_app.ocr.orientation)
         assert {"decode", "det", "cls", "rec", "total"} <= set(body["timings_ms"]) <= \
             {"decode", "det", "cls", "rec", "total", "orientation"}
         assert body["request_id"]

@@ -38,14 +38,11 @@ def _unknown_keys(data: dict, model) -> list[str]:
 
 
 def _deployment_names() -> set[str]:
-    from serve_app.deployments import (
-        DirectionClassifierDeployment,
-        OcrPipeline,
-        TextDetectorDeployment,
-        TextRecognizerDeployment,
+    from serve_app.serving.deployments import (
+        DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from serve_app.ingress import OcrIngress
-    from serve_app.jobs import JobStore
+    from serve_app.http.ingress import OcrIngress
+    from serve_app.jobs.store import JobStore
 
     return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
                              TextRecognizerDeployment, OcrIngress, JobStore)}
@@ -66,7 +63,7 @@ def validate_serve_config(cfg: dict) -> None:
         ServeDeploySchema,
     )
 
-    from serve_app.settings import BATCH_DEFAULTS, AppArgs
+    from serve_app.core.app_args import BATCH_DEFAULTS, AppArgs
 
     ServeDeploySchema.model_validate(cfg)  # the installed ray's schema is pydantic v2
     assert not _unknown_keys(cfg, ServeDeploySchema)
@@ -117,11 +114,11 @@ def test_deployment_options_have_one_home():
     config files only: the decorators set none (a YAML `ray_actor_options`
     would replace the code's whole dict anyway), except the JobStore's
     single replica, which is a property of the store, not a sizing choice."""
-    from serve_app.deployments import (
+    from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from serve_app.ingress import OcrIngress
-    from serve_app.jobs import JobStore
+    from serve_app.http.ingress import OcrIngress
+    from serve_app.jobs.store import JobStore
 
     for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
               OcrIngress, JobStore):
@@ -137,7 +134,7 @@ def test_gpu_profile_app_is_not_built_without_its_token(monkeypatch):
     """#24 item 4: the network profile's builder (what `serve run` and
     KubeRay call) refuses without OCR_AUTH_TOKEN, and builds with it."""
     from serve_app.app import build_app
-    from serve_app.errors import ConfigError
+    from serve_app.core.errors import ConfigError
 
     args = _load(GPU_PROFILE)["applications"][0]["args"]
     monkeypatch.delenv("OCR_AUTH_TOKEN", raising=False)

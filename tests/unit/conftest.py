@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-import serve_app.weights
+import serve_app.inference.weights
 
 FORBIDDEN = ("ray", "paddle")
 
@@ -31,7 +31,7 @@ def _no_default_models():
 
 @pytest.fixture(autouse=True)
 def _unit_tier_stays_light(monkeypatch):
-    monkeypatch.setattr(serve_app.weights, "_carrier_root", _no_default_models)
+    monkeypatch.setattr(serve_app.inference.weights, "_carrier_root", _no_default_models)
     before = {m for m in FORBIDDEN if m in sys.modules}
     yield
     loaded = [m for m in FORBIDDEN if m in sys.modules and m not in before]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from serve_app.errors import BadImage
+from serve_app.core.errors import BadImage
 
 
 class FakePipeline:

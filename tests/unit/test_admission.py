@@ -1,4 +1,4 @@
-"""Admission by cost (serve_app.admission): the size read at the door, the
+"""Admission by cost (serve_app.serving.admission): the size read at the door, the
 cost model learned from requests that ran alone, the drain rate over busy
 time, Retry-After, the admit/refuse decision, the ledger, and the hook in
 the result cache's Dedupe (a hit or a shared answer is never admitted)."""
@@ -13,15 +13,15 @@ import pytest
 from PIL import Image
 
 from pdfs import blank_pdf
-from serve_app.admission import (
-    UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide,
-    expected_seconds, image_size, retry_after,
+from serve_app.serving.admission import (
+    UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide, expected_seconds,
+    image_size, retry_after,
 )
-from serve_app.config import DocumentLimits
-from serve_app.errors import DeadlineExceeded, Overloaded
-from serve_app.options import OcrOptions
-from serve_app.result_cache import Dedupe, ResultCache
-from serve_app.settings import AdmissionArgs
+from serve_app.core.engine_config import DocumentLimits
+from serve_app.core.errors import DeadlineExceeded, Overloaded
+from serve_app.core.request_options import OcrOptions
+from serve_app.serving.result_cache import Dedupe, ResultCache
+from serve_app.core.app_args import AdmissionArgs
 
 
 def png(w: int, h: int) -> bytes:
@@ -384,9 +384,9 @@ def empty_chunks_png(mib: float) -> bytes:
 
 
 def test_a_png_of_empty_chunks_is_sized_from_a_capped_header_and_refused_by_the_decoder():
-    from serve_app.config import ImageLimits
-    from serve_app.errors import BadImage
-    from serve_app.stages.decode import decode_image
+    from serve_app.core.engine_config import ImageLimits
+    from serve_app.core.errors import BadImage
+    from serve_app.ocr.decode import decode_image
 
     data = empty_chunks_png(20)
     assert len(data) > 20 * 1024 * 1024 - 100
@@ -449,7 +449,7 @@ def test_one_client_may_fill_the_ledger_alone_but_only_its_share_when_others_com
 
 
 def test_a_gate_reads_its_client_from_the_context():
-    from serve_app.admission import CLIENT
+    from serve_app.serving.admission import CLIENT
 
     clock = Clock()
     a = Admission(args(), None, clock)
@@ -466,8 +466,8 @@ def test_an_image_over_the_pixel_limit_is_a_413_at_the_door_never_priced():
     """A decompression bomb's header says billions of pixels: that is the
     pixel limit's 413 (what the decoder would answer), not a request too big
     to take (503) nor work that teaches the cost model anything."""
-    from serve_app.config import ImageLimits
-    from serve_app.errors import TooLarge
+    from serve_app.core.engine_config import ImageLimits
+    from serve_app.core.errors import TooLarge
 
     clock = Clock()
     a = Admission(args(), None, clock)

@@ -1,4 +1,4 @@
-"""The stage-specific autoscaling policy (serve_app.autoscaling) on
+"""The stage-specific autoscaling policy (serve_app.serving.autoscaling) on
 synthetic contexts shaped like Serve 2.60's AutoscalingContext."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from serve_app.autoscaling import BACKLOG_METRIC, BacklogPolicy, backlog_stats, desired_replicas
+from serve_app.serving.autoscaling import BACKLOG_METRIC, BacklogPolicy, backlog_stats, desired_replicas
 
 
 def ctx(metrics, current=1, target=1, lower=1, upper=2, state=None):
@@ -62,12 +62,12 @@ def test_replicas_report_their_stage_metric_and_set_the_gauge():
 def test_the_yaml_profiles_name_the_policy_with_each_stages_metric():
     import yaml
 
-    from serve_app.settings import AppArgs  # noqa: F401  (the module the policy path points into is importable)
+    from serve_app.core.app_args import AppArgs  # noqa: F401  (the module the policy path points into is importable)
 
     for path in ("deployments.yaml", "deployments.gpu.yaml"):
         deployments = {d["name"]: d for d in yaml.safe_load(open(path))["applications"][0]["deployments"]}
         for name, stage in (("TextDetector", "det"), ("TextRecognizer", "rec")):
             policy = deployments[name]["autoscaling_config"]["policy"]
-            assert policy["policy_function"] == "serve_app.autoscaling:BacklogPolicy"
+            assert policy["policy_function"] == "serve_app.serving.autoscaling:BacklogPolicy"
             assert policy["policy_kwargs"]["metric"] == BACKLOG_METRIC[stage]
             BacklogPolicy(**policy["policy_kwargs"])

@@ -1,4 +1,4 @@
-"""Reading a POST /v1/ocr/batch body (serve_app.http_body.batch_items):
+"""Reading a POST /v1/ocr/batch body (serve_app.http.body.batch_items):
 items in input order, a bad item an error of its own, the item bound; and a raw
 application/pdf body checked against its type. No Ray."""
 
@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from serve_app.errors import BadRequest, TooLarge, UnsupportedMediaType
-from serve_app.http_body import batch_items, read_body
-from serve_app.upload import Upload
-from serve_app.options import OcrOptions
+from serve_app.core.errors import BadRequest, TooLarge, UnsupportedMediaType
+from serve_app.http.body import batch_items, read_body
+from serve_app.flow.upload import Upload
+from serve_app.core.request_options import OcrOptions
 from test_http_body import LIMIT, LIMITS, b64, js, multipart, request
 
 

@@ -1,4 +1,4 @@
-"""The correctness canary (serve_app.canary) without models: the golden
+"""The correctness canary (serve_app.serving.canary) without models: the golden
 input, each stage's check, when a replica runs it, that a failure sticks and
 fails the replica's health check, and the test hook (one replica claims the
 fault, whose predictor then misreads). The golden text itself is read by
@@ -11,13 +11,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from serve_app.canary import (
+from serve_app.serving.canary import (
     FAULT_ENV, GOLDEN_TEXT, Canary, CanaryFailed, CanaryResult, PermutedPredictor, check_boxes, check_direction,
     check_text, claim_fault, golden_crop, golden_image, golden_text_rect, recognizer_probe,
 )
-from serve_app.replica import ModelReplica
-from serve_app.results import Recognition
-from serve_app.settings import BatchKnobs
+from serve_app.serving.replica import ModelReplica
+from serve_app.core.results import Recognition
+from serve_app.core.app_args import BatchKnobs
 from test_replica import FakeBatched, FakePredictor
 
 

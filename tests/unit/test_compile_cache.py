@@ -1,5 +1,5 @@
 """The compiled-engine cache's pure parts: keys, the per-user root, atomic
-publish, concurrent builders (serve_app/compile_cache.py)."""
+publish, concurrent builders (serve_app/inference/compile_cache.py)."""
 
 import multiprocessing as mp
 import os
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from serve_app import compile_cache as cc
-from serve_app.errors import ConfigError
+from serve_app.inference import compile_cache as cc
+from serve_app.core.errors import ConfigError
 
 BASE = {"model": "ab" * 32, "precision": "bf16", "threads": 1, "cpu": "EPYC|avx2", "paddle": "3.3.1"}
 

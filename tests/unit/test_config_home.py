@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from serve_app.app import with_shape_ranges
-from serve_app.config import EngineConfig, PredictorOptions, TensorRTOptions
-from serve_app.settings import AppArgs, DetectorArgs
+from serve_app.core.engine_config import EngineConfig, PredictorOptions, TensorRTOptions
+from serve_app.core.app_args import AppArgs, DetectorArgs
 from serve_app.tools import config_doc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_the_gpu_profile_says_device_gpu_once():
 def test_serve_configs_hold_only_what_differs_from_the_code(name):
     found = config_doc.restated(_args(name))
     assert not found, (f"{name} restates what the code already says (remove these, or change the default "
-                       f"in serve_app/config.py or settings.py): {found}; "
+                       f"in serve_app/core/engine_config.py or settings.py): {found}; "
                        f"list them with: python -m serve_app.tools.config_doc --restated {name}")
 
 
@@ -155,7 +155,7 @@ def test_configuration_doc_lists_every_setting_with_a_meaning():
 
 
 def test_field_comments_read_the_block_above_and_the_end_of_line():
-    from serve_app.config import DetOptions, PipelineOptions
+    from serve_app.core.engine_config import DetOptions, PipelineOptions
 
     det = config_doc.field_comments(DetOptions)
     assert det["limit_side_len"] == '"max"/"min" only'

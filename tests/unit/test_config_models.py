@@ -7,16 +7,11 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from serve_app.config import (
-    DetOptions,
-    EngineConfig,
-    ImageLimits,
-    PredictorOptions,
-    RecOptions,
-    TensorRTOptions,
+from serve_app.core.engine_config import (
+    DetOptions, EngineConfig, ImageLimits, PredictorOptions, RecOptions, TensorRTOptions,
 )
-from serve_app.errors import ModelError
-from serve_app.weights import dictionary_path, model_files
+from serve_app.core.errors import ModelError
+from serve_app.inference.weights import dictionary_path, model_files
 
 # --- PredictorOptions consistency ------------------------------------------------------
 

@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from serve_app.stages.crop import char_quad, crop_quad, is_vertical, quad_size
+from serve_app.ocr.crop import char_quad, crop_quad, is_vertical, quad_size
 
 
 def noise(h=60, w=80, seed=1) -> np.ndarray:

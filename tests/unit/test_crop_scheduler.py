@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from serve_app.crop_scheduler import CropScheduler
+from serve_app.serving.crop_scheduler import CropScheduler
 
 
 class FakePredictor:
@@ -197,7 +197,7 @@ def test_without_cross_request_batching_a_batch_holds_one_request():
 def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served():
     import time
 
-    from serve_app.errors import DeadlineExceeded
+    from serve_app.core.errors import DeadlineExceeded
 
     async def go():
         pred = FakePredictor(delay=0.005)
@@ -214,7 +214,7 @@ def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served(
     asyncio.run(go())
 
 
-# -- priority lanes (serve_app.lanes) ---------------------------------------------
+# -- priority lanes (serve_app.core.lanes) ---------------------------------------------
 
 
 def test_interactive_crops_lead_every_batch_while_bulk_waits():

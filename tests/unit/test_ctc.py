@@ -6,17 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.config import RecOptions
-from serve_app.stages.recognition import (
-    batch_limit,
-    batch_width,
-    ctc_decode,
-    input_shapes as rec_input_shapes,
-    load_charset,
-    rec_preprocess,
-    width_order,
+from serve_app.core.engine_config import RecOptions
+from serve_app.ocr.recognition import (
+    batch_limit, batch_width, ctc_decode, input_shapes as rec_input_shapes, load_charset, rec_preprocess, width_order,
 )
-from serve_app.results import Recognition
+from serve_app.core.results import Recognition
 
 CHARSET = ["blank", "a", "b", "c", " "]
 
@@ -235,7 +229,7 @@ class FakePredictor:
 
 
 def test_text_recognizer_batches_by_width_and_maps_results_back():
-    from serve_app.runners import TextRecognizer
+    from serve_app.inference.runners import TextRecognizer
 
     probs = np.stack([sequence([1, 0, 2], [0.9, 0.9, 0.9]), sequence([3, 3, 0], [0.8, 0.8, 0.8])])
     predictor = FakePredictor(probs)

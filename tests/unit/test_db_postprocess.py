@@ -21,15 +21,8 @@ import itertools
 import numpy as np
 import pytest
 
-from serve_app.config import DetOptions
-from serve_app.stages.db_postprocess import (
-    box_score_fast,
-    db_boxes,
-    filter_boxes,
-    mini_box,
-    order_clockwise,
-    unclip,
-)
+from serve_app.core.engine_config import DetOptions
+from serve_app.ocr.db_postprocess import box_score_fast, db_boxes, filter_boxes, mini_box, order_clockwise, unclip
 
 OPTS = DetOptions()
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from serve_app.config import ImageLimits
-from serve_app.errors import BadImage, TooLarge
-from serve_app.stages.decode import array_to_bgr, decode_image, flatten_alpha, to_bgr
+from serve_app.core.engine_config import ImageLimits
+from serve_app.core.errors import BadImage, TooLarge
+from serve_app.ocr.decode import array_to_bgr, decode_image, flatten_alpha, to_bgr
 
 
 def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:

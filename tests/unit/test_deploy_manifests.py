@@ -288,7 +288,7 @@ def test_dockerfile_tensorrt_is_optional_and_linked():
     args = _dockerfile_args()
     assert args["REQUIRE_TENSORRT"] == "0" and args["TENSORRT"] == "1"
     runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
-    assert "python -m serve_app.tensorrt_libs" in runs and "tensorrt-${cu}-libs" in runs
+    assert "python -m serve_app.inference.tensorrt_libs" in runs and "tensorrt-${cu}-libs" in runs
 
 
 def test_dockerfile_verifies_the_models_at_build_time():
@@ -337,7 +337,7 @@ def test_python_versions_agree_with_the_code():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["requires-python"].startswith(">=3.11")
-    assert "cancelling()" in (REPO / "serve_app" / "ingress.py").read_text()
+    assert "cancelling()" in (REPO / "serve_app" / "http" / "ingress.py").read_text()
     runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
     assert "(3, 11) <= v" in runs
 

@@ -6,15 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.config import DetOptions, PipelineOptions
-from serve_app.stages.det_preprocess import (
-    Geometry,
-    boxes_to_original,
-    det_input_shapes,
-    det_input_size,
-    det_layout,
-    det_preprocess,
-    prepare_image,
+from serve_app.core.engine_config import DetOptions, PipelineOptions
+from serve_app.ocr.det_preprocess import (
+    Geometry, boxes_to_original, det_input_shapes, det_input_size, det_layout, det_preprocess, prepare_image,
 )
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.config import ClsOptions
-from serve_app.results import Direction
-from serve_app.stages.direction import apply_direction, cls_postprocess, cls_preprocess, is_flipped
+from serve_app.core.engine_config import ClsOptions
+from serve_app.core.results import Direction
+from serve_app.ocr.direction import apply_direction, cls_postprocess, cls_preprocess, is_flipped
 
 OPTS = ClsOptions()
 
@@ -87,8 +87,8 @@ def test_apply_direction_leaves_an_upright_crop_as_it_is():
 
 
 def test_a_long_line_is_judged_on_windows_of_it_not_squashed():
-    from serve_app.config import ClsOptions
-    from serve_app.stages.direction import cls_combine, cls_views
+    from serve_app.core.engine_config import ClsOptions
+    from serve_app.ocr.direction import cls_combine, cls_views
 
     opts = ClsOptions()
     line = np.zeros((20, 20 * 20, 3), np.uint8)  # 20:1

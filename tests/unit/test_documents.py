@@ -1,4 +1,4 @@
-"""PDF input (serve_app.documents) on PDFs made in the test, and the
+"""PDF input (serve_app.flow.documents) on PDFs made in the test, and the
 pipeline's document reading over stand-in stages. No Ray, no models."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import pytest
 from pdfs import (
     blank_pdf, encrypted_pdf, image_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf, text_pdf,
 )
-from serve_app.config import DocumentLimits, EngineConfig
-from serve_app.documents import PdfFile, check_pdf, is_pdf, page_geometry
+from serve_app.core.engine_config import DocumentLimits, EngineConfig
+from serve_app.flow.documents import PdfFile, check_pdf, is_pdf, page_geometry
 import time
 
-from serve_app.errors import BadRequest, DeadlineExceeded, PageOverBudget, TooLarge
-from serve_app.pdf_worker import WorkerPool
-from serve_app.options import OcrOptions
-from serve_app.pipeline import Pipeline, Stages
-from serve_app.results import Recognition
+from serve_app.core.errors import BadRequest, DeadlineExceeded, PageOverBudget, TooLarge
+from serve_app.flow.pdf_worker import WorkerPool
+from serve_app.core.request_options import OcrOptions
+from serve_app.flow.pipeline import Pipeline, Stages
+from serve_app.core.results import Recognition
 
 
 def page_image(h: int, w: int, seed: int) -> np.ndarray:
@@ -301,8 +301,8 @@ def test_a_worker_dies_with_its_parent_even_mid_render():
         import sys, threading
         sys.path[:0] = sys.argv[1:3]
         from pdfs import nested_forms_pdf
-        from serve_app.config import DocumentLimits
-        from serve_app.documents import PdfFile
+        from serve_app.core.engine_config import DocumentLimits
+        from serve_app.flow.documents import PdfFile
         pdf = PdfFile(nested_forms_pdf(depth=7), DocumentLimits(page_timeout_s=600))
         child = pdf.pool.idle[0].proc.pid
         threading.Thread(target=pdf.render, args=(0,), daemon=True).start()

@@ -1,4 +1,4 @@
-"""The answer as text, hOCR and ALTO (serve_app.formats), checked by the
+"""The answer as text, hOCR and ALTO (serve_app.flow.formats), checked by the
 readers people use, not by string comparison alone: ALTO against the
 official ALTO 4.4 schema (tests/data/alto, resolved locally), hOCR by
 OCRmyPDF's own hOCR parser and the hOCR spec validator (hocr-spec), both as
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from lxml import etree
 
-from serve_app.errors import BadRequest
-from serve_app.formats import render
+from serve_app.core.errors import BadRequest
+from serve_app.flow.formats import render
 from xml_checks import ALTO, XHTML, alto_schema, hocr_page
 from xml_checks import hocr_words as words_of
 
@@ -156,7 +156,7 @@ def test_json_passes_through_and_an_unknown_format_is_refused():
         render(IMAGE_BODY, "pdf")
 
 
-# -- blocks (serve_app.stages.layout): a blank line in text, an ocr_carea and a TextBlock each
+# -- blocks (serve_app.ocr.layout): a blank line in text, an ocr_carea and a TextBlock each
 
 
 BLOCK_BODY = {**IMAGE_BODY, "blocks": [

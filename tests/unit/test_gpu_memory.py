@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.config import PredictorOptions
-from serve_app.errors import ConfigError
-from serve_app.predictor import GpuMemoryBound, GpuMemoryLimiter, gpu_memory_limit_mb
-from serve_app.replica import gpu_stats, placed_options
+from serve_app.core.engine_config import PredictorOptions
+from serve_app.core.errors import ConfigError
+from serve_app.inference.predictor import GpuMemoryBound, GpuMemoryLimiter, gpu_memory_limit_mb
+from serve_app.serving.replica import gpu_stats, placed_options
 
 
 class FakeFlags:

@@ -1,4 +1,4 @@
-"""Reading the image and options from an HTTP request (serve_app.http_body):
+"""Reading the image and options from an HTTP request (serve_app.http.body):
 the three request shapes, one size limit for all of them (Content-Length
 before reading, a count while streaming), and the 400/413/415 a bad request
 gets. Starlette requests built by hand; no server, no Ray."""
@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from serve_app.config import ImageLimits
-from serve_app.errors import BadRequest, TooLarge, UnsupportedMediaType
-from serve_app.http_body import body_limit, content_length, image_and_options
-from serve_app.options import OcrOptions
+from serve_app.core.engine_config import ImageLimits
+from serve_app.core.errors import BadRequest, TooLarge, UnsupportedMediaType
+from serve_app.http.body import body_limit, content_length, image_and_options
+from serve_app.core.request_options import OcrOptions
 from starlette.requests import Request
 
 LIMITS = ImageLimits(max_bytes=1000)
@@ -199,8 +199,8 @@ def test_a_body_that_stops_arriving_is_408_and_one_that_never_reached_the_replic
     byte within the deadline is what a replica sees when Serve's proxy
     retried the request after the replica that took its body died (the
     kill test met it): 503 with Retry-After, so the client retries."""
-    from serve_app.errors import RequestTimeout, Unavailable
-    from serve_app.http_body import read_body
+    from serve_app.core.errors import RequestTimeout, Unavailable
+    from serve_app.http.body import read_body
 
     def stalling(first: list):
         async def receive():
@@ -220,8 +220,8 @@ def test_a_body_that_stops_arriving_is_408_and_one_that_never_reached_the_replic
 
 
 def test_bodies_held_at_once_are_bounded_by_the_budget():
-    from serve_app.errors import Overloaded
-    from serve_app.http_body import BodyBudget, read_body
+    from serve_app.core.errors import Overloaded
+    from serve_app.http.body import BodyBudget, read_body
 
     budget = BodyBudget(1500)
     held_a, held_b = budget.hold(), budget.hold()
@@ -247,8 +247,8 @@ def test_json_with_more_structure_than_the_schema_is_refused_before_parsing():
     ("10.1.2.3", False, False, True), (None, False, False, False),
 ])
 def test_a_service_beyond_loopback_needs_a_token_or_allow_anonymous(host, token, anonymous, refused):
-    from serve_app.errors import ConfigError
-    from serve_app.http_headers import check_exposure
+    from serve_app.core.errors import ConfigError
+    from serve_app.http.headers import check_exposure
 
     if refused:
         with pytest.raises(ConfigError, match="allow_anonymous"):

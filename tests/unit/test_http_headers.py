@@ -1,13 +1,13 @@
-"""The request headers the ingress reads (serve_app.http_headers): deadline,
+"""The request headers the ingress reads (serve_app.http.headers): deadline,
 idempotency key, bearer token. No Ray."""
 
 from __future__ import annotations
 
 import pytest
 
-from serve_app.errors import BadRequest
-from serve_app.http_headers import bearer_matches, deadline_s, idempotency_key
-from serve_app.settings import IngressArgs
+from serve_app.core.errors import BadRequest
+from serve_app.http.headers import bearer_matches, deadline_s, idempotency_key
+from serve_app.core.app_args import IngressArgs
 
 ARGS = IngressArgs(default_timeout_s=120, max_timeout_s=600)
 

@@ -1,5 +1,5 @@
 """One contract for both job backends (jobs.backend): the sqlite book with its
-journal (serve_app.job_book) and the Redis book (serve_app.job_redis) against
+journal (serve_app.jobs.book) and the Redis book (serve_app.jobs.redis_book) against
 a real redis-server (tests/redis_server.py, started by the `redis_server`
 fixture; a missing redis-server fails these tests, it never skips them).
 
@@ -14,10 +14,10 @@ import time
 import pytest
 from jobfakes import FakePipeline, settle
 
-from serve_app.errors import IdempotencyConflict, Overloaded
-from serve_app.job_book import JobBook
-from serve_app.options import OcrOptions
-from serve_app.settings import JobArgs, LaneArgs
+from serve_app.core.errors import IdempotencyConflict, Overloaded
+from serve_app.jobs.book import JobBook
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs, LaneArgs
 
 BACKENDS = ["sqlite", "redis"]
 _names = itertools.count()
@@ -39,7 +39,7 @@ def books(backend, tmp_path, request):
 
     async def make(run, lanes: LaneArgs = LaneArgs(), **args) -> JobBook:
         if backend == "redis":
-            from serve_app.job_redis import RedisJobBook
+            from serve_app.jobs.redis_book import RedisJobBook
 
             book = RedisJobBook(run, JobArgs(backend="redis", **args), lanes, url=url, prefix=prefix)
         else:
@@ -275,7 +275,7 @@ def test_an_accepted_job_outlives_its_store(books):
 
 
 def test_journal_commits_are_fsynced(tmp_path):
-    from serve_app.job_journal import JobJournal
+    from serve_app.jobs.journal import JobJournal
 
     j = JobJournal(tmp_path / "j.sqlite")
     assert j.db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -287,7 +287,7 @@ def test_a_submit_cancelled_during_its_journal_write_leaves_no_unseen_job(tmp_pa
     taken out of the journal again; with one, it is kept (the retry gets it)."""
     import threading
 
-    from serve_app.job_journal import JobJournal
+    from serve_app.jobs.journal import JobJournal
 
     async def go():
         path = tmp_path / "j.sqlite"

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from jobfakes import FakePipeline, settle
-from serve_app.errors import IdempotencyConflict
-from serve_app.job_book import JobBook
-from serve_app.job_journal import JobJournal
-from serve_app.job_state import Job, JobStatus
-from serve_app.options import OcrOptions
-from serve_app.settings import JobArgs
+from serve_app.core.errors import IdempotencyConflict
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.journal import JobJournal
+from serve_app.jobs.state import Job, JobStatus
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
 
 
 async def started(pipeline: FakePipeline, args: JobArgs) -> JobBook:

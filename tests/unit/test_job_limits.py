@@ -15,11 +15,11 @@ import time
 import pytest
 
 from jobfakes import FakePipeline, settle, until
-from serve_app.errors import Overloaded, Unavailable
-from serve_app.job_book import JobBook
-from serve_app.job_journal import JobJournal, journal_path
-from serve_app.options import OcrOptions
-from serve_app.settings import JobArgs
+from serve_app.core.errors import Overloaded, Unavailable
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.journal import JobJournal, journal_path
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
 
 
 def run(coro):

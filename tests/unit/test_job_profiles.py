@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from serve_app.settings import AppArgs
+from serve_app.core.app_args import AppArgs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,10 +11,10 @@ import pytest
 from jobfakes import FakePipeline, settle
 from redis_server import RedisServer
 
-from serve_app.errors import ConfigError
-from serve_app.job_redis import RedisJobBook, check_fsync
-from serve_app.options import OcrOptions
-from serve_app.settings import JobArgs
+from serve_app.core.errors import ConfigError
+from serve_app.jobs.redis_book import RedisJobBook, check_fsync
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
 
 
 def run(coro):

@@ -10,11 +10,11 @@ import json
 import pytest
 
 from jobfakes import FakePipeline, settle, until
-from serve_app.errors import IdempotencyConflict, Overloaded
-from serve_app.job_book import JobBook
-from serve_app.job_state import Job, JobStatus
-from serve_app.options import OcrOptions
-from serve_app.settings import JobArgs
+from serve_app.core.errors import IdempotencyConflict, Overloaded
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.state import Job, JobStatus
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
 
 
 def run(coro):

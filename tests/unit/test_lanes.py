@@ -1,4 +1,4 @@
-"""Priority lanes (serve_app.lanes): the gate in front of a FIFO batch queue
+"""Priority lanes (serve_app.core.lanes): the gate in front of a FIFO batch queue
 and the job queue serve interactive work first, bulk by age, and with lanes
 off everything is one FIFO; the lane travels in the options and headers and
 never reaches the result cache's key or an Idempotency-Key's payload."""
@@ -10,12 +10,12 @@ import asyncio
 import pytest
 
 from jobfakes import FakePipeline, settle, until
-from serve_app.errors import BadRequest
-from serve_app.http_headers import priority
-from serve_app.job_book import JobBook, fingerprint
-from serve_app.lanes import BULK, INTERACTIVE, LaneQueue, PriorityGate, lane_of
-from serve_app.options import OcrOptions, parse_options
-from serve_app.settings import JobArgs, LaneArgs
+from serve_app.core.errors import BadRequest
+from serve_app.http.headers import priority
+from serve_app.jobs.book import JobBook, fingerprint
+from serve_app.core.lanes import BULK, INTERACTIVE, LaneQueue, PriorityGate, lane_of
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.core.app_args import JobArgs, LaneArgs
 
 
 class Clock:

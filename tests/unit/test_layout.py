@@ -1,11 +1,11 @@
-"""Blocks and column reading order (serve_app.stages.layout) on made line
+"""Blocks and column reading order (serve_app.ocr.layout) on made line
 boxes: the kinds of office page the order must follow. No models."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from serve_app.stages.layout import block_box, layout_blocks
+from serve_app.ocr.layout import block_box, layout_blocks
 
 H = 20  # line height
 PITCH = 30  # line to line

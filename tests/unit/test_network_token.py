@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from serve_app.app import check_token_present
-from serve_app.errors import ConfigError
-from serve_app.http_headers import check_exposure
-from serve_app.settings import AppArgs
+from serve_app.core.errors import ConfigError
+from serve_app.http.headers import check_exposure
+from serve_app.core.app_args import AppArgs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The OCRmyPDF plugin (serve_app.ocrmypdf_plugin) as OCRmyPDF loads it:
+"""The OCRmyPDF plugin (serve_app.integrations.ocrmypdf_plugin) as OCRmyPDF loads it:
 its engine replaces Tesseract, its options resolve, and a service that is
 not there stops OCRmyPDF before any page with a message saying what to do.
 The whole path against a running service is tests/e2e/test_serve_run.py.
@@ -15,7 +15,7 @@ import pytest
 def test_ocrmypdf_loads_the_plugin_with_its_engine_in_place_of_tesseract():
     from ocrmypdf.api import setup_plugin_infrastructure
 
-    pm = setup_plugin_infrastructure(plugins=["serve_app.ocrmypdf_plugin"])
+    pm = setup_plugin_infrastructure(plugins=["serve_app.integrations.ocrmypdf_plugin"])
     names = {pm.pluggy_manager.get_name(p) for p in pm.pluggy_manager.get_plugins()}
     assert "ocrmypdf.builtin_plugins.tesseract_ocr" not in names  # blocked: no tesseract program needed
     engine = pm.get_ocr_engine(options=None)
@@ -26,7 +26,7 @@ def test_ocrmypdf_loads_the_plugin_with_its_engine_in_place_of_tesseract():
 
 
 def test_server_url_from_option_environment_or_default(monkeypatch):
-    from serve_app.ocrmypdf_plugin import DEFAULT_URL, OcrServerOptions
+    from serve_app.integrations.ocrmypdf_plugin import DEFAULT_URL, OcrServerOptions
 
     monkeypatch.delenv("OCR_SERVER_URL", raising=False)
     assert OcrServerOptions().base_url() == DEFAULT_URL
@@ -38,7 +38,7 @@ def test_server_url_from_option_environment_or_default(monkeypatch):
 def test_an_unreachable_service_stops_ocrmypdf_before_any_page():
     from ocrmypdf.exceptions import MissingDependencyError
 
-    from serve_app.ocrmypdf_plugin import OcrServerOptions, check_options
+    from serve_app.integrations.ocrmypdf_plugin import OcrServerOptions, check_options
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -58,7 +58,7 @@ def test_a_page_is_sent_with_word_boxes_and_the_bearer_token_and_written_as_hocr
 
     from PIL import Image
 
-    from serve_app.ocrmypdf_plugin import OcrServerOptions, ServiceOcrEngine
+    from serve_app.integrations.ocrmypdf_plugin import OcrServerOptions, ServiceOcrEngine
 
     seen = {}
     answer = {"request_id": "r", "image": {"width": 40, "height": 20}, "timings_ms": {},
@@ -105,7 +105,7 @@ def test_the_token_never_travels_in_clear_nor_follows_a_redirect(tmp_path, monke
     from ocrmypdf.exceptions import MissingDependencyError, SubprocessOutputError
     from PIL import Image
 
-    from serve_app.ocrmypdf_plugin import OcrServerOptions, check_options, read_page
+    from serve_app.integrations.ocrmypdf_plugin import OcrServerOptions, check_options, read_page
 
     monkeypatch.setenv("OCR_SERVER_TOKEN", "s3cret")
     for url in ("http://ocr.example:8000", "http://10.1.2.3:8000"):

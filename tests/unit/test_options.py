@@ -1,4 +1,4 @@
-"""Per-request options (serve_app.options): parsed once, at the edge, into a
+"""Per-request options (serve_app.core.request_options): parsed once, at the edge, into a
 frozen OcrOptions; a bad option is a 400 naming it. No Ray."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pickle
 
 import pytest
 
-from serve_app.errors import BadRequest
-from serve_app.options import FIELDS, DetParams, OcrOptions, parse_options, with_format
+from serve_app.core.errors import BadRequest
+from serve_app.core.request_options import FIELDS, DetParams, OcrOptions, parse_options, with_format
 
 
 def test_none_and_empty_give_the_defaults():
@@ -87,8 +87,8 @@ def test_format_is_one_of_four_and_word_formats_ask_for_word_boxes():
 def test_a_limit_side_len_keeps_the_detector_on_its_closed_ladder():
     """Under the "ladder" policy a request's limit only drops rungs: every
     input shape it can give is one of the warmed set."""
-    from serve_app.config import DetOptions
-    from serve_app.stages.det_preprocess import det_input_shapes, det_layout
+    from serve_app.core.engine_config import DetOptions
+    from serve_app.ocr.det_preprocess import det_input_shapes, det_layout
 
     ladder = DetOptions()  # rungs 640, 960, 1280
     assert DetParams(1000).apply(ladder).side_ladder == [640, 960]

@@ -1,4 +1,4 @@
-"""Page orientation (serve_app.stages.orientation): the decision from line
+"""Page orientation (serve_app.ocr.orientation): the decision from line
 votes, and the geometry between a turned page and its upright view. No
 models."""
 
@@ -7,10 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.results import CharBox, TextLine
-from serve_app.stages.orientation import (
-    Vote, decide, line_vote, quality, to_original, to_upright, turn_lines, upright,
-)
+from serve_app.core.results import CharBox, TextLine
+from serve_app.ocr.orientation import Vote, decide, line_vote, quality, to_original, to_upright, turn_lines, upright
 
 
 def test_votes_by_geometry_and_classifier():

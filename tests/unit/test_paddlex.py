@@ -1,4 +1,4 @@
-"""The PaddleX-compatible request/response mapping (serve_app.paddlex). No Ray."""
+"""The PaddleX-compatible request/response mapping (serve_app.http.paddlex). No Ray."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 from pdfs import blank_pdf
-from serve_app.config import EngineConfig
-from serve_app.errors import BadRequest
-from serve_app.options import FIELDS, OcrOptions
-from serve_app.paddlex import (
-    OPTION_FIELDS, PaddleXDefaults, PaddleXValidation, failure, images_of, parse_request, result, success,
-    to_call,
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.errors import BadRequest
+from serve_app.core.request_options import FIELDS, OcrOptions
+from serve_app.http.paddlex import (
+    OPTION_FIELDS, PaddleXDefaults, PaddleXValidation, failure, images_of, parse_request, result, success, to_call,
 )
 
 PNG = cv2.imencode(".png", np.full((20, 30, 3), 255, np.uint8))[1].tobytes()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve_app.payloads import BY_REFERENCE_BYTES, payload_bytes, sized
+from serve_app.serving.payloads import BY_REFERENCE_BYTES, payload_bytes, sized
 
 
 class Handle:

@@ -1,4 +1,4 @@
-"""The one pipeline (serve_app.pipeline) over stand-in stages: what it sends
+"""The one pipeline (serve_app.flow.pipeline) over stand-in stages: what it sends
 each stage, what it answers, and the fan-out split and merge. No Ray, no
 models."""
 
@@ -10,14 +10,14 @@ import cv2
 import numpy as np
 import pytest
 
-from serve_app.config import EngineConfig
-from serve_app.errors import BadImage
-from serve_app.options import OcrOptions
-from serve_app.pipeline import (
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.errors import BadImage
+from serve_app.core.request_options import OcrOptions
+from serve_app.flow.pipeline import (
     Pipeline, Stages, assemble, deal_by_width, fan_out_parts, fanned_out, merge_shares, whole_image_box,
 )
-from serve_app.results import Direction, Recognition
-from serve_app.stages.det_preprocess import Geometry
+from serve_app.core.results import Direction, Recognition
+from serve_app.ocr.det_preprocess import Geometry
 
 
 def png(h: int, w: int) -> bytes:
@@ -190,7 +190,7 @@ def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
 
 
 def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_evenly():
-    from serve_app.pipeline import preferred_replica
+    from serve_app.flow.pipeline import preferred_replica
 
     hints = []
 
@@ -215,7 +215,7 @@ def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_even
 
 
 def test_route_tags_round_trip_and_stay_few():
-    from serve_app.pipeline import PART_OFFSETS, parse_route_tag, route_tag
+    from serve_app.flow.pipeline import PART_OFFSETS, parse_route_tag, route_tag
 
     assert route_tag(None) == "whole" and parse_route_tag("whole") is None
     assert parse_route_tag(route_tag((17, 1))) == (17, 1)
@@ -237,8 +237,8 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
     import time
     import types
 
-    import serve_app.request_context as request_context
-    from serve_app.errors import DeadlineExceeded
+    import serve_app.core.request_context as request_context
+    from serve_app.core.errors import DeadlineExceeded
 
     # The deadline's wall clock, moved by the test alone: no sleep races the deadline.
     clock = types.SimpleNamespace(now=1_000.0)
@@ -265,7 +265,7 @@ def test_a_passed_deadline_stops_the_pipeline_before_its_next_step_and_reaches_t
 def test_every_stage_call_is_given_the_request_context_the_classifier_included():
     import time
 
-    from serve_app.request_context import RequestContext
+    from serve_app.core.request_context import RequestContext
 
     got: dict[str, list] = {"det": [], "cls": [], "rec": []}
 
@@ -310,7 +310,7 @@ def test_visualize_adds_the_picture_of_the_lines_read_and_nothing_otherwise():
     assert (img[15:35, 20:100] < 230).mean() > 0.9  # BOX_A tinted on the white image
     assert (img[5:95, 220:290] > 245).mean() > 0.99  # right of the boxes: untouched
 def test_request_detection_options_reach_the_detector_and_drop_score_drops_lines():
-    from serve_app.options import DetParams
+    from serve_app.core.request_options import DetParams
 
     calls = Calls([BOX_A, BOX_B])
     assert len(read(calls, png(100, 240)).lines) == 2  # read at 0.9, over the config's 0.5
@@ -382,7 +382,7 @@ def test_upright_pages_cost_no_extra_pass_and_answer_orientation_0_and_blocks():
 
 
 def test_the_reference_profile_keeps_the_references_answer_shape_and_order():
-    from serve_app.config import reference_config
+    from serve_app.core.engine_config import reference_config
 
     calls = Calls([BOX_A, BOX_B], directions=[Direction("180", 0.99)] * 2)
     result = asyncio.run(Pipeline(calls.stages(), reference_config()).read(png(100, 240), OcrOptions()))
@@ -391,8 +391,8 @@ def test_the_reference_profile_keeps_the_references_answer_shape_and_order():
 
 
 def test_a_long_image_s_tiles_reach_the_detector_through_a_bounded_window():
-    from serve_app.config import PipelineOptions
-    from serve_app.stages.tiling import tile_count
+    from serve_app.core.engine_config import PipelineOptions
+    from serve_app.ocr.tiling import tile_count
 
     cfg = EngineConfig(pipeline=PipelineOptions(tile_window=3, max_tiles=20))
     total = tile_count(40, 19_000, cfg.pipeline, 1280)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from serve_app.errors import ConfigError
-from serve_app.precision_check import THRESHOLD, agreement, check, decide, precision_policy, word_crops
+from serve_app.core.errors import ConfigError
+from serve_app.inference.precision_check import THRESHOLD, agreement, check, decide, precision_policy, word_crops
 
 
 def test_threshold_is_99_5_percent():

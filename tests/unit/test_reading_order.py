@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve_app.stages.reading_order import reading_order
+from serve_app.ocr.reading_order import reading_order
 
 
 def box(x, y, w=40, h=12):

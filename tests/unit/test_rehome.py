@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from serve_app.tools.rehome import LAYERS, MODULES, NEW_MODULES, new_path, rewrite_files, rewrite_text
+from serve_app.tools.rehome import FOLDERS, LAYERS, MODULES, NEW_MODULES, new_path, rewrite_files, rewrite_text
 
 OLD_PY = '''\
 import serve_app.ingress as ingress
@@ -104,8 +104,14 @@ def test_a_file_with_the_marker_is_left_alone(tmp_path):
     assert rewrite_files([f]) == []
 
 
-def test_the_table_maps_into_the_rooms():
+def test_the_table_maps_into_the_rooms_and_every_new_module_exists():
+    root = Path(__file__).resolve().parents[2]
     for old, new in MODULES.items():
-        assert new.split(".")[1] in LAYERS, new
+        room = new.split(".")[1]
+        assert room in LAYERS, new
         assert new_path(old) == new and new_path(new) == new
+        target = root / (new.replace(".", "/") + ".py")
+        assert target.is_file() or (root / new.replace(".", "/") / "__init__.py").is_file(), target
+    for new in FOLDERS.values():
+        assert (root / new).is_dir(), new
     assert "serve_app.engine" in NEW_MODULES and "serve_app.client" in NEW_MODULES

@@ -1,4 +1,4 @@
-"""What a model replica does around its predictor (serve_app.replica) and the
+"""What a model replica does around its predictor (serve_app.serving.replica) and the
 one failure-isolation helper, with a stand-in predictor. No Ray, no models."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import asyncio
 
 import pytest
 
-from serve_app.config import PredictorOptions
-from serve_app.errors import ConfigError
-from serve_app.isolation import run_isolated
-from serve_app.replica import (Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options,
-                               replica_cores)
-from serve_app.settings import BatchKnobs, ModelArgs
+from serve_app.core.engine_config import PredictorOptions
+from serve_app.core.errors import ConfigError
+from serve_app.serving.isolation import run_isolated
+from serve_app.serving.replica import (
+    Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores,
+)
+from serve_app.core.app_args import BatchKnobs, ModelArgs
 
 
 class FakePredictor:
@@ -140,10 +141,10 @@ def test_process_start_time_is_when_the_process_started():
     import sys
     import time
 
-    from serve_app.replica import process_started_at
+    from serve_app.serving.replica import process_started_at
 
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-c", "import time, serve_app.replica as r; "
+    out = subprocess.run([sys.executable, "-c", "import time, serve_app.serving.replica as r; "
                           "print(r.process_started_at(), time.time())"], capture_output=True, text=True,
                          env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parents[2])},
                          check=True)

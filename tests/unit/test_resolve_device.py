@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-import serve_app.predictor as predictor
-from serve_app.config import PredictorOptions, TensorRTOptions
-from serve_app.errors import ConfigError
-from serve_app.predictor import cpu_has_bf16, resolve_device
+import serve_app.inference.predictor as predictor
+from serve_app.core.engine_config import PredictorOptions, TensorRTOptions
+from serve_app.core.errors import ConfigError
+from serve_app.inference.predictor import cpu_has_bf16, resolve_device
 
 
 def _gpu(cuda_build: bool, count: int):
@@ -98,8 +98,8 @@ def test_the_app_builder_checks_no_device(monkeypatch):
     monkeypatch.setattr(predictor, "gpu_status", _never)
     assert "resolve_device(" not in inspect.getsource(app) and "gpu_status(" not in inspect.getsource(app)
     gpu = PredictorOptions(device="gpu", tensorrt=TensorRTOptions())
-    from serve_app.config import EngineConfig
-    from serve_app.settings import DetectorArgs
+    from serve_app.core.engine_config import EngineConfig
+    from serve_app.core.app_args import DetectorArgs
 
     got = app.with_shape_ranges("det", DetectorArgs(predictor=gpu), EngineConfig())
     assert got.predictor.device == "gpu" and got.predictor.tensorrt.input_shapes

@@ -13,23 +13,17 @@ import pytest
 import yaml
 
 from serve_app.app import with_shape_ranges
-from serve_app.config import ClsOptions, DetOptions, EngineConfig, PredictorOptions, RecOptions, TensorRTOptions
-from serve_app.errors import ConfigError
-from serve_app.settings import AppArgs, ClassifierArgs, RecognizerArgs
-from serve_app.shape_ranges import (
-    ShapeRange,
-    collection_runs,
-    paddle_opt,
-    cls_shapes,
-    det_shapes,
-    missing,
-    range_of,
-    rec_shapes,
-    shapes_key,
+from serve_app.core.engine_config import (
+    ClsOptions, DetOptions, EngineConfig, PredictorOptions, RecOptions, TensorRTOptions,
+)
+from serve_app.core.errors import ConfigError
+from serve_app.core.app_args import AppArgs, ClassifierArgs, RecognizerArgs
+from serve_app.inference.shape_ranges import (
+    ShapeRange, collection_runs, paddle_opt, cls_shapes, det_shapes, missing, range_of, rec_shapes, shapes_key,
     stage_shapes,
 )
-from serve_app.stages.det_preprocess import det_input_shapes, det_layout
-from serve_app.stages.recognition import batch_limit, batch_width, input_shapes
+from serve_app.ocr.det_preprocess import det_input_shapes, det_layout
+from serve_app.ocr.recognition import batch_limit, batch_width, input_shapes
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,8 +151,8 @@ def test_shape_file_key_changes_with_shapes_model_and_precision():
 
 
 def test_tuned_shape_file_lives_in_the_cache_dir_named_by_its_shape_set(tmp_path):
-    from serve_app.predictor import tuned_shape_file
-    from serve_app.weights import ModelFiles
+    from serve_app.inference.predictor import tuned_shape_file
+    from serve_app.inference.weights import ModelFiles
 
     files = ModelFiles("rec", tmp_path / "inference.pdmodel", tmp_path / "inference.pdiparams")
     shapes = rec_shapes(RecOptions())
@@ -173,7 +167,7 @@ def test_the_build_lock_admits_one_holder_at_a_time(tmp_path):
     import threading
     import time
 
-    from serve_app.predictor import file_lock
+    from serve_app.inference.predictor import file_lock
 
     lock = str(tmp_path / "c" / ".rec.build.lock")
     inside, overlaps = [], []

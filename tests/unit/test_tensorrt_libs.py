@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from serve_app.config import PredictorOptions
-from serve_app.errors import ConfigError
-from serve_app.predictor import resolve_tensorrt, tensorrt_decision
-from serve_app.tensorrt_libs import TensorRTLibs, locate
+from serve_app.core.engine_config import PredictorOptions
+from serve_app.core.errors import ConfigError
+from serve_app.inference.predictor import resolve_tensorrt, tensorrt_decision
+from serve_app.inference.tensorrt_libs import TensorRTLibs, locate
 
 
 def _paddle(tmp_path):
@@ -84,7 +84,7 @@ def test_a_folder_that_cannot_take_the_link_is_reported_with_the_fix(tmp_path):
     (paddle / "libs").write_text("")
     libs = locate((10, 5, 0), str(paddle), other_dirs=[str(wheel)], loader=Loader())
     assert not libs.usable and "cannot be linked" in libs.reason
-    assert "python -m serve_app.tensorrt_libs" in libs.reason
+    assert "python -m serve_app.inference.tensorrt_libs" in libs.reason
 
 
 def test_a_paddle_built_without_tensorrt(tmp_path):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve_app.config import DetOptions
-from serve_app.runners import TextDetector
+from serve_app.core.engine_config import DetOptions
+from serve_app.inference.runners import TextDetector
 
 
 class ProbPredictor:
@@ -78,7 +78,7 @@ def test_requests_with_other_thresholds_share_a_batch_and_each_gets_its_own_boxe
     """The thresholds are post-processing: images of one input shape run as
     one predictor batch whatever their options, and each image's boxes are
     what it gets alone with its own options."""
-    from serve_app.options import DetParams
+    from serve_app.core.request_options import DetParams
 
     image = np.zeros((720, 1280, 3), np.uint8)
     strict, default = DetParams(box_thresh=0.8), DetParams()
@@ -95,7 +95,7 @@ def test_requests_with_other_thresholds_share_a_batch_and_each_gets_its_own_boxe
 
 
 def test_a_lower_limit_side_len_picks_a_smaller_warmed_shape_and_separates_the_batch():
-    from serve_app.options import DetParams
+    from serve_app.core.request_options import DetParams
 
     pred = ProbPredictor((0, 0, 0, 0))
     det = TextDetector(pred, DetOptions(batch_size=4))

@@ -1,5 +1,5 @@
-"""Multi-page TIFF as a document (serve_app.tiff_pages), and animated images'
-frame count (serve_app.stages.decode.frame_count). No Ray, no models."""
+"""Multi-page TIFF as a document (serve_app.flow.tiff_pages), and animated images'
+frame count (serve_app.ocr.decode.frame_count). No Ray, no models."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from serve_app.config import DocumentLimits
-from serve_app.documents import check_document, is_document, open_document
-from serve_app.errors import BadImage, TooLarge
-from serve_app.stages.decode import frame_count
-from serve_app.tiff_pages import TiffPages, tiff_page_count
+from serve_app.core.engine_config import DocumentLimits
+from serve_app.flow.documents import check_document, is_document, open_document
+from serve_app.core.errors import BadImage, TooLarge
+from serve_app.ocr.decode import frame_count
+from serve_app.flow.tiff_pages import TiffPages, tiff_page_count
 
 
 def fax(pages: int, size=(1728, 1100), compression="group4") -> bytes:

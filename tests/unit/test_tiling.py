@@ -1,4 +1,4 @@
-"""Long images in tiles (serve_app.stages.tiling): which images, the tiles,
+"""Long images in tiles (serve_app.ocr.tiling): which images, the tiles,
 and the merging of boxes two neighbouring tiles both saw."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.config import PipelineOptions
-from serve_app.stages.tiling import (
+from serve_app.core.engine_config import PipelineOptions
+from serve_app.ocr.tiling import (
     Tile, merge_tile_boxes, plan_tiles, prepare_tiled, tile_long_side, tiled_scale, wants_tiles,
 )
 
@@ -98,7 +98,7 @@ def test_boxes_outside_the_overlap_are_kept_as_they_are():
 
 
 def test_a_grid_covers_both_sides():
-    from serve_app.stages.tiling import plan_grid
+    from serve_app.ocr.tiling import plan_grid
 
     tiles = plan_grid(3508, 2480, 1280, 0.15)  # an A4 scan at 300 DPI
     assert len(tiles) == 4 * 3
@@ -108,7 +108,7 @@ def test_a_grid_covers_both_sides():
 
 
 def test_second_pass_only_for_small_text_that_more_pixels_would_help():
-    from serve_app.stages.tiling import finer_scale
+    from serve_app.ocr.tiling import finer_scale
 
     lines = np.stack([quad(10, 20 * i, 400, 20 * i + 12) for i in range(20)])  # 12 px high lines
     # shrunk to 0.5 (6 px in the detector's input): again at 22/12 of the original
@@ -131,7 +131,7 @@ def test_second_pass_only_for_small_text_that_more_pixels_would_help():
 @pytest.mark.parametrize("h, w", [(300_000, 1), (40_000_000, 1), (1, 300_000), (60, 30_000), (100, 50_000),
                                   (1280, 31_000), (2000, 20_000), (7200, 1600)])
 def test_tiles_per_image_are_capped(h, w):
-    from serve_app.stages.tiling import tile_count, tiled_plan
+    from serve_app.ocr.tiling import tile_count, tiled_plan
 
     opts = PipelineOptions(max_tiles=32)
     n = tile_count(h, w, opts, 1280)
@@ -146,7 +146,7 @@ def test_tiles_per_image_are_capped(h, w):
 
 
 def test_an_image_within_the_cap_keeps_its_resolution_and_one_over_it_is_read_smaller():
-    from serve_app.stages.tiling import tiled_plan
+    from serve_app.ocr.tiling import tiled_plan
 
     assert tiled_plan(7200, 1600, PipelineOptions(), 1280)[0] == 1.0  # a receipt: 5 tiles, full resolution
     ratio, _, _, tiles = tiled_plan(100, 50_000, PipelineOptions(max_tiles=8), 1280)
@@ -160,10 +160,10 @@ def test_an_image_longer_than_max_aspect_is_refused_before_decoding():
 
     from PIL import Image
 
-    from serve_app.config import ImageLimits
-    from serve_app.errors import BadImage
-    from serve_app.image_header import check_image_header
-    from serve_app.stages.decode import decode_image
+    from serve_app.core.engine_config import ImageLimits
+    from serve_app.core.errors import BadImage
+    from serve_app.ocr.image_header import check_image_header
+    from serve_app.ocr.decode import decode_image
 
     buf = io.BytesIO()
     Image.new("L", (300_000, 1), 255).save(buf, "PNG", optimize=True)

@@ -1,11 +1,11 @@
-"""serve_app.ui: the page's files and its option form's one list."""
+"""serve_app.http.ui: the page's files and its option form's one list."""
 
 from __future__ import annotations
 
 import re
 
-from serve_app.options import FIELDS
-from serve_app.ui import FILES, FORMATS, OPTIONS, STATIC, page_config, static_file
+from serve_app.core.request_options import FIELDS
+from serve_app.http.ui import FILES, FORMATS, OPTIONS, STATIC, page_config, static_file
 
 
 def test_every_request_option_has_a_control_on_the_page_and_no_other():

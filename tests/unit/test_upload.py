@@ -1,4 +1,4 @@
-"""What an upload is (serve_app.upload): its kind decided once by its
+"""What an upload is (serve_app.flow.upload): its kind decided once by its
 bytes, the byte limit checked there, and the one content hash shared by the
 result cache and the job book. No Ray."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from serve_app.config import ImageLimits
-from serve_app.errors import BadImage, TooLarge
-from serve_app.job_book import fingerprint
-from serve_app.options import OcrOptions
-from serve_app.result_cache import content_key
-from serve_app.upload import DOCUMENT, IMAGE, Upload, upload_of
+from serve_app.core.engine_config import ImageLimits
+from serve_app.core.errors import BadImage, TooLarge
+from serve_app.jobs.book import fingerprint
+from serve_app.core.request_options import OcrOptions
+from serve_app.serving.result_cache import content_key
+from serve_app.flow.upload import DOCUMENT, IMAGE, Upload, upload_of
 
 
 def test_the_kind_is_decided_by_the_bytes_whatever_they_were_sent_as():

@@ -1,4 +1,4 @@
-"""serve_app.visualize: the `visualize` picture is a JPEG of bounded size
+"""serve_app.ocr.visualize: the `visualize` picture is a JPEG of bounded size
 with each line's box drawn where the line is, and its text (or, where the
 font lacks the glyphs, its number) written in the panel."""
 
@@ -9,8 +9,8 @@ import io
 import numpy as np
 from PIL import Image
 
-from serve_app.results import OcrResult, TextLine
-from serve_app.visualize import can_draw, picture_scale, render
+from serve_app.core.results import OcrResult, TextLine
+from serve_app.ocr.visualize import can_draw, picture_scale, render
 
 BOX = [[40.0, 30.0], [200.0, 30.0], [200.0, 70.0], [40.0, 70.0]]
 
@@ -94,7 +94,7 @@ def test_the_boxes_picture_is_paddlexs_ocr_image_and_input_image_at_most_2000_px
     """`visualize: "boxes"` (what PaddleX's /ocr asks): the page with its
     boxes drawn (ocrImage) and the page alone (inputImage), as PaddleX sends
     them: no larger than 2000 px a side."""
-    from serve_app.visualize import render_boxes
+    from serve_app.ocr.visualize import render_boxes
 
     img = np.full((3000, 1000, 3), 255, np.uint8)
     lines = (TextLine("TEST", 0.9, ((83.0, 166.0), (770.0, 164.0), (771.0, 410.0), (84.0, 411.0))),)

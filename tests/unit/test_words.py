@@ -1,4 +1,4 @@
-"""Words from a line's characters (serve_app.stages.words) and the word
+"""Words from a line's characters (serve_app.ocr.words) and the word
 boxes the pipeline makes from them. No Ray, no models."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import asyncio
 
 import numpy as np
 
-from serve_app.config import EngineConfig
-from serve_app.options import OcrOptions
-from serve_app.pipeline import Pipeline, Stages
-from serve_app.results import Recognition
-from serve_app.stages.words import split_words
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.request_options import OcrOptions
+from serve_app.flow.pipeline import Pipeline, Stages
+from serve_app.core.results import Recognition
+from serve_app.ocr.words import split_words
 
 
 def spans(n):

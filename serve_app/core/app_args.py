@@ -1,0 +1,322 @@
+"""The application's typed arguments (the `args:` block of deployments.yaml),
+one model per deployment, and the batch knobs (a model deployment's
+`user_config`). Pydantic, no Ray import: every bad value is refused when the
+application is built, with a message naming it.
+
+Where each setting lives (one home each):
+- resources, replica counts, autoscaling, max_ongoing_requests: the Serve
+  config file (deployments.yaml / deployments.gpu.yaml), never the code;
+- batch knobs: `user_config` of each model deployment (changed live), with
+  the defaults below for a config that gives none;
+- everything else: the typed args here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from serve_app.core.engine_config import EngineConfig, PredictorOptions
+from serve_app.core.errors import ConfigError
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelArgs(_Args):
+    """How one model deployment's replicas run its predictor."""
+
+    # Predictor options for this stage, laid over engine.predictor inside
+    # AppArgs (only what differs is written here: `tensorrt: {...}` alone
+    # keeps the engine's `device: gpu`); None = the engine's.
+    predictor: Optional[PredictorOptions] = None
+    # Cores this stage's replicas pin their inference threads to. Replica k on
+    # a node takes `threads` consecutive entries starting at k * threads
+    # (wrapping), so replicas of one stage spread over the listed cores.
+    cpu_cores: Optional[list[int]] = None
+    threads: int = Field(1, ge=1)  # cores (and inference threads) each replica takes from cpu_cores; no effect without cpu_cores
+    # The correctness canary (serve_app.serving.canary): each replica reads its
+    # golden input before it is ready, after every reconfigure, and every
+    # this many seconds (checked within Serve's health checks, so at most
+    # every health_check_period_s); 0 = not periodically.
+    canary_interval_s: float = Field(60.0, ge=0)
+
+
+class DetectorArgs(ModelArgs):
+    # Detector input shapes (h, w) warmed before the replica is ready when
+    # engine.det's sizing is an open mode ("max"/"min"); with the default
+    # "ladder" every input shape of its closed set is warmed instead.
+    warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
+
+
+class ClassifierArgs(ModelArgs):
+    pass
+
+
+class RecognizerArgs(ModelArgs):
+    # Crop widths (at height 48) warmed when the width set is open
+    # (rec.batch_padding "batch_max"); with the width ladder every shape is.
+    warm_widths: list[int] = [480, 640, 960]
+    # An image with at least `fan_out_min_items` crops is sent as up to
+    # `fan_out` calls (crops dealt out in width order), so that several
+    # replicas read one text-dense page at once. 1 = one call per image.
+    # Answers are the same either way (crops are batched by width bucket
+    # wherever they are read).
+    fan_out: int = Field(1, ge=1)
+    fan_out_min_items: int = Field(12, ge=2)  # (see fan_out)
+
+
+class BatchKnobs(_Args):
+    """A model deployment's `user_config`: its `@serve.batch` knobs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    max_batch_size: int = Field(ge=1)  # requests per @serve.batch call at most
+    batch_wait_timeout_s: float = Field(0.0, ge=0)  # seconds a batch waits to fill (0: it runs with what is there)
+
+    def updated(self, user_config: Optional[dict[str, Any]]) -> "BatchKnobs":
+        """These knobs with a user_config's values laid over them; a bad key
+        or value is a ConfigError naming it."""
+        try:
+            return BatchKnobs.model_validate({**self.model_dump(), **(user_config or {})})
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first.get("loc", ())) or "user_config"
+            raise ConfigError(f"user_config {where}: {first.get('msg')} "
+                              f"(allowed: max_batch_size >= 1, batch_wait_timeout_s >= 0)") from None
+
+
+# For a Serve config whose model deployments give no user_config. No batch
+# wait: on the CPU a wait is pure latency (the GPU profile sets its own).
+BATCH_DEFAULTS = {
+    "det": BatchKnobs(max_batch_size=4),
+    "cls": BatchKnobs(max_batch_size=24),
+    "rec": BatchKnobs(max_batch_size=24),
+}
+
+
+class AdmissionArgs(_Args):
+    """Admission by cost (serve_app.serving.admission), per ingress replica: a
+    request is refused (503, Retry-After from the measured drain rate) when
+    it is not expected to finish before its deadline, or when the work
+    admitted and unfinished here would pass max_queued_cost_s. Applies to
+    POST /v1/ocr, /v1/ocr/batch (per item), PaddleX /ocr and the handle's
+    `ocr`; not to job submits. Cached or shared answers cost nothing."""
+
+    # False: count limit (max_in_flight) only; the ledger, drain rate and
+    # estimates are still measured and exported.
+    enabled: bool = True
+    # Seconds of work (estimated, as if each request ran alone) admitted and
+    # unfinished at once; more: 503 (reason cost_bound). One request is
+    # always admitted to an empty ledger.
+    max_queued_cost_s: float = Field(60.0, gt=0)
+    # Admitted only when expected to finish within this share of the time
+    # left to its deadline (the rest is margin for estimation error).
+    deadline_share: float = Field(0.8, gt=0, le=1)
+    # The drain rate: work finished per second of busy time over this window.
+    drain_window_s: float = Field(10.0, gt=0)
+    max_retry_after_s: int = Field(30, ge=1)  # the largest Retry-After it sends (seconds)
+    # The cost model's prior (seconds alone = base + per_mp * megapixels +
+    # per_line * lines), replaced as requests that ran alone are measured.
+    prior_base_s: float = Field(0.15, ge=0)
+    prior_s_per_mp: float = Field(0.2, ge=0)  # (see prior_base_s)
+    prior_s_per_line: float = Field(0.006, ge=0)  # (see prior_base_s)
+    # Each detector tile past the first (a long image) adds this much work (not learned).
+    prior_s_per_tile: float = Field(0.1, ge=0)
+    # One request's own estimated work at most, as a share of
+    # max_queued_cost_s, even to an empty ledger: more is a 503 that names
+    # the jobs API (POST /v1/ocr/jobs), for a big document, say.
+    max_request_share: float = Field(0.5, gt=0, le=1)
+    # A fair share per client (its address): while other clients have been
+    # seen within client_window_s, one client holds at most
+    # max(client_share, 1 / active clients) of the ledger and of
+    # ingress.max_in_flight; a client alone may use all of both.
+    client_share: float = Field(0.5, gt=0, le=1)
+    client_window_s: float = Field(10.0, gt=0)  # a client counts as active this long after its last request
+    # Image headers are read from at most this many bytes at the door, off the event loop.
+    header_bytes: int = Field(256 * 1024, ge=1024)
+
+
+class IngressArgs(_Args):
+    """Admission control and deadlines at the HTTP edge."""
+
+    # Synchronous requests one ingress replica works on at once; more get 503
+    # with Retry-After instead of waiting in an unbounded queue.
+    max_in_flight: int = Field(32, ge=1)
+    retry_after_s: int = Field(1, ge=1)  # Retry-After (seconds) of the count limit's and the body budget's 503s
+    # Job submits one ingress replica works on at once (reading is not
+    # counted: see body_timeout_s); more get 503.
+    max_submits_in_flight: int = Field(64, ge=1)
+    # Deadline for a request that names none (X-Request-Timeout, seconds).
+    default_timeout_s: float = Field(120.0, gt=0)
+    max_timeout_s: float = Field(600.0, gt=0)  # the longest X-Request-Timeout accepted (more: 400)
+    # Bearer-token authentication for /v1/* and the API docs: the name of an
+    # environment variable (in the ingress replica) holding the token. None =
+    # off, which the ingress accepts only when Serve listens on loopback
+    # (127.0.0.1, localhost, ::1) or allow_anonymous is true.
+    auth_token_env: Optional[str] = None
+    allow_anonymous: bool = False  # (see auth_token_env)
+    # A request body must arrive within this many seconds (or the request's
+    # own deadline, if shorter), else 408; a body being read holds no
+    # in-flight slot. Bodies being read or worked on hold at most
+    # max_body_bytes in all (more: 503).
+    body_timeout_s: float = Field(10.0, gt=0)
+    max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)  # (see body_timeout_s)
+    # /readyz answers from a cached probe of the stages this many seconds old at most.
+    ready_cache_s: float = Field(1.0, ge=0)
+    # GET /v1/stats (the page's live view): answered from figures gathered at
+    # most this many seconds ago; its request history is kept per bucket of
+    # stats_bucket_s seconds over the last stats_span_s.
+    stats_cache_s: float = Field(1.0, ge=0)
+    stats_bucket_s: float = Field(5.0, gt=0)  # (see stats_cache_s)
+    stats_span_s: float = Field(600.0, gt=0)  # (see stats_cache_s)
+    # POST /v1/ocr/batch: items per request at most (more: 413), and items
+    # of one request sent to the pipeline at once (the batch holds one
+    # in-flight slot; the whole body is under the one body size limit).
+    max_batch_items: int = Field(32, ge=1, le=1000)
+    batch_concurrency: int = Field(4, ge=1)  # (see max_batch_items)
+    # Admission by cost, inside the count limit above (serve_app.serving.admission).
+    admission: AdmissionArgs = AdmissionArgs()
+
+
+class CacheArgs(_Args):
+    """Identical work done once (serve_app.serving.result_cache), per ingress
+    replica: results of the sync route and the handle API, keyed by image
+    bytes, options and model identity."""
+
+    max_bytes: int = Field(64 * 1024 * 1024, ge=0,
+                           description="bytes of results kept (least recently used go first); 0: no result cache")
+    ttl_s: float = Field(300.0, gt=0, description="how long a result is kept")
+    share_in_flight: bool = Field(True, description="identical concurrent requests wait on one computation")
+
+
+class JobArgs(_Args):
+    ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
+    capacity: int = Field(1000, ge=1, description="unfinished jobs (queued or running) held at once")
+    max_queued_bytes: int = Field(1024 * 1024 * 1024, ge=1,
+                                  description="image bytes of unfinished jobs held at once (more: 503)")
+    max_finished: int = Field(10000, ge=1, description="finished jobs' results kept; the oldest go first")
+    max_finished_bytes: int = Field(512 * 1024 * 1024, ge=1,
+                                    description="bytes of finished jobs' results kept, counted as stored (their "
+                                    "JSON, UTF-8)")
+    client_share: float = Field(0.1, gt=0, le=1, description="the part of max_finished and of max_finished_bytes "
+                                "one client's finished results may hold (client: the bearer token, else the "
+                                "address). Before its TTL a result is dropped only when its client is over its "
+                                "share, or when the store is over its bounds with every client within its share "
+                                "(then the biggest holder's oldest)")
+    max_result_bytes: int = Field(32 * 1024 * 1024, ge=1, description="one job's result (JSON bytes): a job "
+                                  "whose result is bigger fails with `result_too_large` (split the document)")
+    backend: Literal["sqlite", "redis"] = Field(
+        "sqlite", description="where the job book lives: `sqlite` (the journal file, one JobStore replica, one "
+        "machine) or `redis` (a Redis server shared by several JobStore replicas; a cluster needs no shared "
+        "file system)")
+    redis_url_env: str = Field("OCR_REDIS_URL", description="backend redis: the environment variable holding "
+                               "the server's URL (redis://[:password@]host:port/db)")
+    redis_fsync: Literal["always", "everysec", "any"] = Field(
+        "always", description="backend redis: the AOF policy the server must have (CONFIG GET appendonly, "
+        "appendfsync, checked at start). `always`: a job is on the server's disk before its 202 (else the "
+        "store refuses to start); `everysec`: up to a second of accepted jobs may be lost if the server's "
+        "machine dies (a warning unless the server has it); `any`: not checked (a server without CONFIG)")
+    lease_s: float = Field(30.0, gt=0, description="backend redis: a running job's lease, renewed while it runs; "
+                           "a job whose worker died runs again on another replica after this long")
+    max_claims: int = Field(4, ge=1, description="backend redis: a job whose worker died this many times (a job "
+                            "that kills its replica) fails with `internal` instead of running again")
+    job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
+    concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
+    journal: Optional[str] = Field(
+        None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
+        "loses none (unfinished ones run again). `{app}` in it is replaced by the application's name and "
+        "`{uid}` by the user id, so that two services do not share one file; its folder is made 0700 and the "
+        "file 0600. It must be reachable by the restarted replica: on a multi-node cluster, shared storage, "
+        "or the JobStore pinned to one node. None: jobs are in memory only.")
+
+
+class LaneArgs(_Args):
+    """Priority lanes (serve_app.core.lanes): interactive work first, bulk in the
+    spare capacity, bulk never starved longer than bulk_max_wait_s per queue."""
+
+    enabled: bool = Field(True, description="false: one lane for everything (the service as before lanes)")
+    bulk_max_wait_s: float = Field(
+        5.0, gt=0, description="a bulk item that has waited this long at one queue (the job queue, the pipeline's "
+        "bulk gate, a stage's gate, the crop scheduler) is served as interactive")
+    bulk_fill: bool = Field(
+        False, description="bulk crops fill the spare places of a recogniser predictor batch led by interactive "
+        "work: more bulk throughput, but on a CPU a batch's time grows with its crops, so interactive waits longer "
+        "(on a GPU it is nearly free)")
+    bulk_depth: int = Field(1, ge=1, le=2, description="recogniser predictor batches handed to the predictor at "
+                            "once while only bulk crops are pending (2 when interactive work leads): 1 keeps an "
+                            "arriving interactive request behind at most one bulk batch")
+    det_bulk_batch: int = Field(1, ge=1, description="bulk images in the detector's batch queue at once (of its "
+                                "max_batch_size): a batch runs to its end, so an interactive image that arrives "
+                                "waits for at most this many bulk images")
+    bulk_in_stages: int = Field(8, ge=1, description="bulk images (or PDF pages) one pipeline replica has in the "
+                                "model stages at once: bulk never fills a stage's max_ongoing_requests")
+    bulk_max_in_flight: int = Field(16, ge=1, description="bulk synchronous requests one ingress replica works on at "
+                                    "once (more: 503); the rest of ingress.max_in_flight stays for interactive")
+
+
+STAGES = ("detector", "classifier", "recognizer")
+
+
+def _given(value: Any) -> dict[str, Any]:
+    """The settings a config wrote (a dict as written, or a model's
+    explicitly set fields)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    return dict(value)
+
+
+def _overlay(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` laid over `base`, nested mappings (tensorrt) key by key."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        if isinstance(value, (dict, BaseModel)) and isinstance(below, dict):
+            out[key] = _overlay(below, _given(value))
+        else:
+            out[key] = value.model_dump() if isinstance(value, BaseModel) else value
+    return out
+
+
+class AppArgs(_Args):
+    """The `args:` block of an application in deployments.yaml."""
+
+    engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    ingress: IngressArgs = IngressArgs()
+    cache: CacheArgs = CacheArgs()
+    jobs: JobArgs = JobArgs()
+    detector: DetectorArgs = DetectorArgs()
+    classifier: ClassifierArgs = ClassifierArgs()
+    recognizer: RecognizerArgs = RecognizerArgs()
+    lanes: LaneArgs = LaneArgs()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_predictors_overlay(cls, data: Any) -> Any:
+        """A stage's `predictor` is laid over engine.predictor, so a value
+        has one home (the GPU profile says `device: gpu` once). The merged
+        options are validated as a whole: `tensorrt` in a stage is valid
+        when the engine's device is gpu."""
+        if not isinstance(data, dict) or not any(
+                isinstance(data.get(s), (dict, BaseModel)) and _given(data[s]).get("predictor") is not None
+                for s in STAGES):
+            return data
+        engine = data.get("engine", cls.model_fields["engine"].default)
+        try:
+            engine = engine if isinstance(engine, EngineConfig) else EngineConfig.model_validate(engine)
+        except ValidationError:
+            return data  # reported by the field's own validation, with its path
+        base = engine.predictor.model_dump()
+        out = dict(data)
+        for stage in STAGES:
+            block = data.get(stage)
+            if not isinstance(block, (dict, BaseModel)):
+                continue
+            given = _given(block)
+            top = given.get("predictor")
+            if top is None or not isinstance(top, (dict, BaseModel)):
+                continue
+            out[stage] = {**given, "predictor": _overlay(base, _given(top))}
+        return out

@@ -1,0 +1,218 @@
+"""Priority lanes: `interactive` work (sync HTTP, handle calls) is served
+first, `bulk` work (jobs, `OcrClient.map`, `X-Priority: bulk`) gets the spare
+capacity, and a bulk item that has waited longer than `bulk_max_wait_s` at
+one queue is served as if it were interactive (so bulk never starves).
+
+The lane travels with a request in its options (`OcrOptions.priority`; None
+until the entry point resolves it) and in its RequestContext
+(serve_app.core.request_context), which every stage call is given. It never changes a result and is not part
+of the result cache's key.
+
+The two queues every lane-aware place uses, pure (no Ray), unit-tested:
+- `PriorityGate`: at most `capacity` (weighted) items through at once,
+  interactive first, bulk by age; in front of a FIFO queue that cannot be
+  reordered (Serve's `@serve.batch`), or as a cap on bulk work in flight.
+- `LaneQueue`: the job store's queue of jobs, interactive first, bulk by age.
+The recogniser's crop scheduler (serve_app.serving.crop_scheduler) orders its own
+predictor batches the same way."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections import deque
+from typing import Any, AsyncIterator, Callable, Literal, Optional, Union
+
+INTERACTIVE = "interactive"
+BULK = "bulk"
+LANES = (INTERACTIVE, BULK)
+Lane = Literal["interactive", "bulk"]
+
+def lane_of(priority: Optional[str], default: str = INTERACTIVE) -> str:
+    """A request's lane: its own `priority`, else its entry point's default."""
+    return priority if priority in LANES else default
+
+
+class _Null:
+    """Metrics stand-in: every metric, every call a no-op."""
+
+    def __getattr__(self, name):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        return None
+
+
+class _Waiter:
+    __slots__ = ("lane", "weight", "since", "seq", "future")
+
+    def __init__(self, lane: str, weight: int, since: float, seq: int, future: asyncio.Future):
+        self.lane, self.weight, self.since, self.seq, self.future = lane, weight, since, seq, future
+
+
+class PriorityGate:
+    """`async with gate.hold(lane, weight): ...` lets at most `capacity`
+    weight through at once (an item heavier than the capacity goes through
+    alone). Waiters are admitted interactive first (oldest first), then bulk
+    (oldest first); a bulk waiter that has waited `max_wait_s` ranks as
+    interactive from then on (by its arrival: an aged bulk item precedes
+    interactive items that came after it). No waiter overtakes a better
+    ranked one that does not fit yet.
+
+    `bulk_capacity` (None: all of it) caps the weight bulk items hold at
+    once (an item through alone when no bulk is held), e.g. so that a batch
+    of bulk work, which cannot be interrupted, stays short.
+
+    `lanes=False` (everything one lane): plain FIFO. `bypass` lanes are not
+    gated at all (e.g. a cap on bulk work only: bypass=("interactive",)).
+    `metrics` (serve_app.serving.metrics.LaneMetrics or None) is told queued counts
+    per lane, each bulk wait, and each promotion by age."""
+
+    def __init__(self, capacity: Union[int, Callable[[], int]], max_wait_s: float, lanes: bool = True,
+                 bypass: tuple[str, ...] = (), metrics: Any = None, clock: Callable[[], float] = time.monotonic,
+                 bulk_capacity: Optional[int] = None):
+        self.capacity: Callable[[], int] = capacity if callable(capacity) else (lambda: capacity)
+        self.bulk_capacity = bulk_capacity if lanes else None
+        self.bulk_used = 0
+        self.max_wait_s = max_wait_s
+        self.lanes = lanes
+        self.bypass = bypass
+        self.metrics = metrics or _Null()
+        self.clock = clock
+        self.used = 0
+        self.waiters: list[_Waiter] = []
+        self.promoted = 0
+        self._seq = itertools.count()
+
+    def queued(self, lane: str) -> int:
+        return sum(1 for w in self.waiters if w.lane == lane)
+
+    def _rank(self, w: _Waiter, now: float) -> tuple:
+        if not self.lanes:
+            return (0, w.seq)
+        urgent = w.lane != BULK or now - w.since >= self.max_wait_s
+        return (0 if urgent else 1, w.since, w.seq)
+
+    def _admit(self) -> None:
+        now = self.clock()
+        while self.waiters:
+            best = min(self.waiters, key=lambda w: self._rank(w, now))
+            if best.future.done():
+                # Its caller was cancelled (deadline, client gone) and has not
+                # yet run its clean-up: it takes no turn (set_result on its
+                # future would raise, and the turn would never be given back).
+                self.waiters.remove(best)
+                continue
+            if self.used > 0 and self.used + best.weight > self.capacity():
+                break
+            if (best.lane == BULK and self.bulk_capacity is not None and self.bulk_used > 0
+                    and self.bulk_used + best.weight > self.bulk_capacity):
+                break  # only bulk waits (interactive ranks first): its share is full
+            self.waiters.remove(best)
+            self.used += best.weight
+            if best.lane == BULK:
+                self.bulk_used += best.weight
+            if self.lanes and best.lane == BULK:
+                waited = now - best.since
+                self.metrics.bulk_wait.observe(waited * 1000)
+                if waited >= self.max_wait_s and any(w.lane != BULK for w in self.waiters):
+                    self.promoted += 1  # it went ahead of interactive work because of its age
+                    self.metrics.promotions.inc()
+            best.future.set_result(None)
+        self._report()
+
+    def _report(self) -> None:
+        for lane in LANES:
+            self.metrics.queued.set(self.queued(lane), tags={"lane": lane})
+
+    async def enter(self, lane: str, weight: int = 1) -> bool:
+        """Wait for a turn; True if the caller must `leave(weight)` after."""
+        if lane in self.bypass:
+            return False
+        loop = asyncio.get_running_loop()
+        w = _Waiter(lane, max(1, weight), self.clock(), next(self._seq), loop.create_future())
+        self.waiters.append(w)
+        self._admit()
+        try:
+            await w.future
+        except BaseException:
+            if w.future.done() and not w.future.cancelled():
+                self.leave(w.weight, lane)  # admitted, but its caller is gone: pass the turn on
+            elif w in self.waiters:
+                self.waiters.remove(w)
+                self._admit()
+            raise
+        return True
+
+    def leave(self, weight: int = 1, lane: str = INTERACTIVE) -> None:
+        self.used -= max(1, weight)
+        if lane == BULK:
+            self.bulk_used -= max(1, weight)
+        self._admit()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, lane: str, weight: int = 1) -> AsyncIterator[None]:
+        gated = await self.enter(lane, weight)
+        try:
+            yield
+        finally:
+            if gated:
+                self.leave(weight, lane)
+
+
+class LaneQueue:
+    """An unbounded queue of two lanes: `get()` returns the oldest
+    interactive item, unless no interactive item is queued or the oldest
+    bulk item has waited `max_wait_s` (then that one). `lanes=False`: one
+    FIFO."""
+
+    def __init__(self, max_wait_s: float, lanes: bool = True, metrics: Any = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_wait_s = max_wait_s
+        self.lanes = lanes
+        self.metrics = metrics or _Null()
+        self.clock = clock
+        self._q: dict[str, deque] = {lane: deque() for lane in LANES}
+        self._ready = asyncio.Semaphore(0)
+        self._seq = itertools.count()
+        self.promoted = 0
+
+    def qsize(self) -> int:
+        return sum(len(q) for q in self._q.values())
+
+    def queued(self, lane: str) -> int:
+        return len(self._q[lane])
+
+    def put_nowait(self, item: Any, lane: str = BULK) -> None:
+        lane = lane if self.lanes and lane in LANES else INTERACTIVE
+        self._q[lane].append((self.clock(), next(self._seq), item))
+        self._ready.release()
+        self._report()
+
+    def get_nowait(self) -> Any:
+        """The next item (IndexError when empty)."""
+        inter, bulk = self._q[INTERACTIVE], self._q[BULK]
+        now = self.clock()
+        aged = bool(bulk) and now - bulk[0][0] >= self.max_wait_s
+        if inter and not aged:
+            item = inter.popleft()
+        elif bulk:
+            item = bulk.popleft()
+            self.metrics.bulk_wait.observe((now - item[0]) * 1000)
+            if inter:
+                self.promoted += 1
+                self.metrics.promotions.inc()
+        else:
+            item = inter.popleft()
+        self._report()
+        return item[2]
+
+    async def get(self) -> Any:
+        await self._ready.acquire()
+        return self.get_nowait()
+
+    def _report(self) -> None:
+        for lane in LANES:
+            self.metrics.queued.set(len(self._q[lane]), tags={"lane": lane})

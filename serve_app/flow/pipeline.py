@@ -1,0 +1,516 @@
+"""The OCR pipeline, written once: decode -> detect -> crop -> classify ->
+recognise -> assemble, over three stage callables.
+
+The in-process engine gives it its local predictors; the Serve pipeline
+deployment gives it deployment handles. Same code path, so the service
+answers what the engine answers by construction. No Ray import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional, Union
+
+import numpy as np
+
+from serve_app.core.engine_config import EngineConfig, ImageLimits, PipelineOptions
+from serve_app.flow.documents import PdfFile, open_document_async
+from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
+from serve_app.core.request_options import DetParams, OcrOptions
+from serve_app.core.request_context import RequestContext
+from serve_app.core.results import (
+    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,
+)
+from serve_app.ocr.crop import char_quad, crop_quad, is_vertical
+from serve_app.ocr.db_postprocess import order_clockwise
+from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image, frame_count
+from serve_app.ocr.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
+from serve_app.ocr.direction import apply_direction, is_flipped
+from serve_app.ocr.layout import arrange
+from serve_app.ocr.orientation import OrientationParams, decide, line_vote, quality, turn_lines, upright
+from serve_app.ocr.reading_order import reading_order
+from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
+from serve_app.ocr.words import split_words
+from serve_app.flow.upload import Upload, upload_of
+
+ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
+
+ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
+
+# What the pipeline needs from each model: awaitables (a coroutine, or a
+# Serve DeploymentResponse) of the stage's answer. Every call is given the
+# request's context as `ctx=` (serve_app.core.request_context: its deadline and
+# lane, so that a model replica drops work whose request is gone and serves
+# the interactive lane first).
+# working image, the request's detection options -> boxes (N,4,2)
+Detect = Callable[..., Awaitable[np.ndarray]]  # (work, params, *, ctx)
+Classify = Callable[..., Awaitable[list[Direction]]]  # (crops, *, ctx) -> directions
+Recognize = Callable[..., Awaitable[list[Recognition]]]  # (crops, *, ctx) -> readings
+Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
+
+
+Context = Union[RequestContext, float, None]  # a context, or just a deadline (time.time())
+
+
+def context_of(ctx: Context, options: OcrOptions) -> RequestContext:
+    """The request's context; a bare deadline (or None) with the options' lane."""
+    if isinstance(ctx, RequestContext):
+        return ctx
+    return RequestContext("", ctx, options.priority or "interactive")
+
+
+@dataclass(frozen=True)
+class Stages:
+    detect: Detect
+    classify: Optional[Classify]  # None: no direction classifier
+    recognize: Recognize
+
+
+class Pipeline:
+    """`await read(image, options)` -> OcrResult. Whole-image work (decode,
+    resize, crop) runs in a worker thread, never on the event loop."""
+
+    def __init__(self, stages: Stages, config: EngineConfig,
+                 admit: Optional[Callable[[str], contextlib.AbstractAsyncContextManager]] = None):
+        self.stages = stages
+        self.config = config
+        # admit(lane): held while one image (or page) is read, e.g. the Serve
+        # pipeline's cap on bulk work in the stages (serve_app.core.lanes.PriorityGate.hold).
+        self.admit = admit
+
+    async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
+        """With a deadline (the context's, time.time()), a step not started
+        when it has passed is not started: DeadlineExceeded instead. The
+        context goes to every stage call."""
+        ctx = context_of(ctx, options)
+        if self.admit is None:
+            return await self._read(image, options, ctx)
+        async with self.admit(ctx.lane):
+            return await self._read(image, options, ctx)
+
+    async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
+        cfg = self.config
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        ctx.check("decoding")
+        img, frames = await asyncio.to_thread(load_image_frames, image, cfg.limits, cfg.pipeline.exif_transpose)
+        h, w = img.shape[:2]
+        timings["decode"] = _ms(t0)
+        orient = (options.page_orientation if options.page_orientation is not None
+                  else cfg.pipeline.page_orientation) and options.det and self.stages.classify is not None \
+            and options.cls is not False
+        lines, votes = await self._lines(img, options, ctx, timings, orient)
+        orientation = 0 if orient else None
+        angle = decide(votes) if orient else 0
+        if angle:
+            # Turned: read once more upright (never more than once), kept
+            # only if the recogniser reads it at least as well and its lines
+            # then vote upright.
+            t = time.perf_counter()
+            ctx.check("reading the page upright")
+            turned = await asyncio.to_thread(upright, img, angle)
+            again, votes_again = await self._lines(turned, options, ctx, {}, True)
+            if quality(again) >= ORIENTATION.accept * quality(lines) and decide(votes_again) == 0:
+                lines, orientation = turn_lines(again, angle, w, h), angle
+            timings["orientation"] = _ms(t)
+        blocks = None
+        if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
+            lines, blocks = arrange(lines, orientation or 0, w, h)
+        picture = None
+        if options.visualize:
+            t = time.perf_counter()
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline, options.visualize)
+            timings["visualize"] = _ms(t)
+        timings["total"] = _ms(t0)
+        return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
+
+    async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,
+                     timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
+        """One image's lines (detect, crop, classify, recognise, assemble),
+        and with `votes` each line's vote on the page's orientation."""
+        cfg = self.config
+        h, w = img.shape[:2]
+        t = time.perf_counter()
+        if options.det:
+            ctx.check("detection")
+            if wants_tiles(h, w, cfg.pipeline):
+                work, geometry, boxes = await self._detect_long(img, options, ctx)
+            else:
+                work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
+                boxes = await self.stages.detect(work, options.det_params(), ctx=ctx)
+                finer = finer_scale(boxes_to_original(boxes, geometry), self._det_scale(work, geometry, options),
+                                    (h, w), cfg.pipeline)
+                if finer:
+                    ctx.check("detecting small text again in tiles")
+                    work, geometry, boxes = await self._detect_fine(img, options, finer, ctx)
+            ctx.check("cropping")
+            boxes, crops = await asyncio.to_thread(crop_lines, work, boxes, cfg.limits)
+        else:
+            geometry = Geometry(1.0, 1.0, 0, w, h)
+            boxes, crops = np.array([whole_image_box(w, h)], dtype=np.float32), [img]
+        timings["det"] = _ms(t)
+
+        t = time.perf_counter()
+        flipped = [False] * len(crops)
+        use_cls = options.cls is not False and self.stages.classify is not None
+        if use_cls and crops:
+            ctx.check("direction classification")
+            dirs = await self.stages.classify(crops, ctx=ctx)
+            flipped = [is_flipped(d, cfg.cls) for d in dirs]
+            crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
+        timings["cls"] = _ms(t)
+
+        t = time.perf_counter()
+        ctx.check("recognition")
+        recs = await self.stages.recognize(crops, ctx=ctx) if crops else []
+        timings["rec"] = _ms(t)
+        drop_score = cfg.pipeline.drop_score if options.drop_score is None else options.drop_score
+        lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
+        if not votes:
+            return lines, []
+        return lines, [line_vote(is_vertical(b), f, len(r.text.strip()), r.score)
+                       for b, r, f in zip(boxes, recs, flipped) if r.score >= drop_score]
+
+    def _top_rung(self, options: OcrOptions) -> int:
+        """The detector's largest input side for this request."""
+        det = options.det_params().apply(self.config.det)
+        return det.side_ladder[-1] if det.limit_type == "ladder" else det.limit_side_len
+
+    def _det_scale(self, work: np.ndarray, geometry: Geometry, options: OcrOptions) -> float:
+        """The detector's input over the original image (long sides)."""
+        (rh, rw), _ = det_layout(work.shape[0], work.shape[1], options.det_params().apply(self.config.det))
+        return max(rh, rw) / max(1, geometry.orig_h, geometry.orig_w)
+
+    async def _detect_long(self, img: np.ndarray, options: OcrOptions,
+                           ctx: RequestContext) -> tuple[np.ndarray, Geometry, np.ndarray]:
+        """A long image's boxes from overlapping tiles along its long side
+        (serve_app.ocr.tiling): (working image, its geometry, boxes in
+        working coordinates)."""
+        work, (sx, sy), tiles = await asyncio.to_thread(prepare_tiled, img, self.config.pipeline,
+                                                        self._top_rung(options))
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options, ctx)
+
+    async def _detect_fine(self, img: np.ndarray, options: OcrOptions, scale: float,
+                           ctx: RequestContext) -> tuple[np.ndarray, Geometry, np.ndarray]:
+        """Small text on a large image, detected again at `scale` of the
+        original in a grid of tiles of the detector's largest input."""
+        work, (sx, sy), tiles = await asyncio.to_thread(prepare_grid, img, scale, self.config.pipeline,
+                                                        self._top_rung(options))
+        return work, Geometry(sx, sy, 0, img.shape[1], img.shape[0]), await self._detect_tiles(work, tiles, options, ctx)
+
+    async def _detect_tiles(self, work: np.ndarray, tiles: list[Tile], options: OcrOptions,
+                            ctx: RequestContext) -> np.ndarray:
+        """Each tile prepared and detected as an image of its own,
+        concurrently; boxes moved back and merged where tiles overlap."""
+        cfg, params = self.config, options.det_params()
+
+        async def one(tile: Tile) -> np.ndarray:
+            sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
+            tile_work, geo = await asyncio.to_thread(prepare_image, sub, cfg.pipeline)
+            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=ctx), geo)
+            return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
+
+        window = asyncio.Semaphore(cfg.pipeline.tile_window)  # a bounded window, not every tile at once
+
+        async def windowed(tile: Tile) -> np.ndarray:
+            async with window:
+                return await one(tile)
+
+        found = await all_or_none([windowed(t) for t in tiles])
+        return await asyncio.to_thread(merge_tile_boxes, tiles, found)
+
+    async def read_any(self, data: Union[ImageInput, Upload], options: OcrOptions = OcrOptions(), ctx: Context = None,
+                       progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
+        """A document (its kind decided at the door: serve_app.flow.upload; a PDF,
+        a TIFF of several pages) -> read_document; an image -> read."""
+        upload = upload_of(data, self.config.limits)
+        if isinstance(upload.data, (str, Path)):  # a name, not content: its kind is read where its file is
+            upload = upload_of(upload.data)
+        if upload.is_document:
+            return await self.read_document(upload.data, options, ctx, progress)
+        return await self.read(upload.data, options, ctx)
+
+    async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
+                            ctx: Context = None, progress: Optional[Progress] = None) -> DocumentResult:
+        """Every page of a document (a PDF, a multi-page TIFF), in order.
+        Pages are rendered here (in a
+        worker thread, from the PDF's bytes) and read concurrently, at most
+        documents.page_concurrency at a time, so a page's bitmap exists only
+        while it is read. `progress(done, total)` after each page."""
+        cfg = self.config
+        ctx = context_of(ctx, options)
+        t0 = time.perf_counter()
+        if isinstance(data, (str, Path)):
+            data = await asyncio.to_thread(read_file, Path(data), cfg.limits)
+        data = upload_of(data, cfg.limits).data  # the byte limit (serve_app.flow.upload)
+        pdf = await open_document_async(data, cfg.documents, cfg.limits.max_pixels, cfg.pipeline.exif_transpose,
+                                        ctx.deadline)
+        try:
+            total = pdf.pages
+            if progress is not None:
+                progress(0, total)
+            gate = asyncio.Semaphore(cfg.documents.page_concurrency)
+            done = 0
+            chars = [0]  # text-layer characters taken so far (limits.max_document_chars)
+
+            async def one(index: int) -> PageResult:
+                nonlocal done
+                async with gate:
+                    try:
+                        page = await self._read_page(pdf, index, options, ctx, chars)
+                    except PageOverBudget as e:  # this page only: the others are still read
+                        page = PageResult(index + 1, 0, 0, (), {}, "none", None,
+                                          error={"code": e.code, "message": e.message})
+                        failed.append(e)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+                return page
+
+            failed: list[PageOverBudget] = []
+            pages = await all_or_none([one(i) for i in range(total)])
+            if len(failed) == total:
+                raise failed[0]
+        finally:
+            pdf.close()
+        return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
+
+    async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext,
+                         chars: Optional[list[int]] = None) -> PageResult:
+        t0 = time.perf_counter()
+        if options.pdf_text_layer:
+            got = await pdf.run(pdf.text_lines, index, options.return_chars)
+            if got is not None:
+                geo, lines = got
+                if chars is not None:
+                    chars[0] += sum(len(line.text) for line in lines)
+                    if chars[0] > pdf.limits.max_document_chars:
+                        raise TooLarge(f"the PDF's text layer passed {pdf.limits.max_document_chars} characters "
+                                       f"at page {index + 1} (engine.documents.max_document_chars)")
+                ms = _ms(t0)
+                return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
+                                  "text_layer")
+        ctx.check(f"rendering page {index + 1}")
+        image = await pdf.run(pdf.render, index)
+        render_ms = _ms(t0)
+        result = await self.read(image, options, ctx)
+        del image
+        timings = {"render": render_ms, **result.timings_ms}
+        timings["total"] = _ms(t0)
+        return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
+                          result.visualization, result.blocks, result.orientation)
+
+
+async def all_or_none(coros: list[Awaitable]) -> list:
+    """The coroutines' results in order; if one fails, the others are
+    cancelled (and awaited) before its exception propagates."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+# -- fan-out: one image's crops read by several recogniser replicas ----------
+
+
+def fan_out_parts(n_crops: int, fan_out: int, min_items: int) -> int:
+    """How many calls an image of n_crops is read in: 1 below min_items,
+    else up to fan_out, each with at least about min_items / 2 crops."""
+    if n_crops < min_items:
+        return 1
+    return max(1, min(fan_out, n_crops // max(1, min_items // 2)))
+
+
+def deal_by_width(crops: list[np.ndarray], parts: int) -> list[list[int]]:
+    """Crop indices dealt out in aspect-ratio order, so each part costs
+    about the same and holds crops of every width bucket."""
+    order = sorted(range(len(crops)), key=lambda i: crops[i].shape[1] / crops[i].shape[0])
+    return [order[k::parts] for k in range(parts)]
+
+
+def merge_shares(shares: list[list[int]], answers: list[list], n: int) -> list:
+    """The parts' answers back in the crops' order."""
+    out: list = [None] * n
+    for idx, part in zip(shares, answers):
+        if len(part) != len(idx):
+            raise RuntimeError(f"a recogniser answered {len(part)} readings for {len(idx)} crops")
+        for i, r in zip(idx, part):
+            out[i] = r
+    return out
+
+
+# A fanned-out page's parts start at a random offset below this (few distinct
+# routing tags: Serve's routers keep a set of the tags they have seen).
+PART_OFFSETS = 60
+
+
+def route_tag(part: Optional[tuple[int, int]]) -> str:
+    """The routing tag a recogniser call carries (as its multiplexed model id,
+    read by serve_app/serving/routing.py): `part:{offset}:{k}` for part k of a
+    fanned-out page, `whole` for any other call. Every call carries one so
+    that Serve's FIFO matching pairs a routing decision with a call of the
+    same tag only (a whole image never takes a part's replica)."""
+    return "whole" if part is None else f"part:{part[0]}:{part[1]}"
+
+
+def parse_route_tag(tag: str) -> Optional[tuple[int, int]]:
+    """(offset, k) of a part's tag; None for anything else."""
+    kind, _, rest = (tag or "").partition(":")
+    offset, _, k = rest.partition(":")
+    if kind != "part" or not offset.isdigit() or not k.isdigit():
+        return None
+    return int(offset), int(k)
+
+
+def preferred_replica(n_replicas: int, offset: int, k: int) -> int:
+    """Which of n replicas (in a fixed order) part k of a page whose parts
+    start at `offset` prefers: distinct for up to n parts of one page, and
+    with a random offset per page each replica is first for as many parts."""
+    return (offset + k) % n_replicas
+
+
+def fanned_out(recognize: Callable[..., Awaitable[list[Recognition]]], fan_out: int, min_items: int,
+               tag_parts: bool = False) -> Recognize:
+    """`recognize`, but a text-dense image is sent as up to `fan_out` calls
+    at once (spread over replicas). With tag_parts each call also gets
+    `part=(offset, k)`, a routing hint (serve_app/serving/routing.py) that puts the
+    parts of one page on distinct replicas. Answers are the same either
+    way: crops are batched by width bucket wherever they are read."""
+
+    async def call(crops: list[np.ndarray], ctx: Optional[RequestContext] = None) -> list[Recognition]:
+        parts = fan_out_parts(len(crops), fan_out, min_items)
+        if parts <= 1:
+            return await recognize(crops, ctx=ctx)
+        shares = deal_by_width(crops, parts)
+        offset = random.randrange(PART_OFFSETS)
+        answers = await asyncio.gather(*(
+            recognize([crops[i] for i in idx], ctx=ctx, **({"part": (offset, k)} if tag_parts else {}))
+            for k, idx in enumerate(shares)))
+        return merge_shares(shares, list(answers), len(crops))
+
+    return call
+
+
+# -- whole-image steps around the models ---------------------------------------
+
+
+def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> np.ndarray:
+    """Bytes (encoded image), a path, or an array (HxW or HxWxC, BGR order
+    for colour, as OpenCV gives) -> BGR uint8."""
+    if isinstance(image, np.ndarray):
+        if image.size > limits.max_pixels * 4:
+            raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
+        if image.ndim >= 2:
+            check_aspect(int(image.shape[1]), int(image.shape[0]), limits)
+        return array_to_bgr(image)
+    if isinstance(image, (str, Path)):
+        image = read_file(Path(image), limits)
+    if not isinstance(image, (bytes, bytearray, memoryview)):
+        raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
+    return decode_image(bytes(image), limits, exif_transpose)
+
+
+def load_image_frames(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> tuple[np.ndarray, int]:
+    """load_image, and how many frames the encoded image has (an animated
+    GIF, WebP or PNG: only the first is read)."""
+    if isinstance(image, (str, Path)):
+        image = read_file(Path(image), limits)
+    img = load_image(image, limits, exif_transpose)
+    return img, frame_count(bytes(image)) if isinstance(image, (bytes, bytearray, memoryview)) else 1
+
+
+def read_file(path: Path, limits: ImageLimits) -> bytes:
+    if not path.is_file():
+        raise BadImage(f"{path}: no such file")
+    limits.check_bytes(path.stat().st_size, str(path))
+    return path.read_bytes()
+
+
+def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions,
+                style: Union[bool, str] = True) -> Visualization:
+    """The `visualize` picture of one read image (serve_app.ocr.visualize), from
+    the image the pipeline decoded: "boxes" is PaddleX's ocrImage, else the
+    two panels."""
+    from serve_app.ocr.visualize import find_font, render, render_boxes
+
+    if style == "boxes":
+        return render_boxes(img, lines)
+    return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
+
+
+def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Boxes in reading order (at most max_crops of them) and their crops."""
+    if len(boxes) == 0:
+        return boxes, []
+    order = reading_order(boxes)[: limits.max_crops]
+    boxes = boxes[order]
+    return boxes, [crop_quad(work, b) for b in boxes]
+
+
+def assemble(
+    boxes: np.ndarray,
+    recs: list[Recognition],
+    geometry: Geometry,
+    drop_score: float,
+    flipped: Optional[list[bool]] = None,
+    return_chars: bool = False,
+    return_words: bool = False,
+) -> tuple[TextLine, ...]:
+    """Lines whose score reaches drop_score, boxes mapped to the original;
+    with return_chars, each line also lists its characters' boxes, with
+    return_words its words' (serve_app.ocr.words)."""
+    mapped = boxes_to_original(boxes, geometry)
+    flipped = flipped or [False] * len(recs)
+    lines = []
+    for b, r, flip in zip(mapped, recs, flipped):
+        r = strip_reading(r)
+        if r.score < drop_score or not r.text:
+            continue
+        chars = words = None
+        vertical = is_vertical(b)
+
+        def quad(s0: float, s1: float) -> list[list[float]]:
+            return round_box(order_clockwise(char_quad(b, s0, s1, vertical, flip)))
+
+        if return_chars:
+            chars = tuple(CharBox(ch, quad(s0, s1)) for ch, (s0, s1) in zip(r.text, r.char_spans) if not ch.isspace())
+        if return_words:
+            words = tuple(WordBox(w.text, quad(w.start, w.end), w.score)
+                          for w in split_words(r.text, r.char_spans, r.char_scores))
+        lines.append(TextLine(r.text, r.score, round_box(b), chars, words))
+    return tuple(lines)
+
+
+def strip_reading(r: Recognition) -> Recognition:
+    """The reading without leading and trailing whitespace (the recogniser
+    reads the crop's margins as spaces at times), its characters' spans and
+    scores cut the same way so that character and word boxes stay on their
+    characters."""
+    text = r.text
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if start == 0 and end == len(text):
+        return r
+    spans = r.char_spans[start:end] if len(r.char_spans) == len(text) else r.char_spans
+    scores = r.char_scores[start:end] if len(r.char_scores) == len(text) else r.char_scores
+    return Recognition(text[start:end], r.score, tuple(spans), tuple(scores))
+
+
+def round_box(b: Any) -> list[list[float]]:
+    return np.round(np.asarray(b, dtype=np.float64), 1).tolist()
+
+
+def whole_image_box(w: int, h: int) -> list[list[float]]:
+    return [[0.0, 0.0], [float(w), 0.0], [float(w), float(h)], [0.0, float(h)]]
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0

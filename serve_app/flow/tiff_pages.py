@@ -1,0 +1,163 @@
+"""Multi-page TIFF input: a fax, a scanner's multi-page output, a TIFF made
+by `tiffcp` or ImageMagick. Read as a document like a PDF (the same page
+limits, pages[] in order, pages_done progress), through the page-source
+interface the pipeline reads PDFs by (pages, geometry, render, text_lines,
+close).
+
+Pages are counted by walking the file's chain of image directories (IFDs)
+in the bytes themselves, before PIL decodes anything: a chain that loops
+back on itself, or that is longer than the page limit, costs a few reads
+per directory. Each page's pixel count is checked from its directory before
+it is decoded (CCITT G4 packs a blank 1-bit page of 100 MP into a few
+hundred bytes). No Ray import."""
+
+from __future__ import annotations
+
+import io
+import struct
+import threading
+import warnings
+from typing import Any, Optional
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from serve_app.core.engine_config import DocumentLimits
+from serve_app.flow.documents import PageGeometry
+from serve_app.core.errors import BadImage, BadRequest, TooLarge
+from serve_app.ocr.decode import to_bgr
+
+TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+
+
+def is_tiff(data: Any) -> bool:
+    return isinstance(data, (bytes, bytearray, memoryview)) and bytes(data[:4]) in TIFF_MAGICS
+
+
+def tiff_page_count(data: bytes, stop_after: int) -> int:
+    """How many pages (top-level image directories) the TIFF in `data` has,
+    counting at most stop_after + 1. A chain that points outside the file,
+    or back to a directory already seen, ends there. 0 if not a TIFF."""
+    data = bytes(data[:]) if not isinstance(data, bytes) else data
+    if len(data) < 8 or data[:4] not in TIFF_MAGICS:
+        return 0
+    e = "<" if data[:2] == b"II" else ">"
+    big = data[2:4] in (b"+\x00", b"\x00+")
+    if big:
+        if len(data) < 16:
+            return 0
+        offset = struct.unpack(e + "Q", data[8:16])[0]
+        count_fmt, count_size, entry_size, next_fmt, next_size = "Q", 8, 20, "Q", 8
+    else:
+        offset = struct.unpack(e + "I", data[4:8])[0]
+        count_fmt, count_size, entry_size, next_fmt, next_size = "H", 2, 12, "I", 4
+    seen: set[int] = set()
+    pages = 0
+    while offset and offset not in seen and pages <= stop_after:
+        if offset + count_size > len(data):
+            break
+        seen.add(offset)
+        n = struct.unpack(e + count_fmt, data[offset:offset + count_size])[0]
+        at = offset + count_size + n * entry_size
+        if at + next_size > len(data):
+            pages += 1  # a last directory cut short: PIL decides whether its page reads
+            break
+        pages += 1
+        offset = struct.unpack(e + next_fmt, data[at:at + next_size])[0]
+    return pages
+
+
+def is_multipage_tiff(data: Any) -> bool:
+    return is_tiff(data) and tiff_page_count(bytes(data), 1) > 1
+
+
+class TiffPages:
+    """An open multi-page TIFF, read page by page. Thread-safe (one lock
+    around PIL's image, which seeks); close() it when done."""
+
+    kind = "tiff"
+
+    def __init__(self, data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
+                 exif_transpose: bool = True):
+        self.limits = limits
+        self.max_pixels = min(limits.max_page_pixels, max_pixels or limits.max_page_pixels)
+        self.exif_transpose = exif_transpose
+        self._lock = threading.Lock()
+        if len(data) == 0:
+            raise BadRequest("the TIFF is empty (0 bytes)")
+        self.pages = tiff_page_count(data, limits.max_pages)
+        if self.pages == 0:
+            raise BadImage("not a readable TIFF (no image directory); send a complete TIFF")
+        if self.pages > limits.max_pages:
+            raise TooLarge(f"the TIFF has more than {limits.max_pages} pages, over the limit of {limits.max_pages}; "
+                           f"split it, or raise engine.documents.max_pages")
+        try:
+            self._img: Optional[Image.Image] = Image.open(io.BytesIO(bytes(data)), formats=("TIFF",))
+        except Exception:
+            raise BadImage("not a readable TIFF; send a complete TIFF") from None
+
+    def size(self, index: int) -> tuple[int, int]:
+        """(width, height) of page `index` from its directory; TooLarge past
+        the pixel limit. Nothing decoded."""
+        with self._lock:
+            img = self._seek(index)
+            w, h = img.size
+        if w < 1 or h < 1:
+            raise BadImage(f"page {index + 1} of the TIFF has no pixels ({w}x{h})")
+        if w * h > self.max_pixels:
+            raise TooLarge(f"page {index + 1} of the TIFF is {w}x{h} = {w * h} pixels, over the limit of "
+                           f"{self.max_pixels}")
+        return w, h
+
+    def geometry(self, index: int) -> PageGeometry:
+        """Page `index`'s size in pixels (a TIFF page is read at its own resolution)."""
+        w, h = self.size(index)
+        return PageGeometry(1.0, w, h)
+
+    def render(self, index: int) -> np.ndarray:
+        """Page `index` (0-based) as a BGR uint8 array."""
+        self.size(index)
+        with self._lock:
+            img = self._seek(index)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    img.load()
+                    page = ImageOps.exif_transpose(img) if self.exif_transpose else img.copy()
+            except Exception as e:
+                raise BadImage(f"page {index + 1} of the TIFF is corrupt or truncated ({type(e).__name__})") from None
+        return to_bgr(page)
+
+    def text_lines(self, index: int, return_chars: bool = False) -> None:
+        """A TIFF has no text layer."""
+        return None
+
+    async def run(self, method, *args, **kwargs):
+        """`await pages.run(pages.render, 3)`, as PdfFile.run: off the event loop."""
+        import asyncio
+        import functools
+
+        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
+
+    def close(self) -> None:
+        with self._lock:
+            img, self._img = getattr(self, "_img", None), None
+        if img is not None:
+            img.close()
+
+    def _seek(self, index: int) -> Image.Image:
+        if self._img is None:
+            raise BadRequest("the TIFF was closed")
+        if not 0 <= index < self.pages:
+            raise BadRequest(f"page {index + 1} is not in this TIFF of {self.pages} pages")
+        try:
+            self._img.seek(index)
+        except Exception as e:
+            raise BadImage(f"page {index + 1} of the TIFF cannot be read ({type(e).__name__})") from None
+        return self._img
+
+    def __enter__(self) -> "TiffPages":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,231 @@
+"""PaddleX's OCR serving API (`POST /ocr`) on top of this service: its
+request in, its response shape out. No Ray import: unit-tested on its own.
+
+Built from PaddleX's own serving code and docs (PaddlePaddle/PaddleX):
+- paddlex/inference/serving/schemas/ocr.py and schemas/shared/ocr.py: the
+  request (`file`, `fileType` 0 = PDF / 1 = image, the use*/textDet*/
+  textRecScoreThresh options, `visualize`) and the result
+  (`ocrResults[].prunedResult`, `ocrImage`, `docPreprocessingImage`,
+  `inputImage`; `dataInfo`);
+- paddlex/inference/serving/basic_serving/_pipeline_apps/ocr.py: one
+  ocrResults item per page, images only when visualizing, None fields left
+  out (`response_model_exclude_none`);
+- paddlex/inference/serving/basic_serving/_app.py and infra/models.py: the
+  envelope `{"logId", "errorCode": 0, "errorMsg": "Success", "result"}` and
+  errors as HTTP status + `{"logId", "errorCode": status, "errorMsg"}`
+  (422 for a request that does not validate); `dataInfo` as
+  `{"width", "height", "type": "image"}` or
+  `{"numPages", "pages": [{"width", "height"}], "type": "pdf"}`;
+- docs/pipeline_usage/tutorials/ocr_pipelines/OCR.md (serving section): the
+  client example (`{"file": base64, "fileType": 1}`, then
+  `res["prunedResult"]` and `base64.b64decode(res["ocrImage"])`) and the
+  prunedResult keys (rec_texts, rec_scores, rec_polys, rec_boxes, dt_polys,
+  model_settings, text_det_params, text_type, text_rec_score_thresh).
+
+Where this service differs, on purpose:
+- `file` must be base64: a URL is a 400 (this service fetches nothing).
+- `fileType` null is inferred from the bytes (PaddleX infers it from a URL
+  only); a fileType that contradicts the bytes is a 400.
+- No 10-page cap: a PDF may have engine.documents.max_pages pages.
+- `useDocOrientationClassify` / `useDocUnwarping` true are a 400: there is
+  no document orientation or unwarping model here, and PaddleX itself fails
+  a request for a sub-pipeline it has not loaded; false or null are fine.
+- prunedResult has no `textline_orientation_angles` and no `dt_scores`
+  (the pipeline does not report them per line), and `dt_polys` is
+  `rec_polys` (lines below the score threshold are not kept).
+- `ocrImage` is the input with the line boxes drawn on it (PaddleX also
+  renders the text beside it, which needs its fonts); the pipeline draws it
+  (`visualize: "boxes"`, serve_app/ocr/visualize.py) from the image it decoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.errors import BadRequest, OcrError
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.flow.upload import document_format
+
+
+class PaddleXOcrRequest(BaseModel):
+    """schemas/ocr.py InferRequest (unknown fields are ignored, as there)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    file: str
+    fileType: Optional[Literal[0, 1]] = None
+    useDocOrientationClassify: Optional[bool] = None
+    useDocUnwarping: Optional[bool] = None
+    useTextlineOrientation: Optional[bool] = None
+    textDetLimitSideLen: Optional[int] = None
+    textDetLimitType: Optional[str] = None
+    textDetThresh: Optional[float] = None
+    textDetBoxThresh: Optional[float] = None
+    textDetUnclipRatio: Optional[float] = None
+    textRecScoreThresh: Optional[float] = None
+    visualize: Optional[bool] = None
+
+
+# PaddleX request field -> the OcrOptions field it sets. None: this service
+# cannot honour it, and a request that sets it (to anything but null, or
+# false for the use* switches) is refused with a 400 naming it. To support
+# one, name its OcrOptions field here (the value is then validated with
+# the other options).
+OPTION_FIELDS: dict[str, Optional[str]] = {
+    "useTextlineOrientation": "cls",
+    "useDocOrientationClassify": None,  # no document orientation model here
+    "useDocUnwarping": None,  # no unwarping (UVDoc) model here
+    "textDetLimitSideLen": "limit_side_len",  # on the detector's closed ladder (rounded down to a rung)
+    "textDetLimitType": None,  # the service's input policy stays its own (a closed set of shapes)
+    "textDetThresh": "thresh",
+    "textDetBoxThresh": "box_thresh",
+    "textDetUnclipRatio": "unclip_ratio",
+    "textRecScoreThresh": "drop_score",
+}
+
+
+class PaddleXValidation(OcrError):
+    """A request that does not validate: 422, as PaddleX answers it."""
+
+    status = 422
+    code = "invalid_request"
+
+
+def parse_request(body: bytes) -> PaddleXOcrRequest:
+    # The request is one flat object: refuse a body of nested bombs unparsed.
+    if body.count(b"{") + body.count(b"[") > 16:
+        raise PaddleXValidation("body: not the PaddleX OCR request object (too many nested objects or arrays)")
+    try:
+        return PaddleXOcrRequest.model_validate_json(body)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in first["loc"]) or "body"
+        raise PaddleXValidation(f"{where}: {first['msg']}") from None
+
+
+def to_call(req: PaddleXOcrRequest) -> tuple[bytes, OcrOptions]:
+    """The file's bytes and this service's options; BadRequest for what
+    cannot be honoured."""
+    data = file_bytes(req.file)
+    pdf = document_format(data) == "pdf"
+    if req.fileType == 0 and not pdf:
+        raise BadRequest("fileType is 0 (PDF) but file is not a PDF")
+    if req.fileType == 1 and pdf:
+        raise BadRequest("fileType is 1 (image) but file is a PDF; send fileType 0")
+    fields: dict[str, Any] = {}
+    for name, field in OPTION_FIELDS.items():
+        value = getattr(req, name)
+        if value is None or (value is False and name.startswith("use")):
+            if field is not None and value is not None:
+                fields[field] = value
+            continue
+        if field is None:
+            raise BadRequest(f"{name}={value!r} is not supported by this service (supported: "
+                             f"{', '.join(n for n, f in OPTION_FIELDS.items() if f)}); leave it out or null")
+        fields[field] = value
+    return data, parse_options(fields)
+
+
+def file_bytes(file: str) -> bytes:
+    if file.lstrip()[:8].lower().startswith(("http://", "https://")) or "://" in file[:16]:
+        raise BadRequest("file is a URL; this service fetches nothing: send the file's bytes as base64")
+    try:
+        return base64.b64decode(file, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRequest("file is not valid base64 (nor a URL, which this service would not fetch)") from None
+
+
+@dataclass(frozen=True)
+class PaddleXDefaults:
+    """What prunedResult reports of the service's own settings."""
+
+    text_det_params: dict
+    text_rec_score_thresh: float
+    use_textline_orientation: bool
+    exif_transpose: bool = True  # how the pipeline decodes images (the visualization does the same)
+
+    @staticmethod
+    def of(engine: EngineConfig) -> "PaddleXDefaults":
+        det = engine.det
+        return PaddleXDefaults(
+            {"limit_side_len": det.side_ladder[-1] if det.limit_type == "ladder" else det.limit_side_len,
+             "limit_type": det.limit_type, "thresh": det.thresh, "box_thresh": det.box_thresh,
+             "unclip_ratio": det.unclip_ratio},
+            engine.pipeline.drop_score, engine.cls.enabled, engine.pipeline.exif_transpose)
+
+
+def pruned_result(lines: list[dict], page_index: Optional[int], options: OcrOptions,
+                  defaults: PaddleXDefaults) -> dict:
+    """One page's `prunedResult` from this service's line dicts."""
+    polys = [[[int(round(x)), int(round(y))] for x, y in line["box"]] for line in lines]
+    boxes = [[min(p[0] for p in q), min(p[1] for p in q), max(p[0] for p in q), max(p[1] for p in q)]
+             for q in polys]
+    use_cls = defaults.use_textline_orientation if options.cls is None else options.cls
+    return {
+        "page_index": page_index,
+        "model_settings": {"use_doc_preprocessor": False, "use_textline_orientation": bool(use_cls)},
+        "dt_polys": polys,
+        # What this request ran with: its own values where it sent them.
+        "text_det_params": {**defaults.text_det_params,
+                            **{k: getattr(options, k) for k in ("limit_side_len", "thresh", "box_thresh", "unclip_ratio")
+                               if getattr(options, k) is not None}},
+        "text_type": "general",
+        "text_rec_score_thresh": defaults.text_rec_score_thresh if options.drop_score is None else options.drop_score,
+        "rec_texts": [line["text"] for line in lines],
+        "rec_scores": [line["score"] for line in lines],
+        "rec_polys": polys,
+        "rec_boxes": boxes,
+    }
+
+
+def pages_of(body: dict) -> list[dict]:
+    """This service's body (image or document) as pages: {width, height, results}."""
+    if "document" in body:
+        return body["pages"]
+    page = {"width": body["image"]["width"], "height": body["image"]["height"], "results": body["results"]}
+    if "visualization" in body:
+        page["visualization"] = body["visualization"]
+    return [page]
+
+
+def result(body: dict, options: OcrOptions, defaults: PaddleXDefaults,
+           images: Optional[list[dict[str, str]]] = None) -> dict:
+    """`result` of the response: ocrResults (one per page) and dataInfo.
+    `images`: per page, the visualization fields (ocrImage, inputImage)."""
+    pages = pages_of(body)
+    pdf = "document" in body
+    items = []
+    for k, page in enumerate(pages):
+        item = {"prunedResult": pruned_result(page["results"], k if pdf else None, options, defaults)}
+        if images is not None:
+            item.update(images[k])
+        items.append(item)
+    if pdf:
+        info = {"numPages": len(pages), "pages": [{"width": p["width"], "height": p["height"]} for p in pages],
+                "type": "pdf"}
+    else:
+        info = {"width": pages[0]["width"], "height": pages[0]["height"], "type": "image"}
+    return {"ocrResults": items, "dataInfo": info}
+
+
+def success(log_id: str, result_: dict) -> dict:
+    return {"logId": log_id, "result": result_, "errorCode": 0, "errorMsg": "Success"}
+
+
+def failure(log_id: str, status: int, message: str) -> dict:
+    return {"logId": log_id, "errorCode": status, "errorMsg": message}
+
+
+def images_of(page: dict) -> dict[str, str]:
+    """A page's ocrImage and inputImage, from the picture the pipeline drew
+    for it (`visualize: "boxes"`, serve_app.ocr.visualize.render_boxes)."""
+    picture = page.get("visualization")  # none for a page read from its text layer (never asked here)
+    if picture is None:
+        return {}
+    return {"ocrImage": picture["base64"], "inputImage": picture["input"]["base64"]}

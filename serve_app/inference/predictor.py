@@ -1,0 +1,599 @@
+"""The one seam to Paddle Inference: the only module that imports `paddle`.
+
+A `PaddlePredictor` owns one Paddle predictor and one thread. The predictor
+is built on that thread and every run happens on it: Paddle predictors are
+not thread-safe (PaddleOCR#8640, Paddle#56524), and oneDNN primitives created
+on one thread failed here with "could not execute a primitive" when a thread
+pool called them from another. Callers on any thread (or an asyncio loop)
+hand work to that thread and wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from serve_app.core.engine_config import PredictorOptions, TensorRTOptions
+from serve_app.core.errors import ConfigError, ModelError
+from serve_app.inference.weights import ModelFiles, model_digest
+from serve_app.inference import compile_cache
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Predictor(Protocol):
+    """What the rest of the package calls on an inference engine (and what a
+    test double must provide)."""
+
+    name: str
+    options: PredictorOptions
+    load_seconds: float
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """One forward pass; callable from any thread."""
+
+    async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) on the predictor's own thread (where `run` is direct),
+        awaited without blocking the event loop."""
+
+    def close(self) -> None: ...
+
+
+def pin_process(cores: Sequence[int]) -> None:
+    """Pin every thread of this process (and threads created later, which
+    inherit it) to `cores`. Paddle's OpenVINO engine binds its threads to CPU 0
+    unless the process is pinned, so each replica must be pinned to its own."""
+    available = os.sched_getaffinity(0)
+    wanted = {int(c) for c in cores}
+    if not wanted <= available:
+        # On a smaller machine than the config was written for: fall back to
+        # what exists rather than refusing to start.
+        log.warning("cpu_affinity %s not all available (have %s); using %s",
+                    sorted(wanted), sorted(available), sorted(wanted & available) or sorted(available))
+        wanted = (wanted & available) or available
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), wanted)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
+def cpu_has_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _precision(inference, name: str):
+    return {
+        "fp32": inference.PrecisionType.Float32,
+        "fp16": inference.PrecisionType.Half,
+        "bf16": inference.PrecisionType.Bfloat16,
+        "int8": inference.PrecisionType.Int8,
+    }[name]
+
+
+def gpu_status() -> tuple[bool, int]:
+    """(this paddle is a CUDA build, GPUs visible to this process). Counting
+    devices allocates nothing on them (cudaGetDeviceCount)."""
+    import paddle
+
+    if not paddle.is_compiled_with_cuda():
+        return False, 0
+    return True, int(paddle.device.cuda.device_count())
+
+
+def gpu_available() -> bool:
+    cuda, count = gpu_status()
+    return cuda and count > 0
+
+
+def _gpu_missing_message(cuda_build: bool) -> str:
+    where = (f"this replica's process (pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
+             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s})")
+    if not cuda_build:
+        why = ("the paddle installed here is the CPU build (paddlepaddle): install paddlepaddle-gpu from "
+               "Paddle's package index on every GPU node (`make install-gpu`, docs/deploy.md)")
+    else:
+        why = ("paddle is a CUDA build (paddlepaddle-gpu) but sees no GPU: give the deployment "
+               "ray_actor_options.num_gpus > 0 so that Ray places it on a node with a GPU and sets "
+               "CUDA_VISIBLE_DEVICES, and check the node's driver (nvidia-smi)")
+    return (f"device: gpu was asked for, but {where} has none: {why}; "
+            "or set allow_cpu_fallback: true to run this profile on the CPU instead")
+
+
+def resolve_device(options: PredictorOptions) -> PredictorOptions:
+    """Refuse a GPU config where this process has no GPU (a CPU build of
+    paddle, or none visible), unless the config allows falling back to the
+    CPU; settle "auto" precision. Runs where the predictor is built (in a
+    Serve replica: on the node Ray placed it on), never in the app builder."""
+    if options.openvino_precision == "auto":
+        options = options.model_copy(update={"openvino_precision": "bf16" if cpu_has_bf16() else "fp32"})
+    if options.device != "gpu":
+        return options
+    cuda_build, count = gpu_status()
+    if cuda_build and count > 0:
+        return options
+    if not options.allow_cpu_fallback:
+        raise ConfigError(_gpu_missing_message(cuda_build))
+    log.warning("device: gpu requested but unavailable; falling back to the CPU (allow_cpu_fallback)")
+    # The CPU engine that ran fastest and leanest here (Paddle's OpenVINO).
+    return options.model_copy(update={"device": "cpu", "tensorrt": None, "enable_openvino_engine": True})
+
+
+# --- TensorRT: on where its library loads (serve_app/inference/tensorrt_libs.py) -------------------
+
+
+def trt_compile_version() -> tuple[int, int, int]:
+    """The TensorRT this paddle was compiled against; (0, 0, 0): none."""
+    from paddle import inference
+
+    try:
+        v = tuple(int(x) for x in inference.get_trt_compile_version())
+    except Exception:  # noqa: BLE001 - a build without the call
+        return (0, 0, 0)
+    return (v + (0, 0, 0))[:3]  # type: ignore[return-value]
+
+
+def paddle_location() -> str:
+    import paddle
+
+    return os.path.dirname(os.path.abspath(paddle.__file__))
+
+
+def tensorrt_decision(enable: Any, usable: bool, reason: str) -> tuple[bool, str]:
+    """(use TensorRT, why) for `tensorrt.enable` and what the library probe
+    found; `enable: true` without a usable TensorRT is a ConfigError (the
+    replica refuses to start), "auto" falls back to Paddle's GPU kernels."""
+    if enable is False:
+        return False, "tensorrt.enable: false"
+    if usable:
+        return True, reason
+    if enable is True:
+        raise ConfigError(f"tensorrt.enable: true, but TensorRT cannot be used here: {reason}; or set "
+                          "tensorrt.enable: auto to run on Paddle's own GPU kernels without it")
+    return False, f"tensorrt.enable: auto, running on Paddle's GPU kernels without TensorRT: {reason}"
+
+
+def resolve_tensorrt(options: PredictorOptions,
+                     locate: Optional[Callable[[], Any]] = None) -> tuple[PredictorOptions, dict[str, Any]]:
+    """Settle `tensorrt.enable` on this GPU process: the options to build
+    with (tensorrt None where it is off) and the status for logs and stats."""
+    trt = options.tensorrt
+    if trt is None:
+        return options, {"on": False, "enable": None, "reason": "no tensorrt in the config", "libraries": None}
+    if options.device != "gpu":
+        return options, {"on": False, "enable": trt.enable, "libraries": None,
+                         "reason": "no GPU in this process (CPU fallback): TensorRT needs one"}
+    if locate is None:
+        from serve_app.inference.tensorrt_libs import locate as find
+
+        def locate():
+            return find(trt_compile_version(), paddle_location())
+    libs = locate()
+    on, reason = tensorrt_decision(trt.enable, libs.usable, libs.reason)
+    status = {"on": on, "enable": trt.enable, "reason": reason, "libraries": libs.as_dict()}
+    return (options if on else options.model_copy(update={"tensorrt": None})), status
+
+
+# --- GPU memory bound --------------------------------------------------------------------
+#
+# What Paddle enforces (Paddle 3.x source; not yet run on a GPU here):
+# - FLAGS_gpu_memory_limit_mb (paddle/common/flags.cc) is read once per
+#   process, when RecordedGpuMallocHelper::Instance() first runs
+#   (paddle/phi/core/platform/device/gpu/gpu_info.cc, std::call_once); from
+#   then on every cudaMalloc Paddle's allocators make goes through
+#   RecordedGpuMallocHelper::Malloc, which returns out-of-memory once the
+#   process's total would pass the limit, whatever the allocator strategy
+#   (auto_growth, the default, or naive_best_fit: both sit on CUDAAllocator,
+#   paddle/phi/core/memory/allocation/allocator_facade.cc).
+# - Instance() first runs at the latest when the first GPU predictor is
+#   created: CreatePaddlePredictor<AnalysisConfig> calls
+#   AnalysisConfig::fraction_of_gpu_memory_for_pool(), which queries memory
+#   through it (paddle/fluid/inference/api/analysis_predictor.cc,
+#   analysis_config.cc). So the flag must be set before that, and is: below,
+#   before create_predictor, on the predictor's thread.
+# - That same call overwrites FLAGS_fraction_of_gpu_memory_to_use with
+#   memory_pool_init_size_mb / total, once per process; and the auto_growth
+#   allocator does not read that flag at all. That is why the old
+#   per-replica fraction flag bounded nothing.
+
+
+@dataclass(frozen=True)
+class GpuMemoryBound:
+    """What this process's Paddle may allocate on its GPU, as enforced."""
+
+    device_total_mb: int
+    fraction: float
+    reserve_mb: int
+    limit_mb: Optional[int]  # FLAGS_gpu_memory_limit_mb as read back; None = not enforced
+    allocator_strategy: str
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpu_memory_limit_mb(fraction: float, device_total_mb: int, reserve_mb: int) -> int:
+    """floor(fraction x device memory) - reserve, in MiB; refused when
+    nothing would be left for the model."""
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"gpu_memory_fraction must be in (0, 1]; got {fraction}")
+    share = int(fraction * device_total_mb)
+    limit = share - int(reserve_mb)
+    if limit < 256:
+        raise ConfigError(
+            f"a GPU share of {fraction} of {device_total_mb} MiB is {share} MiB; less "
+            f"gpu_memory_reserve_mb ({reserve_mb}) leaves {limit} MiB for Paddle, too little to run a model: "
+            "raise the deployment's num_gpus (or gpu_memory_fraction), or lower gpu_memory_reserve_mb")
+    return limit
+
+
+class GpuMemoryLimiter:
+    """Sets FLAGS_gpu_memory_limit_mb once per process, before its first GPU
+    predictor, and reports what is in force. `set_flags` / `get_flags` are
+    paddle's (stand-ins in tests)."""
+
+    def __init__(self, set_flags: Callable[[dict], None], get_flags: Callable[[str], dict]):
+        self._set = set_flags
+        self._get = get_flags
+        self.gpu_predictors_created = 0
+        self.applied: Optional[int] = None
+
+    def _read(self, name: str) -> Any:
+        return self._get(name).get(name)
+
+    def apply(self, fraction: Optional[float], device_total_mb: int, reserve_mb: int) -> GpuMemoryBound:
+        strategy = str(self._read("FLAGS_allocator_strategy"))
+        if fraction is None:
+            return GpuMemoryBound(device_total_mb, 1.0, 0, None, strategy, "no gpu_memory_fraction: no limit")
+        want = gpu_memory_limit_mb(fraction, device_total_mb, reserve_mb)
+        if self.applied is None and self.gpu_predictors_created == 0:
+            self._set({"FLAGS_gpu_memory_limit_mb": want})
+            self.applied = int(self._read("FLAGS_gpu_memory_limit_mb"))
+            return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied or None, strategy)
+        # Paddle has read the flag already (gpu_info.cc, once per process):
+        # a new value would be reported but not enforced.
+        note = (f"this process's limit was fixed by its first GPU predictor ({self.applied} MiB); "
+                f"{want} MiB asked for here is not applied" if self.applied is not None else
+                "a GPU predictor without a limit was created first in this process: no limit is enforced")
+        log.warning("gpu memory limit: %s", note)
+        return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied, strategy, note)
+
+    def created(self) -> None:
+        self.gpu_predictors_created += 1
+
+
+_limiter: Optional[GpuMemoryLimiter] = None
+
+
+def _process_limiter() -> GpuMemoryLimiter:
+    global _limiter
+    if _limiter is None:
+        import paddle
+
+        _limiter = GpuMemoryLimiter(paddle.set_flags, paddle.get_flags)
+    return _limiter
+
+
+def device_total_mb(device_id: int) -> int:
+    """The GPU's memory (cudaGetDeviceProperties: allocates nothing and does
+    not touch Paddle's memory bookkeeping, so the limit can still be set)."""
+    import paddle
+
+    return int(paddle.device.cuda.get_device_properties(device_id).total_memory // (1 << 20))
+
+
+# --- TensorRT shape ranges ---------------------------------------------------------------
+
+
+@contextmanager
+def file_lock(path: str):
+    """An exclusive flock on `path` (created if missing): one holder per node
+    at a time. Released when the process dies, so a crashed builder never
+    blocks the others."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def tuned_shape_file(files: ModelFiles, trt: TensorRTOptions) -> Optional[str]:
+    """Where this stage's collected shape ranges live: the configured file,
+    or one per (model, shape set, precision) in the engine cache directory."""
+    if trt.shape_range_info_path:
+        return trt.shape_range_info_path
+    if not trt.input_shapes:
+        return None
+    from serve_app.inference.shape_ranges import shapes_key
+
+    folder = trt.cache_dir or os.path.join(os.path.dirname(str(files.program)), "_trt")
+    # "opt=served": collected with the opt runs (older files were not).
+    key = shapes_key(trt.input_shapes, str(files.program), f"{trt.precision}|opt=served")
+    return os.path.join(folder, f"shape_range_{files.name}_{key}.pbtxt")
+
+
+def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: Sequence[Sequence[int]],
+                         out: str) -> None:
+    """Run the model once per shape without TensorRT, then the set's opt
+    (serve_app.inference.shape_ranges.range_of: the configured batch) as often again,
+    so Paddle records it as every tensor's opt; every tensor's range into
+    `out` (written to a temporary name, then renamed, so a reader never sees
+    half a file)."""
+    from paddle import inference
+
+    from serve_app.inference.shape_ranges import collection_runs, range_of
+
+    shapes = collection_runs([tuple(s) for s in shapes], range_of(shapes).opt)
+
+    plain = options.model_copy(update={"tensorrt": None})
+    tmp = f"{out}.{os.getpid()}.tmp"
+    cfg = build_paddle_config(files, plain)
+    cfg.collect_shape_range_info(tmp)
+    predictor = inference.create_predictor(cfg)
+    inp = predictor.get_input_handle(predictor.get_input_names()[0])
+    for shape in shapes:
+        inp.reshape(list(shape))
+        inp.copy_from_cpu(np.zeros(tuple(shape), dtype=np.float32))
+        predictor.run()
+    del inp, predictor  # Paddle writes the file when the predictor is destroyed
+    os.replace(tmp, out)
+
+
+# --- compiled-engine cache (serve_app/inference/compile_cache.py) ---------------------------------
+
+
+def library_versions(gpu: bool) -> dict[str, str]:
+    """What a compiled engine depends on besides the model: Paddle (which
+    bundles its OpenVINO) and, on a GPU, CUDA, cuDNN and TensorRT."""
+    import paddle
+
+    out = {"paddle": paddle.__version__, "paddle_commit": getattr(paddle.version, "commit", "")}
+    if gpu:
+        for lib in ("cuda", "cudnn"):
+            fn = getattr(paddle.version, lib, None)
+            out[lib] = str(fn()) if callable(fn) else ""
+        trt = getattr(paddle.inference, "get_trt_compile_version", None)
+        out["tensorrt"] = str(trt()) if callable(trt) else ""
+    return out
+
+
+def openvino_cache_plan(files: ModelFiles, options: PredictorOptions,
+                        name: str) -> compile_cache.CachePlan:
+    """The folder OpenVINO compiles this model into: the published entry
+    for this key, a private one to publish, or a throwaway one (no cache)."""
+    if not options.cache_dir:
+        return compile_cache.plan(None, "")
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = compile_cache.cpu_signature(f.read())
+    except OSError:
+        cpu = "unknown"
+    parts = {"model": model_digest(files), "precision": options.openvino_precision,
+             "threads": options.cpu_math_library_num_threads, "cpu": cpu, **library_versions(False)}
+    root = compile_cache.resolve_root(options.cache_dir)
+    return compile_cache.plan(root, compile_cache.entry_name(name, "openvino", parts))
+
+
+def tensorrt_cache_dir(files: ModelFiles, options: PredictorOptions, name: str) -> Optional[str]:
+    """The keyed folder for this stage's TensorRT engines and shape ranges,
+    under tensorrt.cache_dir (or the predictor's cache_dir); None: neither
+    is set (Paddle's default, beside the model)."""
+    trt = options.tensorrt
+    assert trt is not None
+    base = trt.cache_dir or (compile_cache.resolve_root(options.cache_dir) if options.cache_dir else None)
+    if base is None:
+        return None
+    import paddle
+
+    parts = {"model": model_digest(files), "precision": trt.precision, "max_batch_size": trt.max_batch_size,
+             "min_subgraph_size": trt.min_subgraph_size, "input_shapes": sorted(map(list, trt.input_shapes or [])),
+             "shape_range_info_path": trt.shape_range_info_path, "opt": "served",  # engines tuned at the served batch
+             "gpu": paddle.device.cuda.get_device_properties(options.gpu_device_id).name,
+             **library_versions(True)}
+    return os.path.join(base, compile_cache.entry_name(name, "tensorrt", parts))
+
+
+def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shapes: Optional[str] = None,
+                        optim_cache_dir: Optional[str] = None):
+    """optim_cache_dir: where OpenVINO writes (and looks for) its compiled
+    model (Paddle's default is ./__cache__ in the working directory)."""
+    from paddle import inference
+
+    cfg = inference.Config(str(files.program), str(files.params))
+    if options.device == "gpu":
+        cfg.enable_use_gpu(options.gpu_mem_mb, options.gpu_device_id)
+        trt = options.tensorrt
+        if trt is not None:
+            cfg.enable_tensorrt_engine(
+                workspace_size=trt.workspace_size,
+                max_batch_size=trt.max_batch_size,
+                min_subgraph_size=trt.min_subgraph_size,
+                precision_mode=_precision(inference, trt.precision),
+                use_static=trt.use_static,
+                use_calib_mode=trt.precision == "int8",
+            )
+            if trt.cache_dir:
+                os.makedirs(trt.cache_dir, exist_ok=True)
+                cfg.set_optim_cache_dir(trt.cache_dir)
+            if tuned_shapes:
+                cfg.enable_tuned_tensorrt_dynamic_shape(tuned_shapes, trt.allow_build_at_runtime)
+    else:
+        cfg.disable_gpu()
+        cfg.set_cpu_math_library_num_threads(options.cpu_math_library_num_threads)
+        if options.enable_openvino_engine:
+            cfg.enable_openvino_engine(_precision(inference, options.openvino_precision))
+            if optim_cache_dir:
+                cfg.set_optim_cache_dir(optim_cache_dir)
+        elif options.enable_mkldnn:
+            cfg.enable_mkldnn()
+            cfg.set_mkldnn_cache_capacity(options.mkldnn_cache_capacity)
+        else:
+            cfg.disable_mkldnn()
+    if options.enable_memory_optim:
+        cfg.enable_memory_optim()
+    cfg.switch_ir_optim(options.switch_ir_optim)
+    if options.enable_profile:
+        cfg.enable_profile()
+    cfg.disable_glog_info()
+    cfg.switch_use_feed_fetch_ops(False)
+    # The same two passes PaddleOCR and RapidOCR delete: they mis-fuse these models.
+    cfg.delete_pass("conv_transpose_eltwiseadd_bn_fuse_pass")
+    cfg.delete_pass("matmul_transpose_reshape_fuse_pass")
+    return cfg
+
+
+class PaddlePredictor:
+    """One Paddle Inference predictor, run only on its own thread."""
+
+    def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None):
+        self.name = name or files.name
+        self.requested = options  # as configured and placed, before the device was settled
+        self.options = resolve_device(options)
+        if options.tensorrt is not None and self.options.device != "gpu":  # fell back to the CPU
+            self.tensorrt_status = {"on": False, "enable": options.tensorrt.enable, "libraries": None,
+                                    "reason": "no GPU in this process (CPU fallback): TensorRT needs one"}
+        else:
+            self.options, self.tensorrt_status = resolve_tensorrt(self.options)
+        if options.tensorrt is not None:
+            (log.info if self.tensorrt_status["on"] else log.warning)(
+                "%s: TensorRT %s: %s", self.name, "on" if self.tensorrt_status["on"] else "off",
+                self.tensorrt_status["reason"])
+        # GPUs this process's Paddle sees (0 for a stage without a GPU share: serve_app.serving.replica).
+        self.gpus_seen = gpu_status()[1]
+        self.gpu_memory: Optional[GpuMemoryBound] = None
+        self.tuned_shapes: Optional[str] = None
+        # The compiled-engine cache entry this predictor used: its folder,
+        # whether it was already there (hit), whether this one published it.
+        self.cache: Optional[dict[str, Any]] = None
+        self._build_lock: Optional[ExitStack] = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
+        self._closed = False
+        t0 = time.perf_counter()
+        try:
+            self._executor.submit(self._build, files).result()
+        except Exception as e:
+            self.release_build_lock()
+            self._executor.shutdown(wait=False)
+            if isinstance(e, (ConfigError, ModelError)):
+                raise
+            raise ModelError(f"could not load {self.name} model from {files.program}: {e}") from e
+        self.load_seconds = time.perf_counter() - t0
+
+    def _build(self, files: ModelFiles) -> None:
+        from paddle import inference
+
+        if self.options.cpu_affinity is not None:
+            pin_process(self.options.cpu_affinity)
+        opts = self.options
+        if opts.device == "gpu":
+            # Before anything of this process allocates on the GPU.
+            limiter = _process_limiter()
+            self.gpu_memory = limiter.apply(opts.gpu_memory_fraction, device_total_mb(opts.gpu_device_id),
+                                            opts.gpu_memory_reserve_mb)
+            log.info("%s: GPU memory bound %s", self.name, self.gpu_memory)
+            if opts.tensorrt is not None:
+                trt_dir = tensorrt_cache_dir(files, opts, self.name)
+                if trt_dir is not None:
+                    opts = self.options = opts.model_copy(
+                        update={"tensorrt": opts.tensorrt.model_copy(update={"cache_dir": trt_dir})})
+                    self.cache = {"dir": trt_dir, "hit": os.path.isdir(trt_dir), "published": False}
+                self._prepare_tensorrt(files, opts.tensorrt)
+        cache = openvino_cache_plan(files, opts, self.name) if opts.enable_openvino_engine else None
+        try:
+            self._predictor = inference.create_predictor(
+                build_paddle_config(files, opts, self.tuned_shapes, cache.workdir if cache else None))
+        except BaseException:
+            if cache is not None:
+                cache.abandon()
+            raise
+        if cache is not None:
+            self.cache = cache.finish()
+        if opts.device == "gpu":
+            _process_limiter().created()
+        self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])
+        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self._thread_id = threading.get_ident()
+
+    def _prepare_tensorrt(self, files: ModelFiles, trt: TensorRTOptions) -> None:
+        """One writer per engine cache: take the stage's lock in cache_dir
+        (held until `release_build_lock`, i.e. through the replica's warm-up,
+        which meets every input shape, so whatever Paddle builds and
+        serializes, at creation or at a shape's first run, is written by this
+        replica alone); collect the tuned shape ranges if no replica has."""
+        if trt.cache_dir:
+            stack = ExitStack()
+            stack.enter_context(file_lock(os.path.join(trt.cache_dir, f".{self.name}.build.lock")))
+            self._build_lock = stack
+        self.tuned_shapes = tuned_shape_file(files, trt)
+        if self.tuned_shapes is None:
+            log.warning("%s: TensorRT without input_shapes or shape_range_info_path: no dynamic-shape ranges",
+                        self.name)
+        elif not os.path.exists(self.tuned_shapes):
+            if not trt.input_shapes:
+                raise ConfigError(f"tensorrt.shape_range_info_path {self.tuned_shapes} does not exist")
+            t0 = time.perf_counter()
+            collect_shape_ranges(files, self.options, trt.input_shapes, self.tuned_shapes)
+            log.info("%s: shape ranges of %d input shapes collected in %.1fs -> %s", self.name,
+                     len(trt.input_shapes), time.perf_counter() - t0, self.tuned_shapes)
+
+    def release_build_lock(self) -> None:
+        """Let the next replica of this stage on this node build (or read
+        what this one built). Called after warm-up; harmless twice."""
+        lock, self._build_lock = self._build_lock, None
+        if lock is not None:
+            lock.close()
+
+    def _run(self, x: np.ndarray) -> np.ndarray:
+        assert threading.get_ident() == self._thread_id
+        self._input.reshape(list(x.shape))
+        self._input.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
+        self._predictor.run()
+        return self._output.copy_to_cpu()
+
+    def submit(self, x: np.ndarray) -> Future:
+        if self._closed:
+            raise RuntimeError(f"predictor {self.name} is closed")
+        return self._executor.submit(self._run, x)
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        if threading.get_ident() == self._thread_id:  # already on our thread (inside call_async)
+            return self._run(x)
+        return self.submit(x).result()
+
+    async def call_async(self, fn, *args):
+        """Run `fn(*args)` (pre-processing, predictor runs, post-processing)
+        on this predictor's thread, without blocking the event loop."""
+        if self._closed:
+            raise RuntimeError(f"predictor {self.name} is closed")
+        return await asyncio.wrap_future(self._executor.submit(fn, *args))
+
+    def close(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        self.release_build_lock()
+
+    def __del__(self):  # best effort; close() is the contract
+        try:
+            self._executor.shutdown(wait=False)
+        except Exception:
+            pass

@@ -1,0 +1,192 @@
+"""Can Paddle load TensorRT here? Found, linked if need be, and said why not.
+
+What Paddle 3.3.1 does (read in its source, not run on a GPU here):
+paddle/phi/backends/dynload/tensorrt.cc opens TensorRT with a bare
+`dlopen("libnvinfer.so", RTLD_LAZY | RTLD_LOCAL)` (and "libnvinfer_plugin.so"
+for plugins) the first time a TensorRT engine is built: FLAGS_tensorrt_dir is
+not consulted there (dynamic_loader.cc's GetTensorRtDsoHandle, which reads
+it, is not what the engine uses). A bare dlopen searches the LD_LIBRARY_PATH
+the process started with, the calling library's DT_RUNPATH (libpaddle.so's
+lists `$ORIGIN/../libs/`, i.e. site-packages/paddle/libs, and the pip CUDA
+libraries' folders), the ld.so cache and /lib, /usr/lib.
+
+NVIDIA's pip wheels (`tensorrt-cu12`, whose `tensorrt_cu12_libs` puts the
+libraries in site-packages/tensorrt_libs) and its Debian packages' runtime
+parts ship only the versioned names (libnvinfer.so.10), so Paddle's probe
+finds nothing although TensorRT is installed. The fix made here: a symlink
+`libnvinfer.so -> .../libnvinfer.so.<major>` (and the plugin) in
+paddle/libs, a folder on libpaddle.so's RUNPATH, so Paddle's own dlopen
+finds it whatever the process's environment (a Ray worker's included).
+Only the major Paddle was compiled against is linked. Setting
+LD_LIBRARY_PATH in a running process would change nothing (glibc reads it
+at start).
+
+No paddle import: the caller passes the TensorRT version Paddle was compiled
+against and where paddle lives; the loader is a parameter (ctypes by default)
+so tests stand in for dlopen.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+# The bare names Paddle dlopens (tensorrt.cc), and which of them it must have.
+PROBED = ("libnvinfer.so", "libnvinfer_plugin.so")
+
+
+@dataclass(frozen=True)
+class TensorRTLibs:
+    """What was found: usable (Paddle's dlopen will find a TensorRT of the
+    major it was compiled against), why (one line for logs and stats), the
+    file each probed name resolves to, and the links made here."""
+
+    usable: bool
+    reason: str
+    found: dict = field(default_factory=dict)
+    linked: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"usable": self.usable, "reason": self.reason, "found": dict(self.found),
+                "linked": dict(self.linked)}
+
+
+def default_loader(path: str) -> None:
+    """dlopen `path` as Paddle does (RTLD_LOCAL); raises OSError if it (or
+    one of its dependencies) cannot be loaded."""
+    ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+
+
+def paddle_runpath_dirs(paddle_dir: str) -> list[str]:
+    """libpaddle.so's RUNPATH folders that hold TensorRT candidates: paddle/libs
+    (`$ORIGIN/../libs/` from paddle/base/libpaddle.so, as the 3.3.1 wheels
+    are linked)."""
+    return [os.path.join(paddle_dir, "libs")]
+
+
+def system_dirs(environ=os.environ, ldconfig: Optional[str] = None) -> list[str]:
+    """Where else a bare dlopen looks, and where TensorRT is usually put:
+    LD_LIBRARY_PATH, the folders of the ld.so cache's libnvinfer entries,
+    the pip wheel's site-packages/tensorrt_libs, and the usual lib folders."""
+    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    if ldconfig is None:
+        try:
+            ldconfig = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            ldconfig = ""
+    dirs += [os.path.dirname(p) for p in re.findall(r"=>\s*(\S*/libnvinfer[^/\s]*\.so[.\d]*)\s*$", ldconfig, re.M)]
+    for site in sys.path:
+        if site.endswith("site-packages"):
+            dirs.append(os.path.join(site, "tensorrt_libs"))
+    dirs += ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/local/tensorrt/lib", "/usr/lib"]
+    out: list[str] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _major_of(path: str) -> Optional[int]:
+    """The major version a library file is: from its real name
+    (libnvinfer.so.10.5.0 -> 10); None when the name carries none."""
+    m = re.search(r"\.so\.(\d+)", os.path.basename(os.path.realpath(path)))
+    return int(m.group(1)) if m else None
+
+
+def _first(name: str, dirs: Sequence[str]) -> Optional[str]:
+    for d in dirs:
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def _versioned(base: str, major: int, dirs: Sequence[str]) -> Optional[str]:
+    """`base`.so.<major> (or .so.<major>.x.y) in the first folder that has one."""
+    for d in dirs:
+        exact = os.path.join(d, f"{base}.{major}")
+        if os.path.exists(exact):
+            return exact
+        more = sorted(glob.glob(os.path.join(d, f"{base}.{major}.*")))
+        if more:
+            return more[0]
+    return None
+
+
+def locate(compiled: Sequence[int], paddle_dir: str, link: bool = True,
+           other_dirs: Optional[Sequence[str]] = None,
+           loader: Callable[[str], None] = default_loader) -> TensorRTLibs:
+    """Whether Paddle's `dlopen("libnvinfer.so")` will load a TensorRT of
+    the major in `compiled` (paddle.inference.get_trt_compile_version()).
+    With link, a versioned library found elsewhere is linked under its
+    probed name into paddle/libs (when that folder is writable)."""
+    major = int(compiled[0]) if compiled else 0
+    if major <= 0:
+        return TensorRTLibs(False, "this paddle build has no TensorRT support (compiled against TensorRT 0)")
+    runpath = paddle_runpath_dirs(paddle_dir)
+    others = list(other_dirs) if other_dirs is not None else system_dirs()
+    found: dict[str, str] = {}
+    linked: dict[str, str] = {}
+    for name in PROBED:
+        path = _first(name, runpath + others)
+        if path is not None and _major_of(path) not in (None, major):
+            path = None  # another major: Paddle would load it and fail; look for ours instead
+        if path is None:
+            target = _versioned(name, major, runpath + others)
+            if target is None:
+                return TensorRTLibs(False, f"no {name} (or {name}.{major}) for TensorRT {major} on Paddle's search "
+                                    f"path nor in {', '.join(others[:4])}...: install it (e.g. pip install "
+                                    f"'tensorrt-cu12=={major}.*'; make install-gpu TENSORRT=1)", found, linked)
+            where = runpath[0]
+            dest = os.path.join(where, name)
+            if not link:
+                return TensorRTLibs(False, f"{target} is there but Paddle opens {name}: link it into {where} "
+                                    "(python -m serve_app.inference.tensorrt_libs)", found, linked)
+            try:
+                if os.path.islink(dest):
+                    os.unlink(dest)  # a stale link (another major, a removed wheel)
+                os.symlink(target, dest)
+            except OSError as e:
+                return TensorRTLibs(False, f"{target} is there but Paddle opens {name}, and it cannot be linked into "
+                                    f"{where} ({e.strerror}): run python -m serve_app.inference.tensorrt_libs as the owner "
+                                    "of that folder (the Docker image does at build time)", found, linked)
+            linked[dest] = target
+            path = dest
+        try:
+            loader(path)
+        except OSError as e:
+            return TensorRTLibs(False, f"{path} does not load ({e}): a dependency (CUDA runtime, cuDNN) is missing "
+                                "or of another version", found, linked)
+        found[name] = os.path.realpath(path)
+    return TensorRTLibs(True, f"TensorRT {major} found: {found['libnvinfer.so']}", found, linked)
+
+
+def main(argv=None) -> int:
+    """Link (if need be) and report, for the Dockerfile and `make install-gpu`.
+    Exit 0, or with --require: 1 not usable, 2 this paddle has no TensorRT
+    support."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m serve_app.inference.tensorrt_libs", description=__doc__.splitlines()[0])
+    p.add_argument("--require", action="store_true", help="exit 1 unless TensorRT is usable")
+    a = p.parse_args(argv)
+    from serve_app.inference.predictor import paddle_location, trt_compile_version
+
+    compiled = trt_compile_version()
+    libs = locate(compiled, paddle_location())
+    for dest, target in libs.linked.items():
+        print(f"linked {dest} -> {target}")
+    print(("TensorRT usable: " if libs.usable else "TensorRT NOT usable: ") + libs.reason)
+    if libs.usable or not a.require:
+        return 0
+    return 2 if not compiled or not compiled[0] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

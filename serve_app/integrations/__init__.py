@@ -1,0 +1,1 @@
+"""Other programs answered by the service: OCRmyPDF's OCR engine plugin."""

@@ -1,0 +1,409 @@
+"""The job book: accepted jobs, their queue and the workers that run them,
+idempotency keys, expiry and capacity, written through to the journal when
+there is one. The JobStore deployment (serve_app.jobs.store) is a thin shell over
+it; this module has no Ray import, so the state machine is unit-tested on its
+own with a stand-in for the pipeline.
+
+What a careless or hostile client can cost is bounded here:
+- capacity counts unfinished jobs (queued or running) and the image bytes
+  they hold; finished jobs have their own bounds (max_finished results and
+  max_finished_bytes of them, counted as stored, a share of each per client:
+  serve_app.jobs.results) besides their time to live, so junk that fails at
+  once never locks the store and one client cannot evict another's results;
+- one job's result is at most max_result_bytes (else the job fails with
+  `result_too_large`);
+- an Idempotency-Key stands for one payload (image and options): reused
+  with another, it is a 422, never the other payload's job;
+- each attempt of a job has a timeout; a worker survives any exception,
+  cancellation included, and a dead one is replaced;
+- a journal that cannot be written gives 503 with Retry-After, and health
+  reports it; recovery streams the file and loads a job's image only when it
+  runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Awaitable, Callable, Optional
+
+from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
+from serve_app.jobs.journal import JobJournal
+from serve_app.jobs.results import ALL, ResultShares
+from serve_app.jobs.state import Job, JobStatus, encode_result
+from serve_app.core.lanes import BULK, LaneQueue, lane_of
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs, LaneArgs
+from serve_app.flow.upload import content_key
+
+log = logging.getLogger("ray.serve")
+
+# (image or PDF, options, progress) -> the pipeline's result dict; raises on
+# failure. progress(pages_done, pages_total) as a document's pages are read.
+RunOcr = Callable[[Any, OcrOptions, Callable[[int, int], None]], Awaitable[dict]]
+
+JOURNAL_RETRY_AFTER_S = 5
+
+
+def image_nbytes(image: Any) -> int:
+    return int(getattr(image, "nbytes", None) or len(image)) if image is not None else 0
+
+
+def fingerprint(image: Any, options: OcrOptions) -> str:
+    """What an Idempotency-Key stands for: the image's content and the
+    options (the one content hash, serve_app.flow.upload.content_key; the lane
+    is not the payload)."""
+    key = content_key(image, options)
+    if key is None:
+        raise ValueError(f"a job's image is bytes or an array, not {type(image).__name__}")
+    return key
+
+
+class JobBook:
+    # A job whose replica died (or was busy) is tried again after each of
+    # these pauses: four attempts in all.
+    BACKOFF_S = (2.0, 4.0, 8.0)
+
+    def __init__(self, run: RunOcr, args: JobArgs, lanes: LaneArgs = LaneArgs(), lane_metrics: Any = None):
+        self.run = run
+        self.args = args
+        self.jobs: dict[str, Job] = {}
+        # finished jobs, oldest first, by client (their result's JSON bytes)
+        self.finished = ResultShares(args.max_finished, args.max_finished_bytes, args.client_share)
+        # One result fits its client's share (else it would evict itself at once).
+        self.result_limit = min(args.max_result_bytes, self.finished.share_bytes)
+        self.by_key: dict[str, str] = {}
+        self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
+        self.unfinished = 0
+        self.held_bytes = 0  # image bytes of unfinished jobs held in memory
+        # Job ids to run: interactive jobs first, bulk ones (the default) by
+        # age (serve_app.core.lanes); the lane lives in each job's options.
+        self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
+        self.workers: list[asyncio.Task] = []
+        self.journal: Optional[JobJournal] = JobJournal(args.journal) if args.journal else None
+        self.journal_error: Optional[str] = None  # the last journal failure, until a write succeeds
+        self._job_seconds: Optional[float] = None  # moving average of a job's time (for Retry-After)
+        self._closed = False
+        # The journal's reads and writes run on one thread of their own, off the event loop.
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
+
+    # -- lifecycle ------------------------------------------------------------
+    async def start(self) -> None:
+        """Recover the journal's jobs (unfinished ones are queued to run
+        again), then start the workers. Call once, in the event loop that
+        serves the store."""
+        if self.journal is not None:
+            await self._io_call(self._recover)
+        self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
+
+    def _new_worker(self, i: int) -> asyncio.Task:
+        return asyncio.create_task(self._worker(), name=f"job-worker-{i}")
+
+    def alive(self) -> bool:
+        return bool(self.workers) and not any(w.done() for w in self.workers)
+
+    def replace_dead_workers(self) -> int:
+        """Start a new worker for each one that has stopped; how many."""
+        if self._closed or not self.workers:
+            return 0
+        dead = [i for i, w in enumerate(self.workers) if w.done()]
+        for i in dead:
+            w = self.workers[i]
+            err = None if w.cancelled() else w.exception()
+            log.error("job worker %d stopped (%r); starting a new one", i, err)
+            self.workers[i] = self._new_worker(i)
+        return len(dead)
+
+    async def health(self) -> None:
+        """Raises if the journal cannot be read or its last write failed;
+        replaces dead workers on the way."""
+        self.replace_dead_workers()
+        if self.journal is not None:
+            try:
+                await self._io_call(self.journal.probe)
+            except Exception as e:
+                raise RuntimeError(f"the job journal {self.args.journal} cannot be read: {e!r}") from None
+            if self.journal_error is not None:
+                raise RuntimeError(f"the job journal {self.args.journal} cannot be written: {self.journal_error}")
+
+    def close(self) -> None:
+        """Stop the workers. A job they were running stays accepted in the
+        journal and runs again in the next store."""
+        self._closed = True
+        for w in self.workers:
+            w.cancel()
+        self._io.shutdown(wait=False)
+
+    def _recover(self) -> None:
+        """On the journal's thread: every job in the file, one row at a
+        time, without images (a queued job loads its image when it runs)."""
+        n = unfinished = 0
+        for job in self.journal.stream():
+            n += 1
+            job.requeue()
+            self.jobs[job.job_id] = job
+            if job.key:
+                self.by_key[job.key] = job.job_id
+            if job.status.done:
+                self._keep_finished(job)
+            else:
+                self.unfinished += 1
+                self.queue.put_nowait(job.job_id, self._lane(job))
+                unfinished += 1
+        gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
+        for job_id in gone:
+            self._forget(job_id)
+        if gone:
+            self.journal.delete(gone)
+        if n:
+            log.info("job journal %s: %d jobs recovered, %d to run again", self.args.journal, n, unfinished)
+
+    # -- the store's API --------------------------------------------------------
+    @property
+    def finished_bytes(self) -> int:
+        return self.finished.total_bytes
+
+    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "") -> dict:
+        self.replace_dead_workers()
+        await self._expire()
+        payload = await asyncio.to_thread(fingerprint, image, options) if key else None
+        if key:
+            while key in self._keys_pending:  # its first submit is being written: wait for its outcome
+                await asyncio.shield(self._keys_pending[key])
+            if key in self.by_key:
+                job = self.jobs[self.by_key[key]]
+                if job.fingerprint is not None and job.fingerprint != payload:
+                    raise IdempotencyConflict(
+                        f"Idempotency-Key {key!r} was used for another image or other options; "
+                        f"use a new key for a new request")
+                return job.view()
+        nbytes = image_nbytes(image)
+        if self.unfinished >= self.args.capacity:
+            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
+                             retry_after_s=self._retry_after())
+        if self.held_bytes + nbytes > self.args.max_queued_bytes:
+            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
+                             retry_after_s=self._retry_after())
+        job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
+                  fingerprint=payload, nbytes=nbytes, client=client)
+        pending = asyncio.get_running_loop().create_future() if key else None
+        if key:
+            self._keys_pending[key] = pending
+        write = asyncio.ensure_future(self._write("add", job))
+        try:
+            # Accepted only once it is on disk (with a journal). Shielded: a
+            # submit cancelled meanwhile (its caller went away) still learns
+            # how the write ended, below.
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await self._after_cancelled_add(write, job)
+            raise
+        except Exception as e:
+            self._journal_failed(e)
+            raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
+                              retry_after_s=JOURNAL_RETRY_AFTER_S) from None
+        finally:
+            if key:
+                del self._keys_pending[key]
+                pending.set_result(None)
+        self.journal_error = None
+        self._accept(job)
+        return job.view()
+
+    async def _after_cancelled_add(self, write: asyncio.Future, job: Job) -> None:
+        """A submit cancelled while its job was being written: nobody was
+        told its id. With an Idempotency-Key the client's retry gets this
+        job, so it is accepted (it runs once); without one nobody could ever
+        read it, so it is taken out of the journal again."""
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await asyncio.wait([write])
+        except Exception:
+            pass
+        if write.cancelled() or write.exception() is not None:
+            return
+        if job.key:
+            self._accept(job)
+            return
+        try:
+            await asyncio.shield(asyncio.ensure_future(self._write("delete", [job.job_id])))
+        except Exception as e:  # noqa: BLE001  it stays in the file: it runs after a restart, unseen
+            self._journal_failed(e)
+
+    def _accept(self, job: Job) -> None:
+        key = job.key
+        self.jobs[job.job_id] = job
+        if key:
+            self.by_key[key] = job.job_id
+        self.unfinished += 1
+        self.held_bytes += job.nbytes
+        self.queue.put_nowait(job.job_id, self._lane(job))
+
+    async def get(self, job_id: str) -> Optional[dict]:
+        self.replace_dead_workers()
+        await self._expire()
+        job = self.jobs.get(job_id)
+        return job.view() if job else None
+
+    async def acounts(self) -> dict[str, int]:
+        return self.counts()
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for j in self.jobs.values():
+            out[j.status.value] = out.get(j.status.value, 0) + 1
+        return out
+
+    # -- internals --------------------------------------------------------------
+    @staticmethod
+    def _lane(job: Job) -> str:
+        """A job's lane: its options' (the store resolves it at submit; a
+        job journaled before lanes has none: bulk)."""
+        return lane_of(job.options.priority, BULK)
+
+    def _retry_after(self) -> int:
+        """About when a slot frees up: the queue's length over the workers,
+        times a job's average time; 5 s before any job has finished."""
+        if self._job_seconds is None:
+            return 5
+        return max(1, min(60, math.ceil(self.unfinished / self.args.concurrency * self._job_seconds)))
+
+    def _journal_failed(self, e: BaseException) -> None:
+        self.journal_error = repr(e)
+        log.error("job journal %s: %r", self.args.journal, e)
+
+    async def _io_call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+
+    async def _write(self, method: str, *args) -> None:
+        """journal.<method>(*args) on the journal's thread; nothing without a journal."""
+        if self.journal is not None:
+            await self._io_call(getattr(self.journal, method), *args)
+
+    def _keep_finished(self, job: Job) -> None:
+        self.finished.add(job.job_id, job.client, job.finished or time.time(), job.result_size)
+
+    def _forget(self, job_id: str) -> None:
+        job = self.jobs.pop(job_id, None)
+        self.finished.remove(job_id)
+        if job is not None and job.key and self.by_key.get(job.key) == job_id:
+            del self.by_key[job.key]
+
+    async def _expire(self, client: Optional[str] = None) -> None:
+        """Finished jobs past their time to live, then (serve_app.jobs.results)
+        the oldest of a client over its share, then the biggest holder's
+        oldest while the store is over max_finished or max_finished_bytes."""
+        gone = self.finished.to_evict(time.time(), self.args.ttl_s, client)
+        for job_id in gone:
+            self._forget(job_id)
+        if gone:
+            try:
+                await self._write("delete", gone)
+            except Exception as e:  # they are gone from memory; the file keeps them until the next expiry
+                self._journal_failed(e)
+
+    async def _worker(self) -> None:
+        """Runs jobs until the store closes. Any exception of one job,
+        cancellation from below included, fails or requeues that job only."""
+        while True:
+            job_id = await self.queue.get()  # cancelled here only when the store closes
+            try:
+                await self._one(job_id)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed or (task is not None and task.cancelling()):
+                    raise  # the store is stopping: the journal keeps the job as accepted
+                log.error("job %s: cancelled from below; failed", job_id)
+                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+            except Exception as e:
+                log.error("job %s: %r", job_id, e)
+                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+
+    async def _one(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is None or job.status.done:  # expired before it ran (cannot happen for an unfinished job)
+            return
+        if job.image is None and self.journal is not None:  # recovered: its image is still on disk
+            job.image = await self._io_call(self.journal.image, job.job_id)
+            if job.image is None:
+                job.fail("internal", "the job's image was lost from the journal")
+                await self._finished(job)
+                return
+        job.start()
+        t0 = time.monotonic()
+        try:
+            await self._run(job)
+        finally:
+            # Still running only when cancelled (the store is stopping):
+            # then the journal keeps the job as accepted, to run again.
+            if job.status is not JobStatus.RUNNING:
+                self._job_seconds = (time.monotonic() - t0 if self._job_seconds is None
+                                     else 0.8 * self._job_seconds + 0.2 * (time.monotonic() - t0))
+                await self._finished(job)
+
+    async def _fail_safely(self, job_id: str, code: str, message: str) -> None:
+        job = self.jobs.get(job_id)
+        if job is not None and not job.status.done:
+            job.fail(code, message)
+            await self._finished(job)
+
+    async def _run(self, job: Job) -> None:
+        for attempt, pause in enumerate((*self.BACKOFF_S, None), start=1):
+            try:
+                result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
+            except asyncio.TimeoutError:
+                job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+                return
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed or (task is not None and task.cancelling()):
+                    raise
+                # The call below was cancelled (its replica went away): like a dead replica, retry.
+                log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+            except Exception as e:
+                cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
+                if isinstance(cause, OcrError):  # the input's fault: final
+                    job.fail(cause.code, cause.message)
+                    return
+                # A replica died or was busy: the job is accepted, so retry.
+                log.warning("job %s attempt %d failed: %r", job.job_id, attempt, e)
+                if pause is not None:
+                    await asyncio.sleep(pause)
+            else:
+                blob = encode_result({"request_id": job.job_id, **result})
+                if len(blob) > self.result_limit:
+                    job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
+                else:
+                    job.succeed(blob)
+                return
+        job.fail("internal", "internal error; the job was not completed")
+
+    async def _attempt(self, job: Job) -> dict:
+        return await self.run(job.image, job.options, job.progress)
+
+    async def _finished(self, job: Job) -> None:
+        """Book-keeping of a job that has just finished (its image was dropped)."""
+        if job.job_id in self.jobs and job.job_id not in self.finished:
+            self._keep_finished(job)
+            self.unfinished -= 1
+            self.held_bytes -= job.nbytes
+            job.nbytes = 0
+        try:
+            await self._write("finish", job)
+        except Exception as e:  # the result is still served from memory
+            self._journal_failed(e)
+            log.error("job %s: could not write its result to the journal: %r", job.job_id, e)
+        await self._expire(job.client)  # this client's share, at once (not only at the next submit)
+
+
+def result_too_large(size: int, limit: int) -> str:
+    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes, at most "
+            f"jobs.client_share of max_finished_bytes); "
+            f"send the document in parts, or fewer pages")

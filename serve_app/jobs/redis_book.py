@@ -1,0 +1,544 @@
+"""The job book on Redis (`jobs.backend: redis`): one book shared by several
+JobStore replicas on any nodes, no shared file system.
+
+The promises are the sqlite book's (serve_app.jobs.book), kept across
+replicas:
+- durable before the 202: a submit is one Lua script (atomic) whose reply
+  comes after the server has written it to its append-only file; with
+  `appendfsync always` (checked at start, jobs.redis_fsync) that write is
+  fsynced first;
+- each job is claimed under a lease (jobs.lease_s) that its worker renews
+  while it runs; a job whose worker died (its replica or node gone) goes
+  back to its queue when the lease runs out and runs on another replica; a
+  job that has lost max_claims workers fails instead of running again;
+- idempotency keys (SET under the script: two replicas never make two jobs
+  for one key), lanes (interactive first, bulk by age, bulk never waits
+  longer than lanes.bulk_max_wait_s), progress (pages_done), TTL, capacity
+  in jobs and image bytes, the per-job result bound and each client's share
+  of the result store (the rules of serve_app.jobs.results, here in Lua).
+
+Keys share one hash tag ({app}), so a Redis Cluster keeps a book in one slot.
+No Ray import: unit-tested against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any, Optional
+
+from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
+from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
+from serve_app.jobs.journal import decode_image, encode_image
+from serve_app.jobs.state import Job, JobStatus
+from serve_app.core.lanes import BULK
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.core.app_args import JobArgs, LaneArgs
+
+log = logging.getLogger("ray.serve")
+
+_FORGET = """
+local function forget(P, id)
+  local j = P..'job:'..id
+  local h = redis.call('HMGET', j, 'client', 'size', 'key', 'status')
+  local c, size, key, st = h[1] or '', tonumber(h[2] or '0'), h[3], h[4]
+  if redis.call('ZREM', P..'fin', id) == 0 then return end
+  redis.call('ZREM', P..'finc:'..c, id)
+  redis.call('HINCRBY', P..'stats', 'fcount', -1)
+  redis.call('HINCRBY', P..'stats', 'fbytes', -size)
+  if st then redis.call('HINCRBY', P..'stats', st, -1) end
+  if redis.call('HINCRBY', P..'ccount', c, -1) <= 0 then
+    redis.call('HDEL', P..'ccount', c)
+    redis.call('HDEL', P..'cbytes', c)
+  else
+    redis.call('HINCRBY', P..'cbytes', c, -size)
+  end
+  if key and key ~= '' and redis.call('GET', P..'key:'..key) == id then redis.call('DEL', P..'key:'..key) end
+  redis.call('DEL', j)
+end
+
+local function over(P, c, share_count, share_bytes)
+  return tonumber(redis.call('HGET', P..'ccount', c) or '0') > share_count
+      or tonumber(redis.call('HGET', P..'cbytes', c) or '0') > share_bytes
+end
+
+-- past the TTL; then `client` while over its share; then the biggest holder
+-- while the store is over its bounds (serve_app.jobs.results' rules)
+local function evict(P, now, ttl, client, max_count, max_bytes, share_count, share_bytes)
+  local gone = 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'fin', '-inf', now - ttl, 'LIMIT', 0, 256)) do
+    forget(P, id)
+    gone = gone + 1
+  end
+  if client ~= '' then
+    while over(P, client, share_count, share_bytes) do
+      local oldest = redis.call('ZRANGE', P..'finc:'..client, 0, 0)[1]
+      if not oldest then break end
+      forget(P, oldest)
+      gone = gone + 1
+    end
+  end
+  for _ = 1, 256 do
+    local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')
+    local fbytes = tonumber(redis.call('HGET', P..'stats', 'fbytes') or '0')
+    if fcount <= max_count and fbytes <= max_bytes then break end
+    local held = redis.call('HGETALL', P..((fbytes > max_bytes) and 'cbytes' or 'ccount'))
+    local biggest, most = nil, -1
+    for k = 1, #held, 2 do
+      local n = tonumber(held[k + 1])
+      if n > most then biggest, most = held[k], n end
+    end
+    if not biggest then break end
+    local oldest = redis.call('ZRANGE', P..'finc:'..biggest, 0, 0)[1]
+    if not oldest then break end
+    forget(P, oldest)
+    gone = gone + 1
+  end
+  return gone
+end
+"""
+
+# ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
+_SUBMIT = """
+local P, id, key = ARGV[1], ARGV[2], ARGV[3]
+if key ~= '' then
+  local other = redis.call('GET', P..'key:'..key)
+  if other then return {'dup', other} end
+end
+local unfinished = tonumber(redis.call('HGET', P..'stats', 'unfinished') or '0')
+local held = tonumber(redis.call('HGET', P..'stats', 'held') or '0')
+if unfinished >= tonumber(ARGV[4]) then return {'full', tostring(unfinished)} end
+if held + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {'bytes', tostring(held)} end
+redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
+           'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
+           'claims', '0')
+redis.call('SET', P..'img:'..id, ARGV[13])
+if key ~= '' then redis.call('SET', P..'key:'..key, id) end
+redis.call('ZADD', P..'q:'..ARGV[7], ARGV[8], id)
+redis.call('HINCRBY', P..'stats', 'unfinished', 1)
+redis.call('HINCRBY', P..'stats', 'held', ARGV[6])
+return {'ok', id}
+"""
+
+# ARGV: P now lease_deadline bulk_max_wait owner
+_CLAIM = """
+local P, now = ARGV[1], tonumber(ARGV[2])
+-- jobs whose lease ran out (their worker died): back to their queue
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT', 0, 16)) do
+  redis.call('ZREM', P..'lease', id)
+  local j = P..'job:'..id
+  if redis.call('HGET', j, 'status') == 'running' then
+    redis.call('HSET', j, 'status', 'queued')
+    redis.call('HDEL', j, 'owner')
+    if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
+    redis.call('ZADD', P..'q:'..redis.call('HGET', j, 'lane'), redis.call('HGET', j, 'created'), id)
+  end
+end
+local b = redis.call('ZRANGE', P..'q:bulk', 0, 0, 'WITHSCORES')
+local i = redis.call('ZRANGE', P..'q:interactive', 0, 0)
+local lane
+if b[1] and now - tonumber(b[2]) >= tonumber(ARGV[4]) then lane = 'bulk'
+elseif i[1] then lane = 'interactive'
+elseif b[1] then lane = 'bulk'
+else return false end
+local id = (lane == 'bulk') and b[1] or i[1]
+redis.call('ZREM', P..'q:'..lane, id)
+redis.call('ZADD', P..'lease', ARGV[3], id)
+local j = P..'job:'..id
+redis.call('HSET', j, 'status', 'running', 'owner', ARGV[5])
+return {id, redis.call('HINCRBY', j, 'claims', 1)}
+"""
+
+# ARGV: P id owner deadline
+_RENEW = """
+local j = ARGV[1]..'job:'..ARGV[2]
+if redis.call('HGET', j, 'owner') ~= ARGV[3] then return 0 end
+redis.call('ZADD', ARGV[1]..'lease', 'XX', ARGV[4], ARGV[2])
+return 1
+"""
+
+# ARGV: P id owner pages_done pages_total
+_PROGRESS = """
+local j = ARGV[1]..'job:'..ARGV[2]
+if redis.call('HGET', j, 'owner') ~= ARGV[3] then return 0 end
+local done = tonumber(redis.call('HGET', j, 'pages_done') or '-1')
+if tonumber(ARGV[4]) >= done then redis.call('HSET', j, 'pages_done', ARGV[4], 'pages_total', ARGV[5]) end
+return 1
+"""
+
+# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes
+_FINISH = _FORGET + """
+local P, id = ARGV[1], ARGV[2]
+local j = P..'job:'..id
+local st = redis.call('HGET', j, 'status')
+if st ~= 'running' and st ~= 'queued' then return -1 end -- finished by another worker already, or gone
+local client = redis.call('HGET', j, 'client') or ''
+local nbytes = tonumber(redis.call('HGET', j, 'nbytes') or '0')
+redis.call('HSET', j, 'status', ARGV[3], 'finished', ARGV[6], 'size', ARGV[7])
+if ARGV[4] ~= '' then redis.call('HSET', j, 'result', ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', j, 'error', ARGV[5]) end
+redis.call('HDEL', j, 'owner')
+redis.call('DEL', P..'img:'..id)
+redis.call('ZREM', P..'lease', id)
+redis.call('ZREM', P..'q:bulk', id)
+redis.call('ZREM', P..'q:interactive', id)
+redis.call('HINCRBY', P..'stats', 'unfinished', -1)
+redis.call('HINCRBY', P..'stats', 'held', -nbytes)
+redis.call('HINCRBY', P..'stats', ARGV[3], 1)
+redis.call('ZADD', P..'fin', ARGV[6], id)
+redis.call('ZADD', P..'finc:'..client, ARGV[6], id)
+redis.call('HINCRBY', P..'stats', 'fcount', 1)
+redis.call('HINCRBY', P..'stats', 'fbytes', ARGV[7])
+redis.call('HINCRBY', P..'ccount', client, 1)
+redis.call('HINCRBY', P..'cbytes', client, ARGV[7])
+return evict(P, tonumber(ARGV[8]), tonumber(ARGV[9]), client, tonumber(ARGV[10]), tonumber(ARGV[11]),
+             tonumber(ARGV[12]), tonumber(ARGV[13]))
+"""
+
+# ARGV: P id
+_FORGET_ONE = _FORGET + """
+forget(ARGV[1], ARGV[2])
+return 1
+"""
+
+# ARGV: P now ttl max_count max_bytes share_count share_bytes
+_EXPIRE = _FORGET + """
+return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]), tonumber(ARGV[5]),
+             tonumber(ARGV[6]), tonumber(ARGV[7]))
+"""
+
+
+def redis_prefix(app_name: str) -> str:
+    """The keys of one application's book: `ocr:{app}:...` (one hash slot)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in (app_name or "default"))
+    return f"ocr:{{{safe}}}:"
+
+
+def check_fsync(config: dict, wanted: str) -> Optional[str]:
+    """CONFIG GET appendonly/appendfsync against jobs.redis_fsync: raises
+    ConfigError when the server cannot keep the promise, returns a warning
+    when it keeps a weaker one than `always`, else None."""
+    appendonly, appendfsync = config.get("appendonly"), config.get("appendfsync")
+    fix = ("start the server with `--appendonly yes --appendfsync always` (or CONFIG SET them), or set "
+           "jobs.redis_fsync to `everysec` (up to a second of accepted jobs may be lost if the server's "
+           "machine dies) or `any` (not checked)")
+    if appendonly != "yes":
+        raise ConfigError(f"the job book's Redis has appendonly {appendonly!r}: accepted jobs would be lost "
+                          f"when it restarts; {fix}")
+    if wanted == "always" and appendfsync != "always":
+        raise ConfigError(f"the job book's Redis has appendfsync {appendfsync!r}, but jobs.redis_fsync is "
+                          f"`always` (a job on disk before its 202); {fix}")
+    if appendfsync != "always":
+        return (f"the job book's Redis has appendfsync {appendfsync!r}: a job answered 202 may be lost "
+                f"if the server's machine dies within a second")
+    return None
+
+
+class RedisJobBook(JobBook):
+    """JobBook's API (start, submit, get, counts, health, close) over Redis;
+    its attempt loop (retries, timeout, result bound) is JobBook's."""
+
+    def __init__(self, run: RunOcr, args: JobArgs, lanes: LaneArgs = LaneArgs(), lane_metrics: Any = None,
+                 *, url: str, prefix: str = "ocr:{default}:"):
+        super().__init__(run, args.model_copy(update={"journal": None}), lanes, lane_metrics)
+        import redis.asyncio as aioredis
+
+        # A burst of calls waits for a free connection (up to 10 s) rather than failing.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=args.concurrency + 64, timeout=10,
+            socket_connect_timeout=5, socket_timeout=30, health_check_interval=30)
+        self.r = aioredis.Redis(connection_pool=pool)
+        self.url_shown = url.split("@")[-1]  # no password in messages
+        self.P = prefix
+        self.lanes_on = lanes.enabled
+        self.bulk_max_wait_s = lanes.bulk_max_wait_s
+        self.owner = uuid.uuid4().hex  # this book's workers' name on their leases
+        self.share_count = max(1, int(args.max_finished * args.client_share))
+        self.share_bytes = max(1, int(args.max_finished_bytes * args.client_share))
+        self._submit = self.r.register_script(_SUBMIT)
+        self._claim = self.r.register_script(_CLAIM)
+        self._renew = self.r.register_script(_RENEW)
+        self._progress = self.r.register_script(_PROGRESS)
+        self._finish = self.r.register_script(_FINISH)
+        self._expire_script = self.r.register_script(_EXPIRE)
+        self._forget_one = self.r.register_script(_FORGET_ONE)
+        self._tasks: set[asyncio.Task] = set()
+        self._wake: Optional[asyncio.Event] = None  # set by this replica's submits
+        self.redis_error: Optional[str] = None
+
+    # -- lifecycle ------------------------------------------------------------
+    async def start(self) -> None:
+        """Checks the server's AOF policy (jobs.redis_fsync), then starts
+        the workers. Jobs another replica left behind are taken up as their
+        leases run out."""
+        await self.r.ping()
+        if self.args.redis_fsync != "any":
+            try:
+                config = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                          for k, v in (await self.r.config_get("append*")).items()}
+            except Exception as e:  # noqa: BLE001  a managed Redis may refuse CONFIG
+                raise ConfigError(f"the job book's Redis at {self.url_shown} does not answer CONFIG GET ({e}); "
+                                  f"check that it runs with appendonly yes and appendfsync always, then set "
+                                  f"jobs.redis_fsync: any") from None
+            warning = check_fsync(config, self.args.redis_fsync)
+            if warning:
+                log.warning("%s", warning)
+        self._wake = asyncio.Event()
+        self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
+
+    async def health(self) -> None:
+        self.replace_dead_workers()
+        try:
+            await self.r.ping()
+        except Exception as e:  # noqa: BLE001
+            raise RuntimeError(f"the job book's Redis at {self.url_shown} does not answer: {e!r}") from None
+
+    def close(self) -> None:
+        super().close()
+        for t in list(self._tasks):
+            t.cancel()
+
+    async def aclose(self) -> None:
+        self.close()
+        # Cancelled again each second until every task has ended: Python
+        # 3.11's wait_for (and redis-py's timeouts) can swallow a cancellation
+        # that lands as their timeout fires, and a worker that then waits on
+        # its job would keep a single gather waiting for good (seen: the
+        # unit tier hung beside a busy core).
+        pending = {*self.workers, *self._tasks}
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=1.0)
+            for t in pending:
+                t.cancel()
+        await self.r.aclose()
+
+    # -- the store's API --------------------------------------------------------
+    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "") -> dict:
+        self.replace_dead_workers()
+        payload = await asyncio.to_thread(fingerprint, image, options) if key else None
+        nbytes = image_nbytes(image)
+        lane = self._lane_of(options)
+        blob, kind = await asyncio.to_thread(encode_image, image)
+        job_id = uuid.uuid4().hex
+        try:
+            await self._expire_now()
+            # Shielded: a submit cancelled meanwhile still learns how it ended
+            # (the script is atomic; a job without a key nobody was told of is
+            # taken out again).
+            call = asyncio.ensure_future(self._submit(args=[
+                self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
+                repr(time.time()), json.dumps(options.to_dict()), kind, payload or "", client, blob]))
+            try:
+                answer, other = await asyncio.shield(call)
+            except asyncio.CancelledError:
+                await self._after_cancelled_submit(call, job_id, key)
+                raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.redis_error = repr(e)
+            log.error("job book Redis %s: %r", self.url_shown, e)
+            raise Unavailable("the job book cannot be written just now; the job was not accepted, retry",
+                              retry_after_s=JOURNAL_RETRY_AFTER_S) from None
+        answer = answer.decode()
+        if answer == "full":
+            self.unfinished = int(other)  # the whole book's, for Retry-After
+            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
+                             retry_after_s=self._retry_after())
+        if answer == "bytes":
+            raise Overloaded(f"the job store holds {int(other)} bytes of queued images; retry later",
+                             retry_after_s=self._retry_after())
+        self.redis_error = None
+        if answer == "ok" and self._wake is not None:
+            self._wake.set()
+        if answer == "dup":
+            view = await self.get(other.decode())
+            theirs = await self.r.hget(self._job(other.decode()), "fingerprint")
+            if theirs is not None and theirs.decode() != (payload or ""):
+                raise IdempotencyConflict(
+                    f"Idempotency-Key {key!r} was used for another image or other options; "
+                    f"use a new key for a new request")
+            if view is not None:
+                return view
+            # The key's job has expired (not yet dropped): the key is free again.
+            await self._forget_one(args=[self.P, other.decode()])
+            return await self.submit(image, options, key, client)
+        return {"job_id": job_id, "status": JobStatus.QUEUED.value}
+
+    async def _after_cancelled_submit(self, call: asyncio.Future, job_id: str, key: Optional[str]) -> None:
+        try:
+            answer, _ = await asyncio.shield(call)
+        except BaseException:  # noqa: BLE001  not written, or unknown: nothing to undo here
+            return
+        if answer == b"ok" and not key:
+            # Nobody was told its id: as if never accepted. (With a key the
+            # client's retry gets it.) It is finished and forgotten at once.
+            undo = asyncio.ensure_future(self._undo(job_id))
+            try:
+                await asyncio.shield(undo)
+            except BaseException:  # noqa: BLE001
+                pass
+
+    async def _undo(self, job_id: str) -> None:
+        await self._finish_job(job_id, JobStatus.FAILED, None,
+                               {"code": "cancelled", "message": "the submit was cancelled"})
+        await self._forget_one(args=[self.P, job_id])
+
+    async def get(self, job_id: str) -> Optional[dict]:
+        self.replace_dead_workers()
+        h = await self.r.hgetall(self._job(job_id))
+        if not h:
+            return None
+        job = self._from_hash(job_id, h)
+        if job.status.done and time.time() - (job.finished or 0) > self.args.ttl_s:
+            return None  # expired (dropped from the book by the next submit or finish)
+        return job.view()
+
+    async def acounts(self) -> dict[str, int]:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zcard(self.P + "q:interactive")
+        pipe.zcard(self.P + "q:bulk")
+        pipe.zcard(self.P + "lease")
+        pipe.hmget(self.P + "stats", "succeeded", "failed")
+        inter, bulk, running, (ok, failed) = await pipe.execute()
+        out = {"queued": inter + bulk, "running": running, "succeeded": int(ok or 0), "failed": int(failed or 0)}
+        return {k: v for k, v in out.items() if v}
+
+    # -- internals --------------------------------------------------------------
+    def _job(self, job_id: str) -> str:
+        return f"{self.P}job:{job_id}"
+
+    def _lane_of(self, options: OcrOptions) -> str:
+        return self._lane(Job(job_id="", created=0.0, options=options)) if self.lanes_on else BULK
+
+    def _from_hash(self, job_id: str, h: dict) -> Job:
+        g = {k.decode(): v.decode() for k, v in h.items() if k != b"result"}
+        job = Job(job_id=job_id, created=float(g.get("created", 0)), status=JobStatus(g["status"]),
+                  options=parse_options(json.loads(g["options"])) if g.get("options") else OcrOptions(),
+                  key=g.get("key") or None, fingerprint=g.get("fingerprint") or None, client=g.get("client", ""),
+                  nbytes=int(g.get("nbytes", 0)),
+                  result_json=h[b"result"] if b"result" in h else None,
+                  error=json.loads(g["error"]) if g.get("error") else None,
+                  finished=float(g["finished"]) if g.get("finished") else None)
+        if "pages_total" in g:
+            job.pages_done, job.pages_total = int(g["pages_done"]), int(g["pages_total"])
+        return job
+
+    async def _expire_now(self) -> None:
+        await self._expire_script(args=[self.P, repr(time.time()), self.args.ttl_s, self.args.max_finished,
+                                        self.args.max_finished_bytes, self.share_count, self.share_bytes])
+
+    async def _expire(self, client: Optional[str] = None) -> None:
+        await self._expire_now()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    async def _worker(self) -> None:
+        """Claims jobs until the store closes. Between claims it waits for a
+        submit to this replica, or one second: jobs submitted to other
+        replicas, and jobs whose lease ran out, are found within a second.
+        The loop also ends on its own once the store has closed: Python
+        3.11's wait_for (and redis-py's timeouts) can swallow a cancellation
+        that lands as their timeout fires, and the worker would go on."""
+        while not self._closed:
+            try:
+                now = time.time()
+                claimed = await self._claim(args=[self.P, repr(now), repr(now + self.args.lease_s),
+                                                  self.bulk_max_wait_s if self.lanes_on else 0, self.owner])
+                if not claimed:
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                    except asyncio.TimeoutError:
+                        pass
+                    self._wake.clear()
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001  Redis away: health says so; try again
+                self.redis_error = repr(e)
+                log.error("job book Redis %s: %r", self.url_shown, e)
+                await asyncio.sleep(1.0)
+                continue
+            job_id, claims = claimed[0].decode(), int(claimed[1])
+            try:
+                await self._one_claimed(job_id, claims)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed or (task is not None and task.cancelling()):
+                    raise  # the store is stopping: the lease runs out and another replica runs the job
+                log.error("job %s: cancelled from below; failed", job_id)
+                await self._fail_quietly(job_id, "internal", "internal error; the job was not completed")
+            except Exception as e:  # noqa: BLE001
+                log.error("job %s: %r", job_id, e)
+                await self._fail_quietly(job_id, "internal", "internal error; the job was not completed")
+
+    async def _one_claimed(self, job_id: str, claims: int) -> None:
+        h, blob = await asyncio.gather(self.r.hgetall(self._job(job_id)), self.r.get(f"{self.P}img:{job_id}"))
+        if not h:
+            return
+        job = self._from_hash(job_id, h)
+        if claims > self.args.max_claims:
+            await self._finish_job(job_id, JobStatus.FAILED, None, {
+                "code": "internal", "message": f"the job's worker stopped {claims - 1} times before it finished; "
+                "it is not run again"})
+            return
+        if blob is None:
+            await self._finish_job(job_id, JobStatus.FAILED, None,
+                                   {"code": "internal", "message": "the job's image was lost from the job book"})
+            return
+        job.image = await asyncio.to_thread(decode_image, blob, h.get(b"kind", b"bytes").decode())
+        del blob
+        job.start()
+        renewer = self._spawn(self._keep_lease(job_id))
+        t0 = time.monotonic()
+        try:
+            await self._run(job)
+        finally:
+            renewer.cancel()
+        if job.status is JobStatus.RUNNING:
+            return
+        self._job_seconds = (time.monotonic() - t0 if self._job_seconds is None
+                             else 0.8 * self._job_seconds + 0.2 * (time.monotonic() - t0))
+        await self._finish_job(job_id, job.status, job.result_json, job.error)
+
+    async def _keep_lease(self, job_id: str) -> None:
+        while True:
+            await asyncio.sleep(self.args.lease_s / 3)
+            try:
+                if not await self._renew(args=[self.P, job_id, self.owner, repr(time.time() + self.args.lease_s)]):
+                    log.warning("job %s: its lease was taken over (this worker was presumed dead)", job_id)
+                    return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001  the next renewal may get through
+                log.warning("job %s: lease not renewed: %r", job_id, e)
+
+    async def _attempt(self, job: Job) -> dict:
+        def progress(done: int, total: int) -> None:
+            job.progress(done, total)
+            self._spawn(self._progress(args=[self.P, job.job_id, self.owner, done, total]))
+
+        return await self.run(job.image, job.options, progress)
+
+    async def _fail_quietly(self, job_id: str, code: str, message: str) -> None:
+        try:
+            await self._finish_job(job_id, JobStatus.FAILED, None, {"code": code, "message": message})
+        except Exception as e:  # noqa: BLE001  the lease runs out; the job runs again elsewhere
+            log.error("job %s: could not be marked failed: %r", job_id, e)
+
+    async def _finish_job(self, job_id: str, status: JobStatus, result_json: Optional[bytes],
+                          error: Optional[dict]) -> None:
+        error_json = json.dumps(error) if error else ""
+        size = len(result_json or b"") + len(error_json.encode())
+        ttl = self.args.ttl_s
+        now = time.time()
+        await self._finish(args=[self.P, job_id, status.value, result_json or b"", error_json, repr(now), size,
+                                 repr(now), ttl, self.args.max_finished, self.args.max_finished_bytes,
+                                 self.share_count, self.share_bytes])
+

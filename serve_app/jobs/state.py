@@ -1,0 +1,100 @@
+"""A job's state: the status enum and the `Job` record that moves through it
+(queued -> running -> succeeded | failed). No Ray import."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+from serve_app.core.request_options import OcrOptions
+
+
+class JobStatus(str, Enum):
+    """The values are the HTTP JSON's `status` strings."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def done(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+
+@dataclass
+class Job:
+    job_id: str
+    created: float
+    status: JobStatus = JobStatus.QUEUED
+    image: Any = None  # kept until the job is done
+    options: OcrOptions = field(default_factory=OcrOptions)
+    key: Optional[str] = None  # Idempotency-Key
+    fingerprint: Optional[str] = None  # hash of the image and options: what the key stands for
+    nbytes: int = 0  # image bytes counted against the store's bound until the job is done
+    # A finished job's result as it is kept (its JSON, UTF-8): what the
+    # result store's bounds count is what it holds, not a guess at a dict's size.
+    result_json: Optional[bytes] = None
+    client: str = ""  # who submitted it (serve_app.jobs.clients): its share of the result store
+    error: Optional[dict] = None  # {"code", "message"}
+    finished: Optional[float] = None
+    # A document's progress while it runs (pages read, pages in all).
+    pages_done: Optional[int] = None
+    pages_total: Optional[int] = None
+
+    def progress(self, done: int, total: int) -> None:
+        self.pages_done, self.pages_total = done, total
+
+    def start(self) -> None:
+        self.status = JobStatus.RUNNING
+
+    @property
+    def result(self) -> Optional[dict]:
+        return json.loads(self.result_json) if self.result_json is not None else None
+
+    @property
+    def result_size(self) -> int:
+        """Bytes a finished job holds in the result store."""
+        return len(self.result_json or b"") + len(json.dumps(self.error).encode() if self.error else b"")
+
+    def succeed(self, result: dict | bytes) -> None:
+        self.result_json = result if isinstance(result, bytes) else encode_result(result)
+        self._finish(JobStatus.SUCCEEDED)
+
+    def fail(self, code: str, message: str) -> None:
+        self.error = {"code": code, "message": message}
+        self._finish(JobStatus.FAILED)
+
+    def requeue(self) -> None:
+        """After a restart: a job that was running when the store died runs
+        again (a document from its first page)."""
+        if not self.status.done:
+            self.status = JobStatus.QUEUED
+        self.pages_done = 0 if self.pages_total is not None else None
+
+    def _finish(self, status: JobStatus) -> None:
+        self.status = status
+        self.image = None  # the result is kept, the image is not
+        self.finished = time.time()
+
+    def view(self) -> dict:
+        """The HTTP body of `GET /v1/ocr/jobs/{job_id}`."""
+        out: dict[str, Any] = {"job_id": self.job_id, "status": self.status.value}
+        result = self.result
+        pages = (result or {}).get("document", {}).get("pages")  # a finished document (also once recovered)
+        if pages is not None:
+            out.update(pages_done=pages, pages_total=pages)
+        elif self.pages_total is not None:
+            out.update(pages_done=self.pages_done, pages_total=self.pages_total)
+        if result is not None:
+            out.update(result)
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+def encode_result(result: dict) -> bytes:
+    return json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()

@@ -1,0 +1,110 @@
+"""Asynchronous OCR jobs. The store is its own deployment, not the ingress:
+an ingress restart loses no job, and the store runs the jobs itself, through
+the pipeline handle. Two backends (`jobs.backend`):
+- `sqlite` (the default, one machine, one replica): with a journal
+  (`jobs.journal`, a SQLite file) a restart of the store loses no job: the
+  new replica reads the file, runs the unfinished jobs again and keeps
+  serving the finished ones' results;
+- `redis` (a cluster): the book is on a Redis server (its URL in the
+  environment variable jobs.redis_url_env, OCR_REDIS_URL by default), shared
+  by any number of store replicas on any nodes; a job whose replica died
+  runs again on another (serve_app.jobs.redis_book).
+
+The logic is serve_app.jobs.book.JobBook; this deployment owns its lifecycle:
+the workers start with the replica and stop with it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Optional
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.core.errors import ConfigError
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.journal import journal_path
+from serve_app.core.lanes import BULK, lane_of
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.serving.payloads import sized
+from serve_app.core.request_context import RequestContext
+from serve_app.core.app_args import JobArgs, LaneArgs
+from serve_app.flow.upload import upload_of
+
+
+# One replica by default: with the sqlite backend the store holds the jobs (a
+# second replica would not see the first one's). With `jobs.backend: redis`
+# the Serve config may give it several. Resources are in the config file.
+@serve.deployment(name="JobStore", num_replicas=1)
+class JobStore:
+    async def __init__(self, pipeline: DeploymentHandle, args: JobArgs, lanes: LaneArgs = LaneArgs()):
+        # async: Serve runs it in the replica's event loop, where the workers
+        # must live; jobs recovered from the journal start running at once.
+        self.pipeline = pipeline
+        self.args = args
+        from serve_app.serving.metrics import LaneMetrics
+
+        app_name = serve.get_replica_context().app_name
+        if args.backend == "redis":
+            from serve_app.jobs.redis_book import RedisJobBook, redis_prefix
+
+            url = os.environ.get(args.redis_url_env, "")
+            if not url:
+                raise ConfigError(f"jobs.backend is redis, but the environment variable {args.redis_url_env} "
+                                  f"(jobs.redis_url_env) is empty: set it to the server's URL, e.g. "
+                                  f"redis://127.0.0.1:6379/0, in the shell that runs `serve` or in runtime_env")
+            self.book = RedisJobBook(self._run, args, lanes, LaneMetrics("jobs"), url=url,
+                                     prefix=redis_prefix(app_name))
+        else:
+            if args.journal:
+                args = args.model_copy(update={"journal": journal_path(args.journal, app_name)})
+            self.book = JobBook(self._run, args, lanes, LaneMetrics("jobs"))
+        await self.book.start()
+
+    async def _run(self, image: Any, options: OcrOptions, progress: Callable[[int, int], None]) -> dict:
+        # The attempt's deadline goes along: what is still queued for it in
+        # the replicas when the job times out is dropped there. A PDF is
+        # read as a stream of progress reports ending in its result.
+        upload = upload_of(image)  # what it is was decided when it was submitted; bytes from the journal: again
+        ctx = RequestContext("", time.time() + self.args.job_timeout_s, lane_of(options.priority, BULK))
+        pipeline = sized(self.pipeline, upload.data)  # big images by reference (serve_app/serving/payloads.py)
+        if not upload.is_document:
+            return await pipeline.ocr.remote(upload, options, ctx)
+        stream = pipeline.options(stream=True).ocr_progress.remote(upload, options, ctx)
+        try:
+            async for event in stream:
+                if "result" in event:
+                    return event["result"]
+                progress(event["pages_done"], event["pages_total"])
+        finally:
+            stream.cancel()  # a no-op once the stream has ended; else the job timed out or the store stops
+        raise RuntimeError("the pipeline's stream ended without a result")
+
+    async def submit(self, image: Any, options: Optional[OcrOptions | dict],
+                     idempotency_key: Optional[str] = None, client: str = "") -> dict:
+        """A new job's view ({"job_id", "status"}), or the existing one for a
+        known idempotency key. Options: an OcrOptions (the ingress parses
+        them) or a dict. A job's lane is bulk unless its options say
+        `priority: interactive`; it is kept in the job's options (journal
+        included) and goes with its pipeline call. `client`
+        (serve_app.jobs.clients; the ingress passes it) names whose share of
+        the result store the job's result counts against."""
+        return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key,
+                                      client or "handle")
+
+    async def get(self, job_id: str) -> Optional[dict]:
+        return await self.book.get(job_id)
+
+    async def counts(self) -> dict[str, int]:
+        return await self.book.acounts()
+
+    async def check_health(self) -> None:
+        """Dead workers are replaced; a journal that cannot be read or
+        written makes the replica unhealthy (Serve replaces it)."""
+        await self.book.health()
+
+    def __del__(self):
+        book = getattr(self, "book", None)  # absent if __init__ failed
+        if book is not None:
+            book.close()

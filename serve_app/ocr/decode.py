@@ -1,0 +1,151 @@
+"""Image bytes -> BGR uint8 array, refusing what is too big before decoding.
+
+PIL reads only the header on `Image.open`, so the byte and pixel limits are
+checked before any pixel is decoded (a 60000x60000 PNG bomb costs a few
+hundred bytes of reading, not 10 GiB of memory)."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import cv2
+import numpy as np
+from PIL import Image, ImageOps
+
+from serve_app.core.engine_config import ImageLimits
+from serve_app.core.errors import BadImage, TooLarge
+
+# We enforce our own pixel limit from the header; PIL's global one would
+# raise a DecompressionBombError with a message of its own first.
+Image.MAX_IMAGE_PIXELS = None
+
+FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF", "MPO")
+
+
+def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise BadImage(f"image must be bytes, got {type(data).__name__}")
+    if len(data) == 0:
+        raise BadImage("image is empty (0 bytes)")
+    limits.check_bytes(len(data))
+    from serve_app.ocr.image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
+
+    png_dimensions(data)
+    try:
+        img = Image.open(io.BytesIO(data), formats=FORMATS)
+    except Exception:  # UnidentifiedImageError, and many others on mangled headers
+        raise BadImage("not a supported image (JPEG, PNG, BMP, TIFF, WEBP or GIF expected)") from None
+    w, h = img.size
+    if w < 1 or h < 1:
+        raise BadImage(f"image has no pixels ({w}x{h})")
+    if w * h > limits.max_pixels:
+        raise TooLarge(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_pixels}")
+    check_aspect(w, h, limits)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img.seek(0)  # first frame of a GIF / multi-page TIFF
+            img.load()
+            if exif_transpose:
+                img = ImageOps.exif_transpose(img)
+    except Exception as e:
+        raise BadImage(f"image data is corrupt or truncated ({type(e).__name__})") from None
+    return to_bgr(img)
+
+
+# Formats whose extra frames are not pages: an animation's frames, a stereo
+# JPEG's second view. Only the first is read; the answer says how many there were.
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "MPO")
+
+
+def frame_count(data: bytes) -> int:
+    """How many frames an animated GIF, WebP or PNG (or an MPO) has; 1 for
+    any other image, and for what cannot be read (decode_image says why).
+    Headers and frame headers only, no frame decoded."""
+    try:
+        with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
+            return max(1, int(getattr(img, "n_frames", 1)))
+    except Exception:
+        return 1
+
+
+def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
+    """BadImage when an image is over limits.max_aspect times as long as it
+    is wide: a 1 x 300,000 px strip costs hundreds of detector tiles and
+    holds no line of text a person could read."""
+    if max(w, h) > limits.max_aspect * max(1, min(w, h)):
+        raise BadImage(f"image is {w}x{h} px: its long side is over {limits.max_aspect:g} times its short side "
+                       f"(limits.max_aspect); crop it, or split it into pieces")
+
+
+def to_bgr(img: Image.Image) -> np.ndarray:
+    """Any PIL mode -> 3-channel BGR uint8."""
+    mode = img.mode
+    if mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    elif mode in ("1", "CMYK", "YCbCr", "LAB", "HSV"):
+        img = img.convert("RGB")
+    elif mode.startswith("I") or mode == "F":
+        return _gray_to_bgr(_to_uint8(np.asarray(img)))
+    elif mode == "PA":
+        img = img.convert("RGBA")
+    arr = np.asarray(img)
+    return array_to_bgr(arr, rgb=True)
+
+
+def array_to_bgr(arr: np.ndarray, rgb: bool = False) -> np.ndarray:
+    """An image array (HxW, HxWx1..4, any integer or float dtype) -> BGR uint8.
+    `rgb` says the colour channels are in RGB order (PIL) rather than BGR (OpenCV)."""
+    if arr.ndim not in (2, 3) or arr.size == 0:
+        raise BadImage(f"image array must be HxW or HxWxC, got shape {arr.shape}")
+    arr = _to_uint8(arr)
+    if arr.ndim == 2:
+        return _gray_to_bgr(arr)
+    c = arr.shape[2]
+    if c == 1:
+        return _gray_to_bgr(arr[..., 0])
+    if c == 2:
+        return flatten_alpha(_gray_to_bgr(arr[..., 0]), arr[..., 1])
+    if c == 3:
+        return np.ascontiguousarray(arr[..., ::-1]) if rgb else np.ascontiguousarray(arr)
+    if c == 4:
+        color = arr[..., :3][..., ::-1] if rgb else arr[..., :3]
+        return flatten_alpha(np.ascontiguousarray(color), arr[..., 3])
+    raise BadImage(f"image array has {c} channels; 1 to 4 expected")
+
+
+def _to_uint8(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype == np.uint8:
+        return arr
+    if arr.dtype == np.bool_:
+        return arr.astype(np.uint8) * 255
+    if np.issubdtype(arr.dtype, np.floating):
+        hi = 1.0 if float(np.nanmax(arr)) <= 1.0 else 255.0
+        return np.clip(np.nan_to_num(arr) * (255.0 / hi), 0, 255).astype(np.uint8)
+    # 16-bit (and 32-bit integer) images: values that fit 8 bits are taken as
+    # they are; otherwise scaled by the data's own maximum (for OCR a
+    # contrast stretch is harmless, and the mapping stays continuous).
+    top = float(arr.max()) if arr.size else 0.0
+    if top <= 255:
+        return np.clip(arr, 0, 255).astype(np.uint8)
+    return np.clip(arr.astype(np.float64) * (255.0 / top), 0, 255).astype(np.uint8)
+
+
+def _gray_to_bgr(gray: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(np.ascontiguousarray(gray), cv2.COLOR_GRAY2BGR)
+
+
+def flatten_alpha(bgr: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Composite on white, unless the visible content is itself light (white
+    text on a transparent background), in which case on black: either way the
+    text keeps its contrast."""
+    total = float(alpha.sum(dtype=np.float64))
+    if total == 0.0:
+        return np.full_like(bgr, 255)
+    gray = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    content = float(cv2.mean(gray, mask=(alpha > 0).astype(np.uint8))[0])
+    background = np.full_like(bgr, 0 if content > 127.0 else 255)
+    a = cv2.cvtColor(np.ascontiguousarray(alpha), cv2.COLOR_GRAY2BGR)
+    # out = bgr * a/255 + background * (1 - a/255), in integer arithmetic
+    return cv2.add(cv2.multiply(bgr, a, scale=1 / 255.0), cv2.multiply(background, 255 - a, scale=1 / 255.0))

@@ -1,0 +1,584 @@
+"""Admission by cost, not count (issue 16, item 3), per ingress replica. No
+Ray import.
+
+A request's cost is an estimate of the seconds it takes the service to read
+it when alone ("seconds of work"), from its pixels (the image header; a PDF:
+its pages x its first page's pixels at the render DPI) before anything is
+decoded:
+
+    seconds = base + per_mp * megapixels + per_line * lines,
+    lines   = (lines per megapixel, learned) * megapixels at the door.
+
+The three coefficients are learned online from requests that ran alone
+(admitted to an empty ledger, none admitted while they ran: their latency
+is their cost, not their queueing), by least squares with exponential
+forgetting, starting from a prior. The lines each completed request read
+(its crops, near enough) feed both the per-line coefficient and the lines
+per megapixel.
+
+The ledger holds the cost of requests admitted here and not finished. The
+drain rate is the cost of requests that finished with an answer, per second
+of the time the ledger was not empty, over a sliding window: the service's
+throughput in the same units, whatever their scale. A new request is
+expected to finish after
+
+    slowdown x max(own cost, (ledger + own cost) / rate, own cost x (n + 1) / rate)
+
+seconds, n the requests in the ledger: the ledger drained first (Little's
+law: the ledger over the throughput is the time a request spends in the
+service), or its own work at a 1/(n + 1) share of the rate (the recogniser
+serves the requests it holds in turn, and admission keeps about n in
+flight while it runs: a large request among many small ones is slowed by
+those admitted after it). `slowdown` (1 to 3) is the measured bias of these
+estimates: a running 95th percentile of actual over expected seconds of
+the answered requests (and, for a 504, of the time it was given). It is
+refused with 503 and a Retry-After (the seconds until enough of the ledger
+drains at the measured rate) when
+
+- that is more than `deadline_share` of the time left to its deadline
+  (reason "deadline": it would be a 504 after spending work on it), or
+- the ledger would hold more than `max_queued_cost_s` (reason "cost_bound").
+
+- its own cost is over `max_request_share` of max_queued_cost_s, even
+  to an empty ledger (reason "too_big": a big document is a job), or
+- its client (by address) would hold more than its fair share of the
+  ledger or of the in-flight requests while other clients are about
+  (reason "client_share"; see Admission.admit).
+
+Otherwise a request is admitted to an empty ledger (a poor estimate never
+starves a large request), and until a drain rate is measured only the cost
+bound applies. The model learns only from plausible answers: a request
+whose size was unknown, or whose seconds are far (10x) from the model's
+own estimate, teaches nothing, and the rest are clipped to 2x of it, so
+that a few hostile requests cannot make every pixel cost seconds. Headers
+are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
+this. Cached and shared answers never reach admission (they cost nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import io
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from serve_app.flow.documents import open_document
+from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
+from serve_app.ocr.image_header import png_dimensions
+from serve_app.flow.upload import upload_of
+
+# The client of the request being admitted (the ingress sets it per route:
+# "addr:" and its address), None for the handle API (trusted callers).
+CLIENT: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("ocr_client", default=None)
+
+
+def set_client(client: Optional[str]) -> None:
+    """The client of the request this task serves (functions, not the
+    variable, for the ingress: Serve pickles its app, and a ContextVar
+    referenced from its module cannot be pickled)."""
+    CLIENT.set(client)
+
+
+def current_client() -> Optional[str]:
+    return CLIENT.get()
+
+# When a request's size cannot be read from its header (junk: the pipeline
+# refuses it cheaply), it is costed as an image of this many pixels.
+UNKNOWN_PIXELS = 1_000_000
+
+
+# -- size at the door ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Size:
+    """What admission knows of a request before decoding it: pixels of one
+    page (an image is one page) and its pages."""
+
+    pixels: int
+    pages: int = 1
+    tiles: int = 1  # detector calls per page (a long image's tiles)
+    known: bool = True  # False: read from no header (costed as UNKNOWN_PIXELS)
+
+    @property
+    def megapixels(self) -> float:
+        return self.pixels / 1e6
+
+
+def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024) -> Size:
+    """A request's Size from headers only: an encoded image's header (from
+    its first `header_bytes`; a PNG's chunk headers walked, at most a few
+    hundred), an array's shape, a PDF's page count and first page (opened
+    in a PDF worker, no page is rendered). Anything unreadable is costed as
+    UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
+    try:
+        upload = upload_of(data)
+        data = upload.data
+        if isinstance(data, np.ndarray):
+            if data.ndim < 2:
+                return Size(UNKNOWN_PIXELS, known=False)
+            h, w = int(data.shape[0]), int(data.shape[1])
+            return Size(max(1, h * w), tiles=_tiles(h, w))
+        if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
+            with open_document(bytes(data), documents) as pdf:
+                g = pdf.geometry(0)
+                return Size(g.width * g.height, pdf.pages, _tiles(g.height, g.width))
+        from PIL import Image
+
+        if isinstance(data, (str, Path)):
+            with open(data, "rb") as f:
+                head = f.read(header_bytes)
+        else:
+            head = bytes(memoryview(data)[:header_bytes])
+        found = png_dimensions(head)
+        if found is None:
+            with Image.open(io.BytesIO(head)) as img:
+                found = img.size
+        w, h = found
+        return Size(max(1, w * h), tiles=_tiles(h, w))
+    except Exception:
+        return Size(UNKNOWN_PIXELS, known=False)
+
+
+def _tiles(h: int, w: int) -> int:
+    """Detector tiles of an h x w image with the default pipeline options
+    and detector ladder (an estimate: admission does not see the engine's)."""
+    from serve_app.core.engine_config import PipelineOptions
+    from serve_app.ocr.tiling import tile_count
+
+    return tile_count(h, w, PipelineOptions(), 1280) if h > 0 and w > 0 else 1
+
+
+# -- the cost model ----------------------------------------------------------------
+
+
+class CostModel:
+    """seconds = base + per_mp * mp + per_line * lines, fitted online by
+    exponentially weighted least squares (each observation's weight decays
+    by `forget` per new one) over a prior given as pseudo-observations at a
+    few typical sizes, which fade as real ones arrive; a small fixed ridge
+    towards the prior keeps it solvable when every observation is the same
+    image. Lines per megapixel: the decayed ratio of sums."""
+
+    # (megapixels, lines) of the prior's pseudo-observations: a word, a
+    # receipt, a dense page, a photo.
+    PRIOR_POINTS = ((0.02, 1.0), (0.3, 15.0), (1.0, 60.0), (3.0, 20.0))
+
+    # An answer whose seconds are over FAR times (or under 1/FAR of) the
+    # model's own estimate for it teaches nothing; the rest are clipped to
+    # CLIP times of it.
+    FAR = 10.0
+    CLIP = 2.0
+
+    def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
+                 forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0):
+        self.prior = np.array([base_s, s_per_mp, s_per_line])
+        self.s_per_tile = s_per_tile
+        self.forget = forget
+        self.ridge = ridge * np.eye(3)
+        self.xx = np.zeros((3, 3))
+        self.xy = np.zeros(3)
+        for mp, lines in self.PRIOR_POINTS:
+            x = np.array([1.0, mp, lines])
+            self.xx += np.outer(x, x)
+            self.xy += x * float(x @ self.prior)
+        self.lines_sum = lines_per_mp
+        self.mp_sum = 1.0
+        self.observed = 0
+        self.theta = self.prior.copy()
+
+    def lines_per_mp(self) -> float:
+        return self.lines_sum / self.mp_sum
+
+    def estimate(self, size: Size) -> float:
+        """Seconds of work of a request of this size, alone (at least 10 ms)."""
+        mp = size.megapixels
+        base, per_mp, per_line = self.theta
+        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp + self.s_per_tile * max(0, size.tiles - 1)
+        return max(0.01, page) * size.pages
+
+    def observe(self, size: Size, lines: int, seconds: float) -> None:
+        """One request (one image) that ran alone: its size, the lines it
+        read and its seconds."""
+        if size.pages != 1 or size.tiles != 1 or not size.known or not math.isfinite(seconds) or seconds <= 0:
+            return
+        mp = size.megapixels
+        x = np.array([1.0, mp, float(lines)])
+        predicted = max(0.01, float(x @ self.theta))
+        if not predicted / self.FAR <= seconds <= predicted * self.FAR:
+            return  # implausible for its size: a stall, or a hostile input, not a measure of the service
+        seconds = min(max(seconds, predicted / self.CLIP), predicted * self.CLIP)
+        self.xx = self.forget * self.xx + np.outer(x, x)
+        self.xy = self.forget * self.xy + x * seconds
+        self.lines_sum = self.forget * self.lines_sum + lines
+        self.mp_sum = self.forget * self.mp_sum + mp
+        theta = np.linalg.solve(self.xx + self.ridge, self.xy + self.ridge @ self.prior)
+        self.theta = np.maximum(theta, 0.0)  # a negative coefficient (noise) would make some sizes cost nothing
+        self.observed += 1
+
+    def snapshot(self) -> dict[str, float]:
+        base, per_mp, per_line = self.theta
+        return {"base_s": round(float(base), 4), "s_per_mp": round(float(per_mp), 4),
+                "s_per_line": round(float(per_line), 5), "lines_per_mp": round(self.lines_per_mp(), 2),
+                "observed": self.observed}
+
+
+# -- the drain rate ------------------------------------------------------------------
+
+
+class DrainMeter:
+    """Seconds of work finished per second of busy time (the ledger not
+    empty), over the last `window_s` seconds. Until `min_done` requests and
+    `min_busy_s` of busy time are in the window, the last measured rate
+    stands (None before the first)."""
+
+    def __init__(self, window_s: float, min_done: int = 3, min_busy_s: float = 0.5):
+        self.window_s = window_s
+        self.min_done = min_done
+        self.min_busy_s = min_busy_s
+        self.done: deque[tuple[float, float]] = deque()  # (when, seconds of work)
+        self.spans: deque[tuple[float, float]] = deque()  # closed busy spans (start, end)
+        self.busy_since: Optional[float] = None
+        self.last: Optional[float] = None
+
+    def busy(self, now: float, is_busy: bool) -> None:
+        if is_busy and self.busy_since is None:
+            self.busy_since = now
+        elif not is_busy and self.busy_since is not None:
+            self.spans.append((self.busy_since, now))
+            self.busy_since = None
+
+    def finished(self, now: float, cost_s: float) -> None:
+        self.done.append((now, cost_s))
+
+    def _trim(self, now: float) -> None:
+        start = now - self.window_s
+        while self.done and self.done[0][0] < start:
+            self.done.popleft()
+        while self.spans and self.spans[0][1] < start:
+            self.spans.popleft()
+
+    def busy_seconds(self, now: float) -> float:
+        start = now - self.window_s
+        spans = list(self.spans) + ([(self.busy_since, now)] if self.busy_since is not None else [])
+        return sum(max(0.0, e - max(s, start)) for s, e in spans)
+
+    def rate(self, now: float) -> Optional[float]:
+        self._trim(now)
+        busy = self.busy_seconds(now)
+        if len(self.done) >= self.min_done and busy >= self.min_busy_s:
+            self.last = sum(c for _, c in self.done) / busy
+        return self.last
+
+
+# -- the decision -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    expected_s: float  # seconds until this request is expected to finish
+    reason: Optional[str] = None  # "deadline" | "cost_bound" when refused
+    retry_after_s: int = 0
+
+
+def retry_after(excess_s: float, rate: Optional[float], default_s: int, max_s: int) -> int:
+    """Seconds until `excess_s` of work has drained at `rate` (rounded up,
+    within 1..max_s); `default_s` while no rate is measured."""
+    if rate is None or rate <= 0:
+        return default_s
+    return int(min(max_s, max(1, math.ceil(excess_s / rate))))
+
+
+def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], others: int,
+                     slowdown: float = 1.0) -> float:
+    """When a request of `own_s` seconds of work is expected to finish,
+    `others` requests holding `queued_s` being ahead of it, the service
+    draining `rate` seconds of work per second (None: not measured). The
+    larger of: its own work; the ledger drained first (a FIFO service); its
+    own work served at a 1/(others + 1) share of the rate (the recogniser
+    serves the requests it holds in turn, and admission keeps about as
+    many in flight while this one runs, so a large request among many
+    small ones is slowed by those admitted after it). Times `slowdown`,
+    the measured bias of these estimates (Calibration)."""
+    if rate is None or rate <= 0:
+        return own_s * slowdown
+    return slowdown * max(own_s, (queued_s + own_s) / rate, own_s * (others + 1) / rate)
+
+
+def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
+           max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
+           others: int = 0, slowdown: float = 1.0, max_request_s: float = math.inf) -> Decision:
+    """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
+    (`others` requests), the service draining `rate` seconds of work per
+    second (None: not yet measured), `time_left_s` before its deadline
+    (None: no deadline)? Never one over max_request_s, even alone."""
+    if own_s > max_request_s:
+        return Decision(False, expected_seconds(queued_s, own_s, rate, others, slowdown), "too_big", max_retry_s)
+    if queued_s <= 0:
+        return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
+    expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
+    if time_left_s is not None:
+        budget = deadline_share * time_left_s
+        if own_s * slowdown > budget:  # too big for its deadline even alone: wait for an empty ledger
+            return Decision(False, expected, "deadline", retry_after(queued_s, rate, default_retry_s, max_retry_s))
+        if expected > budget:
+            # Work to drain before it fits: the ledger down to what the budget allows ahead of it.
+            excess = queued_s + own_s - budget * (rate or 0.0) / slowdown
+            return Decision(False, expected, "deadline", retry_after(excess, rate, default_retry_s, max_retry_s))
+    if queued_s + own_s > max_queued_s:
+        excess = queued_s + own_s - max_queued_s
+        return Decision(False, expected, "cost_bound", retry_after(excess, rate, default_retry_s, max_retry_s))
+    return Decision(True, expected)
+
+
+class Calibration:
+    """The bias of the expected finish times, measured: a running estimate
+    of a high quantile (`q`, 0.95) of actual / expected seconds over
+    answered requests, and over late ones (504) at least the time they were
+    given over their expectation (they did not finish in it). Used as a
+    factor of 1 to `cap` on the next estimates, so that admission keeps
+    most of the answers within their deadlines whatever the model misses
+    (stochastic approximation: up by step x q when above, down by step x
+    (1 - q) when below)."""
+
+    def __init__(self, q: float = 0.95, step: float = 0.05, cap: float = 3.0):
+        self.q, self.step, self.cap = q, step, cap
+        self.value = 1.0
+
+    def observe(self, ratio: float) -> None:
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        if ratio > self.value:
+            self.value += self.step * self.q
+        else:
+            self.value -= self.step * (1 - self.q)
+        self.value = min(self.cap, max(0.5, self.value))
+
+    @property
+    def factor(self) -> float:
+        return min(self.cap, max(1.0, self.value))
+
+
+# -- the ledger and its requests ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """An admitted request's place in the ledger."""
+
+    seq: int
+    size: Size
+    cost_s: float
+    expected_s: float  # before the calibration's factor
+    admitted_at: float
+    alone: bool  # admitted to an empty ledger
+    time_left_s: Optional[float] = None
+
+
+class Admission:
+    """The ledger, the model and the meter of one ingress replica.
+    `metrics` (optional) has .refusals (counter, tag reason), .queued_cost,
+    .drain_rate and .slowdown (gauges), .estimate_ratio (histogram)."""
+
+    def __init__(self, args: Any, metrics: Any = None, clock: Callable[[], float] = time.monotonic,
+                 default_retry_s: int = 1, max_requests: int = 32):
+        self.args = args
+        self.metrics = metrics
+        self.clock = clock
+        self.default_retry_s = default_retry_s
+        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line,
+                               s_per_tile=args.prior_s_per_tile)
+        self.meter = DrainMeter(args.drain_window_s)
+        self.calibration = Calibration()
+        self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
+        self.owner: dict[int, Optional[str]] = {}  # seq -> its client
+        self.queued_s = 0.0
+        self.seq = 0
+        self.refused: dict[str, int] = {}
+        self.max_requests = max_requests  # the ingress's count limit (for the clients' shares)
+        self.seen: dict[str, float] = {}  # client -> when last seen (admitted or refused)
+
+    def note_client(self, client: Optional[str]) -> None:
+        """A client was here now (admitted, or refused before admission)."""
+        if client is None:
+            return
+        now = self.clock()
+        self.seen[client] = now
+        if len(self.seen) > 4096:  # forget the oldest: bounded whatever the number of addresses
+            for c, _ in sorted(self.seen.items(), key=lambda kv: kv[1])[:1024]:
+                del self.seen[c]
+
+    def client_limits(self, client: str) -> tuple[float, float]:
+        """(seconds of work, requests) `client` may hold now: all of the
+        ledger when no other client was seen within client_window_s, else
+        max(client_share, 1 / active clients) of it (and of max_requests)."""
+        now = self.clock()
+        window = self.args.client_window_s
+        active = {c for c, t in self.seen.items() if now - t <= window}
+        active |= {c for c in self.owner.values() if c is not None}
+        active.add(client)
+        share = 1.0 if len(active) <= 1 else max(self.args.client_share, 1.0 / len(active))
+        return share * self.args.max_queued_cost_s, share * self.max_requests
+
+    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None) -> Ticket:
+        """A Ticket for the request, or Overloaded (503) with Retry-After."""
+        now = self.clock()
+        cost = self.model.estimate(size)
+        rate = self.meter.rate(now)
+        slowdown = self.calibration.factor
+        self.note_client(client)
+        if self.args.enabled:
+            d = decide(self.queued_s, cost, rate, time_left_s, self.args.max_queued_cost_s,
+                       self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s,
+                       len(self.held), slowdown, self.args.max_request_share * self.args.max_queued_cost_s)
+            if d.admit and client is not None:
+                mine = [seq for seq, c in self.owner.items() if c == client]
+                held = sum(self.held[seq] for seq in mine)
+                max_s, max_n = self.client_limits(client)
+                if mine and (held + cost > max_s or len(mine) + 1 > max_n):
+                    d = Decision(False, d.expected_s, "client_share",
+                                 retry_after(held + cost - max_s, rate, self.default_retry_s,
+                                             self.args.max_retry_after_s))
+                    self.count_refusal("client_share")
+                    raise Overloaded(f"this client ({client.split(':', 1)[-1]}) has {len(mine)} requests "
+                                     f"(~{held:.1f} s of work) here, its fair share while other clients are "
+                                     f"served is {max_n:.0f} requests and {max_s:.0f} s; retry after "
+                                     f"{d.retry_after_s} s", retry_after_s=d.retry_after_s)
+        else:
+            d = Decision(True, expected_seconds(self.queued_s, cost, rate, len(self.held), slowdown))
+        if not d.admit:
+            self.count_refusal(d.reason or "deadline")
+            if d.reason == "too_big":
+                limit = self.args.max_request_share * self.args.max_queued_cost_s
+                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s) of "
+                                 f"{size.megapixels:.1f} MP), over the {limit:g} s one request may take here "
+                                 f"(ingress.admission.max_request_share); submit it as a job instead "
+                                 f"(POST /v1/ocr/jobs, then GET /v1/ocr/jobs/{{job_id}})",
+                                 retry_after_s=d.retry_after_s)
+            if d.reason == "deadline":
+                why = (f"too much work is queued here to read this request (~{cost:.1f} s of work) before its "
+                       f"deadline (in {time_left_s:.1f} s): it would take ~{d.expected_s:.1f} s")
+            else:
+                why = (f"~{self.queued_s:.0f} s of work is queued here (limit {self.args.max_queued_cost_s:g} s, "
+                       f"this request ~{cost:.1f} s)")
+            raise Overloaded(f"{why}; retry after {d.retry_after_s} s", retry_after_s=d.retry_after_s)
+        self.seq += 1
+        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
+        self.held[ticket.seq] = cost
+        self.owner[ticket.seq] = client
+        self._set_queued(now)
+        return ticket
+
+    def count_refusal(self, reason: str, client: Optional[str] = None) -> None:
+        """A refusal by reason (deadline, cost_bound, too_big, client_share;
+        the ingress adds in_flight, with its client: it was here)."""
+        self.note_client(client)
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        if self.metrics is not None:
+            self.metrics.refusals.inc(tags={"reason": reason})
+
+    def finish(self, ticket: Optional[Ticket], result: Optional[dict], late: bool = False) -> None:
+        """The request left: with its result (a body with `results` or
+        `pages`) when it was answered, None otherwise (error, deadline,
+        cancelled: not drained work); `late`: its deadline passed (504)."""
+        if ticket is None or self.held.pop(ticket.seq, None) is None:
+            return
+        self.owner.pop(ticket.seq, None)
+        now = self.clock()
+        seconds = now - ticket.admitted_at
+        if result is not None:
+            self.meter.finished(now, ticket.cost_s)
+            if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
+                self.model.observe(ticket.size, count_lines(result), seconds)
+            if ticket.expected_s > 0:
+                self.calibration.observe(seconds / ticket.expected_s)
+                if self.metrics is not None:
+                    self.metrics.estimate_ratio.observe(seconds / ticket.expected_s)
+        elif late and ticket.expected_s > 0:
+            given = ticket.time_left_s if ticket.time_left_s is not None else seconds
+            self.calibration.observe(max(seconds, given) / ticket.expected_s)
+        self._set_queued(now)
+
+    def _set_queued(self, now: float) -> None:
+        self.queued_s = sum(self.held.values()) if self.held else 0.0
+        self.meter.busy(now, bool(self.held))
+        if self.metrics is not None:
+            self.metrics.queued_cost.set(self.queued_s)
+            self.metrics.slowdown.set(self.calibration.factor)
+            rate = self.meter.rate(now)
+            if rate is not None:
+                self.metrics.drain_rate.set(rate)
+
+    def snapshot(self) -> dict[str, Any]:
+        """For /v1/stats: the ledger, the rate, the model."""
+        rate = self.meter.rate(self.clock())
+        return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
+                "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
+                "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
+                "model": self.model.snapshot()}
+
+
+def count_lines(result: dict) -> int:
+    """Lines read in a result body (an image's results, or a document's pages')."""
+    if "pages" in result:
+        return sum(len(p.get("results", ())) for p in result["pages"])
+    return len(result.get("results", ()))
+
+
+class Gate:
+    """One request's way through admission: `await admit()` (before its
+    computation starts; Overloaded if refused), `done(result)` once
+    answered; leaving the `with` block gives its cost back either way."""
+
+    def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
+                 deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
+                 limits: Any = None):
+        self.admission = admission
+        self.data = data
+        self.documents = documents
+        self.limits = limits  # ImageLimits: an image over max_pixels is a 413, never priced
+        # Time left is taken when admit() runs: a request may wait (a batch's items, a shared flight).
+        self.deadline = None if time_left_s is None else clock() + time_left_s
+        self.clock = clock
+        self.ticket: Optional[Ticket] = None
+        self.result: Optional[dict] = None
+        self.client = CLIENT.get()
+
+    async def admit(self) -> None:
+        header_bytes = getattr(self.admission.args, "header_bytes", 256 * 1024)
+        upload = upload_of(self.data)  # the door's Upload (serve_app.flow.upload): its kind is known
+        if self.documents is not None and upload.is_document:  # a PDF opened in a PDF worker, on the pool's threads
+            from serve_app.flow.pdf_worker import shared_pool
+
+            pool = shared_pool(self.documents.workers, self.documents.worker_memory_mb)
+            size = await asyncio.get_running_loop().run_in_executor(
+                pool.executor, image_size, upload, self.documents, header_bytes)
+        elif isinstance(upload.data, np.ndarray):
+            size = image_size(upload)
+        else:  # a header, from its first header_bytes: off the event loop all the same
+            size = await asyncio.to_thread(image_size, upload, None, header_bytes)
+        if (self.limits is not None and not upload.is_document and size.known
+                and size.pixels > self.limits.max_pixels):
+            # Over the pixel limit: what the decoder would answer, at once (a
+            # decompression bomb is a 413, not work too big to take).
+            raise TooLarge(f"image is {size.pixels} pixels, over the limit of {self.limits.max_pixels}")
+        left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
+        self.ticket = self.admission.admit(size, left, self.client)
+
+    def done(self, result: Any) -> None:
+        self.result = result if isinstance(result, dict) else None
+
+    def __enter__(self) -> "Gate":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        late = exc[0] is not None and issubclass(exc[0], DeadlineExceeded)
+        self.admission.finish(self.ticket, self.result if exc[0] is None else None, late)
+        self.ticket = None

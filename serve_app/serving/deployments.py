@@ -1,0 +1,352 @@
+"""Ray Serve deployments, thin: each builds its stage in `__init__` from its
+typed args, has one `@serve.batch` method taking a list and returning a list
+of the same length, and `reconfigure` for the batch knobs. What a replica
+does besides (predictor placement, warm-up, stats, failure isolation) is in
+serve_app.serving.replica; the OCR steps are in serve_app.flow.pipeline.
+
+Resources, replica counts and max_ongoing_requests are set in the Serve
+config file (deployments.yaml), not here."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from serve_app.serving.autoscaling import backlog_stats
+from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
+from serve_app.core.engine_config import EngineConfig
+from serve_app.serving.crop_scheduler import CropScheduler
+from serve_app.core.errors import DeadlineExceeded
+from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
+from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
+from serve_app.core.request_options import DetParams, OcrOptions, parse_options
+from serve_app.serving.payloads import sized
+from serve_app.flow.pipeline import Context, Pipeline, Stages, fanned_out, route_tag
+from serve_app.serving.replica import Crops, ModelReplica, crops_weight
+from serve_app.core.results import Direction, Recognition
+from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
+from serve_app.core.app_args import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
+from serve_app.ocr.recognition import batch_limit, batch_width, load_charset
+from serve_app.inference.weights import dictionary_path
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A batched item and its request's deadline (time.time(); None: none)."""
+
+    item: Any
+    deadline: Optional[float] = None
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
+
+
+@dataclass(frozen=True)
+class TimedCrops(Crops):
+    deadline: Optional[float] = None
+    lane: str = INTERACTIVE
+
+
+def _expired(where: str) -> DeadlineExceeded:
+    return DeadlineExceeded(f"the request's deadline passed while it waited for the {where}; it was not run")
+
+
+def _batch(stage: str, **kw):
+    """`@serve.batch` with the stage's default knobs (user_config replaces them)."""
+    return serve.batch(**BATCH_DEFAULTS[stage].model_dump(), **kw)
+
+
+class _Replica:
+    """The calls every model deployment answers, from its ModelReplica."""
+
+    replica: ModelReplica
+
+    async def check_health(self) -> None:
+        await self.replica.check_health_async()  # warmed, and the canary (serve_app.serving.canary) passes
+
+    def ready(self) -> bool:
+        return self.replica.ready_at is not None
+
+    def stats(self) -> dict[str, Any]:
+        return self.replica.stats()
+
+
+@serve.deployment(name="TextDetector")
+class TextDetectorDeployment(_Replica):
+    def __init__(self, engine: EngineConfig, args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
+        self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
+        if lanes.enabled:  # interactive images ahead of bulk ones in the FIFO batch queue
+            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"), lanes.det_bulk_batch)
+        self.detector = TextDetector(self.replica.predictor, engine.det)
+        self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
+                           args.canary_interval_s)
+        # Every input it can be given, warmed: memory stays flat in service
+        # and the first image of any size is as fast as the next.
+        self.replica.warm(self.detector.warm_calls(args.warm_shapes))
+        self.detector.on_batch = lambda n, seconds: self.replica.record(n, n, seconds)  # served batches only
+
+    def reconfigure(self, user_config: dict) -> None:
+        self.replica.reconfigure(user_config, self._detect_batch)
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom-metrics hook: images queued here (serve_app.serving.autoscaling)."""
+        return backlog_stats("det", self.replica.pending, self.replica.metrics)
+
+    async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
+                     params: Optional[DetParams] = None, lane: Optional[str] = None) -> np.ndarray:
+        """Boxes (N,4,2) for one working image, in its coordinates; batched
+        with other requests' images (whatever their detection params: only
+        the input shape separates batches, serve_app.inference.runners.TextDetector).
+        An image whose deadline (time.time()) has passed by the time its
+        batch runs is not run (504 to its caller, which is usually gone): a
+        burst of expired pages costs nothing. Interactive images enter the
+        batch queue before bulk ones (serve_app.core.lanes)."""
+        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline),
+                                         lane_of(lane))
+
+    @_batch("det")
+    async def _detect_batch(self, items: list) -> list:
+        # Images that fall in one input shape run as one predictor batch
+        # (each recorded by the detector's on_batch). Serve drops items whose
+        # caller cancelled; items whose deadline passed are dropped here.
+        now = time.time()
+        items = [i if isinstance(i, Timed) else Timed((i, DetParams())) for i in items]
+        live = [k for k, i in enumerate(items) if not i.expired(now)]
+        out: list = [_expired("detector") for _ in items]
+        if live:
+            def detect(pairs: list) -> list:
+                return self.detector.detect([p[0] for p in pairs], [p[1] for p in pairs])
+
+            got = await self.replica.isolated(detect, [[items[k].item] for k in live])
+            for k, o in zip(live, got):
+                out[k] = o if isinstance(o, Exception) else o[0]
+        return out
+
+
+@serve.deployment(name="DirectionClassifier")
+class DirectionClassifierDeployment(_Replica):
+    def __init__(self, engine: EngineConfig, args: ClassifierArgs, lanes: LaneArgs = LaneArgs()):
+        self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"])
+        if lanes.enabled:
+            self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("cls"))
+        self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
+        self.replica.watch(classifier_probe(self.classifier), args.canary_interval_s)
+        self.replica.warm(self.classifier.warm_calls())
+
+    def reconfigure(self, user_config: dict) -> None:
+        self.replica.reconfigure(user_config, self._classify_batch)
+
+    async def classify(self, crops: list[np.ndarray], deadline: Optional[float] = None,
+                       lane: Optional[str] = None) -> list[Direction]:
+        """One call per image with all its crops; crops of every image in a
+        batch are classified together (interactive calls first). An image
+        whose deadline (time.time()) has passed by the time its batch runs
+        is not classified (504 to its caller, as at the detector)."""
+        c = self.replica.crops(crops)
+        return await self.replica.queued(self._classify_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)),
+                                         lane_of(lane), c.weight)
+
+    @_batch("cls", batch_size_fn=crops_weight)
+    async def _classify_batch(self, items: list[Crops]) -> list:
+        t0 = time.perf_counter()
+        now = time.time()
+        live = [k for k, i in enumerate(items) if getattr(i, "deadline", None) is None or now <= i.deadline]
+        out: list = [_expired("direction classifier") for _ in items]
+        if live:
+            got = await self.replica.isolated(self.classifier.classify, [items[k].crops for k in live])
+            for k, o in zip(live, got):
+                out[k] = o
+            self.replica.record(len(live), sum(len(items[k].crops) for k in live), time.perf_counter() - t0)
+        return out
+
+
+@serve.deployment(name="TextRecognizer")
+class TextRecognizerDeployment(_Replica):
+    """`@serve.batch` gathers requests (one per image, with all its crops);
+    a CropScheduler underneath composes the predictor batches: as soon as
+    the predictor is free, from every pending request, one width bucket per
+    batch, a request not served yet first, then round robin. So crops of
+    different requests share predictor batches, nothing waits for company,
+    and a page of 200 lines does not hold up a one-line image behind it.
+    Serve batches run concurrently (max_concurrent_batches) so that a new
+    request reaches the scheduler while an older one is still being read."""
+
+    def __init__(self, engine: EngineConfig, args: RecognizerArgs, lanes: LaneArgs = LaneArgs()):
+        self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"])
+        charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
+        self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
+        # TensorRT fp16: refuse to start unless it reads real words as fp32 does (#29 item 5).
+        self.replica.check_precision(lambda p: TextRecognizer(p, engine.rec, charset).recognize)
+        opts = engine.rec
+        self.scheduler: Optional[CropScheduler] = None
+        if opts.batch_padding == "bucket":
+            self.scheduler = CropScheduler(
+                lambda crops: self.replica.predictor.call_async(self.recognizer.recognize_batch, crops),
+                lambda c: batch_width([c.shape[1] / c.shape[0]], opts), lambda w: batch_limit(w, opts),
+                self.replica.record)
+            # Interactive crops lead the predictor batches (serve_app.core.lanes); the
+            # serve.batch queue above passes requests on at once (16 concurrent batches).
+            self.scheduler.lanes = lanes.enabled
+            self.scheduler.max_wait_s = lanes.bulk_max_wait_s
+            self.scheduler.bulk_fill = lanes.bulk_fill
+            self.scheduler.bulk_depth = lanes.bulk_depth
+            self.scheduler.metrics = LaneMetrics("rec")
+        # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
+        self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
+        self.replica.warm(self.recognizer.warm_calls(args.warm_widths))
+
+    def reconfigure(self, user_config: dict) -> None:
+        knobs = self.replica.reconfigure(user_config, self._recognize_batch)
+        if self.scheduler is not None:  # max_batch_size 1 = no cross-request predictor batches
+            self.scheduler.cross_request = knobs.max_batch_size > 1
+
+    async def recognize(self, crops: list[np.ndarray], deadline: Optional[float] = None,
+                        lane: Optional[str] = None) -> list[Recognition]:
+        """One call per image with all its crops. Crops not yet read when
+        the deadline (time.time()) passes are dropped by the scheduler,
+        which also puts the interactive lane's crops first."""
+        c = self.replica.crops(crops)
+        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.replica.stats(),
+                "pending_crops": self.scheduler.pending_items if self.scheduler else None,
+                "pending_crops_by_lane": self.scheduler.pending_by_lane() if self.scheduler else None}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom-metrics hook: crops queued here (serve_app.serving.autoscaling)."""
+        crops = self.scheduler.pending_items if self.scheduler else self.replica.pending
+        return backlog_stats("rec", crops, self.replica.metrics)
+
+    @_batch("rec", batch_size_fn=crops_weight, max_concurrent_batches=16)
+    async def _recognize_batch(self, items: list[Crops]) -> list:
+        if self.scheduler is None:
+            t0 = time.perf_counter()
+            out = await self.replica.isolated(self.recognizer.recognize, [i.crops for i in items])
+            self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
+            return out
+        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None),
+                                                           getattr(i, "lane", INTERACTIVE)) for i in items),
+                                   return_exceptions=True)
+        for o in out:
+            if isinstance(o, Exception):
+                self.replica.metrics.errors.inc()
+        return out
+
+
+@serve.deployment(name="OcrPipeline")
+class OcrPipeline:
+    """The pipeline (serve_app.flow.pipeline) over the model deployments' handles.
+    The image travels once (to the detector); only crops go further."""
+
+    def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
+                 recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
+                 lanes: LaneArgs = LaneArgs()):
+        self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
+        # Bulk images in the model stages at once, at most lanes.bulk_in_stages
+        # (interactive ones pass): bulk never fills a stage's max_ongoing_requests,
+        # whose queue (Serve's router) is FIFO.
+        self.bulk_gate = (PriorityGate(lanes.bulk_in_stages, lanes.bulk_max_wait_s, bypass=(INTERACTIVE,),
+                                       metrics=LaneMetrics("pipeline")) if lanes.enabled else None)
+        self.lane_metrics = LaneRequestMetrics()
+        # Each stage call is given the request's context (serve_app.core.request_context)
+        # and passes on its deadline and lane, so the replicas drop work queued
+        # for a request that is gone and serve interactive work first.
+        # Positional: the stage methods' arguments (lists of items are batched below them).
+        # Arrays over 1 MiB go by reference (serve_app/serving/payloads.py): gRPC's 4 MiB
+        # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
+        self.pipeline = Pipeline(Stages(
+            detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
+                                                                                    ctx.lane),
+            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
+            if classifier is not None else None,
+            recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
+                                 .options(multiplexed_model_id=route_tag(part))
+                                 .recognize.remote(crops, ctx.deadline, ctx.lane),
+                                 rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
+        ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
+
+    def _options(self, options: Any) -> OcrOptions:
+        """Parsed options with their lane (a handle call without one: interactive), counted."""
+        opts = parse_options(options).with_lane(INTERACTIVE).for_pipeline()
+        self.lane_metrics.requests.inc(tags={"lane": opts.priority})
+        return opts
+
+    async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
+        """The result body (image size, lines, timings) for one image, or
+        the document body (pages in order) for a PDF, as JSON whatever
+        options.format says (the ingress renders it); options come parsed
+        from the ingress (a dict is parsed here). `image`: an Upload (its
+        kind decided at the door, serve_app.flow.upload), bytes, an array or a
+        path. `ctx`: the request's context (serve_app.core.request_context), or
+        just a deadline (time.time()); work not started by the deadline is
+        not done (DeadlineExceeded, 504).
+
+        A PDF comes here as its bytes (put once in the object store by the
+        caller) and its pages are rendered here, in a worker thread, a few
+        at a time: a page's bitmap goes from here to the detector only, as
+        a decoded image does."""
+        return (await self.pipeline.read_any(image, self._options(options), ctx)).to_dict()
+
+    async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
+                           ctx: Context = None) -> AsyncIterator[dict]:
+        """`ocr` as a stream (handle.options(stream=True)), for the job
+        store: {"pages_done", "pages_total"} as a document's pages are read
+        (the latest only, when several finished meanwhile), then
+        {"result": body}. An image gives the result alone."""
+        latest: dict[str, int] = {}
+        changed = asyncio.Event()
+
+        def progress(done: int, total: int) -> None:
+            latest.update(pages_done=done, pages_total=total)
+            changed.set()
+
+        task = asyncio.ensure_future(self.pipeline.read_any(image, self._options(options), ctx, progress))
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(changed.wait())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if changed.is_set() and not task.done():
+                    changed.clear()
+                    yield dict(latest)
+            yield {"result": task.result().to_dict()}
+        finally:
+            task.cancel()
+
+    async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
+        """stage -> the stats() of its replicas that answered `calls[stage]`
+        concurrent calls (the router spreads them; a replica may be reached
+        twice or not at all, so callers ask about twice the replicas
+        running). A stage that does not answer in time gives []."""
+
+        async def one(h):
+            try:
+                return await asyncio.wait_for(h.stats.remote(), timeout=timeout_s)
+            except Exception:
+                return None
+
+        async def stage(name, h):
+            got = await asyncio.gather(*(one(h) for _ in range(max(1, calls.get(name, 1)))))
+            return list({s["pid"]: s for s in got if s}.values())
+
+        answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))
+        return dict(zip(self.handles, answers))
+
+    async def ready(self) -> dict[str, bool]:
+        """Whether each stage answers (a replica answers only once warmed)."""
+
+        async def one(h):
+            try:
+                return bool(await asyncio.wait_for(h.ready.remote(), timeout=2.0))
+            except Exception:
+                return False
+
+        results = await asyncio.gather(*(one(h) for h in self.handles.values()))
+        return dict(zip(self.handles, results))
