@@ -1,4 +1,6 @@
-"""The one seam to Paddle Inference: the only module that imports `paddle`.
+"""The one seam to Paddle Inference: with serve_app/inference/gpu.py (what a
+GPU process settles before its first predictor), the only module that
+imports `paddle`.
 
 A `PaddlePredictor` owns one Paddle predictor and one thread. The predictor
 is built on that thread and every run happens on it: Paddle predictors are
@@ -17,7 +19,6 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
@@ -26,6 +27,7 @@ from serve_app.core.engine_config import PredictorOptions, TensorRTOptions
 from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference.weights import ModelFiles, model_digest
 from serve_app.inference import compile_cache
+from serve_app.inference.gpu import resolve_tensorrt, GpuMemoryBound, _process_limiter, device_total_mb
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,169 +134,6 @@ def resolve_device(options: PredictorOptions) -> PredictorOptions:
     log.warning("device: gpu requested but unavailable; falling back to the CPU (allow_cpu_fallback)")
     # The CPU engine that ran fastest and leanest here (Paddle's OpenVINO).
     return options.model_copy(update={"device": "cpu", "tensorrt": None, "enable_openvino_engine": True})
-
-
-# --- TensorRT: on where its library loads (serve_app/inference/tensorrt_libs.py) -------------------
-
-
-def trt_compile_version() -> tuple[int, int, int]:
-    """The TensorRT this paddle was compiled against; (0, 0, 0): none."""
-    from paddle import inference
-
-    try:
-        v = tuple(int(x) for x in inference.get_trt_compile_version())
-    except Exception:  # noqa: BLE001 - a build without the call
-        return (0, 0, 0)
-    return (v + (0, 0, 0))[:3]  # type: ignore[return-value]
-
-
-def paddle_location() -> str:
-    import paddle
-
-    return os.path.dirname(os.path.abspath(paddle.__file__))
-
-
-def tensorrt_decision(enable: Any, usable: bool, reason: str) -> tuple[bool, str]:
-    """(use TensorRT, why) for `tensorrt.enable` and what the library probe
-    found; `enable: true` without a usable TensorRT is a ConfigError (the
-    replica refuses to start), "auto" falls back to Paddle's GPU kernels."""
-    if enable is False:
-        return False, "tensorrt.enable: false"
-    if usable:
-        return True, reason
-    if enable is True:
-        raise ConfigError(f"tensorrt.enable: true, but TensorRT cannot be used here: {reason}; or set "
-                          "tensorrt.enable: auto to run on Paddle's own GPU kernels without it")
-    return False, f"tensorrt.enable: auto, running on Paddle's GPU kernels without TensorRT: {reason}"
-
-
-def resolve_tensorrt(options: PredictorOptions,
-                     locate: Optional[Callable[[], Any]] = None) -> tuple[PredictorOptions, dict[str, Any]]:
-    """Settle `tensorrt.enable` on this GPU process: the options to build
-    with (tensorrt None where it is off) and the status for logs and stats."""
-    trt = options.tensorrt
-    if trt is None:
-        return options, {"on": False, "enable": None, "reason": "no tensorrt in the config", "libraries": None}
-    if options.device != "gpu":
-        return options, {"on": False, "enable": trt.enable, "libraries": None,
-                         "reason": "no GPU in this process (CPU fallback): TensorRT needs one"}
-    if locate is None:
-        from serve_app.inference.tensorrt_libs import locate as find
-
-        def locate():
-            return find(trt_compile_version(), paddle_location())
-    libs = locate()
-    on, reason = tensorrt_decision(trt.enable, libs.usable, libs.reason)
-    status = {"on": on, "enable": trt.enable, "reason": reason, "libraries": libs.as_dict()}
-    return (options if on else options.model_copy(update={"tensorrt": None})), status
-
-
-# --- GPU memory bound --------------------------------------------------------------------
-#
-# What Paddle enforces (Paddle 3.x source; not yet run on a GPU here):
-# - FLAGS_gpu_memory_limit_mb (paddle/common/flags.cc) is read once per
-#   process, when RecordedGpuMallocHelper::Instance() first runs
-#   (paddle/phi/core/platform/device/gpu/gpu_info.cc, std::call_once); from
-#   then on every cudaMalloc Paddle's allocators make goes through
-#   RecordedGpuMallocHelper::Malloc, which returns out-of-memory once the
-#   process's total would pass the limit, whatever the allocator strategy
-#   (auto_growth, the default, or naive_best_fit: both sit on CUDAAllocator,
-#   paddle/phi/core/memory/allocation/allocator_facade.cc).
-# - Instance() first runs at the latest when the first GPU predictor is
-#   created: CreatePaddlePredictor<AnalysisConfig> calls
-#   AnalysisConfig::fraction_of_gpu_memory_for_pool(), which queries memory
-#   through it (paddle/fluid/inference/api/analysis_predictor.cc,
-#   analysis_config.cc). So the flag must be set before that, and is: below,
-#   before create_predictor, on the predictor's thread.
-# - That same call overwrites FLAGS_fraction_of_gpu_memory_to_use with
-#   memory_pool_init_size_mb / total, once per process; and the auto_growth
-#   allocator does not read that flag at all. That is why the old
-#   per-replica fraction flag bounded nothing.
-
-
-@dataclass(frozen=True)
-class GpuMemoryBound:
-    """What this process's Paddle may allocate on its GPU, as enforced."""
-
-    device_total_mb: int
-    fraction: float
-    reserve_mb: int
-    limit_mb: Optional[int]  # FLAGS_gpu_memory_limit_mb as read back; None = not enforced
-    allocator_strategy: str
-    note: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def gpu_memory_limit_mb(fraction: float, device_total_mb: int, reserve_mb: int) -> int:
-    """floor(fraction x device memory) - reserve, in MiB; refused when
-    nothing would be left for the model."""
-    if not 0 < fraction <= 1:
-        raise ConfigError(f"gpu_memory_fraction must be in (0, 1]; got {fraction}")
-    share = int(fraction * device_total_mb)
-    limit = share - int(reserve_mb)
-    if limit < 256:
-        raise ConfigError(
-            f"a GPU share of {fraction} of {device_total_mb} MiB is {share} MiB; less "
-            f"gpu_memory_reserve_mb ({reserve_mb}) leaves {limit} MiB for Paddle, too little to run a model: "
-            "raise the deployment's num_gpus (or gpu_memory_fraction), or lower gpu_memory_reserve_mb")
-    return limit
-
-
-class GpuMemoryLimiter:
-    """Sets FLAGS_gpu_memory_limit_mb once per process, before its first GPU
-    predictor, and reports what is in force. `set_flags` / `get_flags` are
-    paddle's (stand-ins in tests)."""
-
-    def __init__(self, set_flags: Callable[[dict], None], get_flags: Callable[[str], dict]):
-        self._set = set_flags
-        self._get = get_flags
-        self.gpu_predictors_created = 0
-        self.applied: Optional[int] = None
-
-    def _read(self, name: str) -> Any:
-        return self._get(name).get(name)
-
-    def apply(self, fraction: Optional[float], device_total_mb: int, reserve_mb: int) -> GpuMemoryBound:
-        strategy = str(self._read("FLAGS_allocator_strategy"))
-        if fraction is None:
-            return GpuMemoryBound(device_total_mb, 1.0, 0, None, strategy, "no gpu_memory_fraction: no limit")
-        want = gpu_memory_limit_mb(fraction, device_total_mb, reserve_mb)
-        if self.applied is None and self.gpu_predictors_created == 0:
-            self._set({"FLAGS_gpu_memory_limit_mb": want})
-            self.applied = int(self._read("FLAGS_gpu_memory_limit_mb"))
-            return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied or None, strategy)
-        # Paddle has read the flag already (gpu_info.cc, once per process):
-        # a new value would be reported but not enforced.
-        note = (f"this process's limit was fixed by its first GPU predictor ({self.applied} MiB); "
-                f"{want} MiB asked for here is not applied" if self.applied is not None else
-                "a GPU predictor without a limit was created first in this process: no limit is enforced")
-        log.warning("gpu memory limit: %s", note)
-        return GpuMemoryBound(device_total_mb, fraction, reserve_mb, self.applied, strategy, note)
-
-    def created(self) -> None:
-        self.gpu_predictors_created += 1
-
-
-_limiter: Optional[GpuMemoryLimiter] = None
-
-
-def _process_limiter() -> GpuMemoryLimiter:
-    global _limiter
-    if _limiter is None:
-        import paddle
-
-        _limiter = GpuMemoryLimiter(paddle.set_flags, paddle.get_flags)
-    return _limiter
-
-
-def device_total_mb(device_id: int) -> int:
-    """The GPU's memory (cudaGetDeviceProperties: allocates nothing and does
-    not touch Paddle's memory bookkeeping, so the limit can still be set)."""
-    import paddle
-
-    return int(paddle.device.cuda.get_device_properties(device_id).total_memory // (1 << 20))
 
 
 # --- TensorRT shape ranges ---------------------------------------------------------------

@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m serve_app.inference.tensorrt_libs", description=__doc__.splitlines()[0])
     p.add_argument("--require", action="store_true", help="exit 1 unless TensorRT is usable")
     a = p.parse_args(argv)
-    from serve_app.inference.predictor import paddle_location, trt_compile_version
+    from serve_app.inference.gpu import paddle_location, trt_compile_version
 
     compiled = trt_compile_version()
     libs = locate(compiled, paddle_location())

@@ -36,10 +36,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Optional
 
-# The rooms, bottom to top. A module may import only from its own room or a
-# room below it (tests/unit/test_layers.py checks it). The top level (app,
-# engine, client, __main__) and tools/ are above all rooms.
-LAYERS = ("core", "ocr", "inference", "flow", "serving", "jobs", "http", "integrations")
+from serve_app import LAYERS  # the rooms, bottom to top
 
 # old module path -> new module path
 MODULES: dict[str, str] = {
@@ -125,7 +122,20 @@ FOLDERS: dict[str, str] = {
 
 # Names that moved out of a module when it was split (old module path.name
 # -> new module path); a name not listed stayed in its module's new home.
-SYMBOLS: dict[str, str] = {}
+SYMBOLS: dict[str, str] = {
+    **{f"serve_app.predictor.{name}": "serve_app.inference.gpu" for name in (
+        "trt_compile_version", "paddle_location", "tensorrt_decision", "resolve_tensorrt", "GpuMemoryBound",
+        "gpu_memory_limit_mb", "GpuMemoryLimiter", "_limiter", "_process_limiter", "device_total_mb")},
+    **{f"serve_app.ingress.{name}": "serve_app.http.api" for name in (
+        "log", "api", "unwrap", "downstream", "_ingress", "request_id", "RequestId", "authorized", "V1",
+        "paddlex_shape", "PADDLEX", "Format", "with_lane", "formatted", "error_response", "_item_error",
+        "_request_id_of", "domain_error", "invalid_request", "http_error", "DOC_PATHS", "PAGE_HEADERS", "app_path",
+        "docs_behind_token", "cross_origin", "count_outcomes")},
+    **{f"serve_app.ingress.{name}": f"serve_app.http.{room}" for name, room in (
+        ("V1Routes", "v1"), ("PaddleXRoutes", "paddlex_api"), ("JobRoutes", "jobs_api"), ("PageRoutes", "page"))},
+}
+# ... and the same names under their old module's new home
+SYMBOLS.update({MODULES[old.rsplit(".", 1)[0]] + "." + old.rsplit(".", 1)[1]: new for old, new in list(SYMBOLS.items())})
 
 NEW_MODULES = set(MODULES.values()) | {"serve_app", "serve_app.app", "serve_app.engine", "serve_app.client",
                                        "serve_app.__main__", "serve_app.tools"} | {

@@ -18,7 +18,8 @@ import requests
 
 from peer import PEER
 from serve_fixtures import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
-from serve_app.inference.predictor import gpu_memory_limit_mb, gpu_status
+from serve_app.inference.gpu import gpu_memory_limit_mb
+from serve_app.inference.predictor import gpu_status
 from serve_app.core.app_args import AppArgs
 from serve_app.inference.shape_ranges import range_of, rec_shapes
 

@@ -8,7 +8,7 @@ import pytest
 
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.core.errors import ConfigError
-from serve_app.inference.predictor import GpuMemoryBound, GpuMemoryLimiter, gpu_memory_limit_mb
+from serve_app.inference.gpu import GpuMemoryBound, GpuMemoryLimiter, gpu_memory_limit_mb
 from serve_app.serving.replica import gpu_stats, placed_options
 
 

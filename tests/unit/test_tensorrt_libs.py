@@ -12,7 +12,7 @@ import pytest
 
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.core.errors import ConfigError
-from serve_app.inference.predictor import resolve_tensorrt, tensorrt_decision
+from serve_app.inference.gpu import resolve_tensorrt, tensorrt_decision
 from serve_app.inference.tensorrt_libs import TensorRTLibs, locate
 
 
