@@ -47,7 +47,8 @@ class JobStore:
 
         app_name = serve.get_replica_context().app_name
         if args.backend == "redis":
-            from serve_app.jobs.redis_book import RedisJobBook, redis_prefix
+            from serve_app.jobs.redis_book import RedisJobBook
+            from serve_app.jobs.redis_scripts import redis_prefix
 
             url = os.environ.get(args.redis_url_env, "")
             if not url:

@@ -27,7 +27,8 @@ from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
 from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
 from serve_app.core.request_options import DetParams, OcrOptions, parse_options
 from serve_app.serving.payloads import sized
-from serve_app.flow.pipeline import Context, Pipeline, Stages, fanned_out, route_tag
+from serve_app.flow.pipeline import Context, Pipeline, Stages
+from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer

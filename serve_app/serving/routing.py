@@ -37,7 +37,7 @@ from ray.serve.request_router import (
     FIFOMixin, LocalityMixin, MultiplexMixin, PendingRequest, RequestRouter, RunningReplica,
 )
 
-from serve_app.flow.pipeline import parse_route_tag, preferred_replica
+from serve_app.flow.fan_out import parse_route_tag, preferred_replica
 
 
 class PartSpreadingRouter(FIFOMixin, LocalityMixin, MultiplexMixin, RequestRouter):

@@ -133,6 +133,14 @@ SYMBOLS: dict[str, str] = {
         "docs_behind_token", "cross_origin", "count_outcomes")},
     **{f"serve_app.ingress.{name}": f"serve_app.http.{room}" for name, room in (
         ("V1Routes", "v1"), ("PaddleXRoutes", "paddlex_api"), ("JobRoutes", "jobs_api"), ("PageRoutes", "page"))},
+    **{f"serve_app.admission.{name}": "serve_app.serving.cost" for name in (
+        "UNKNOWN_PIXELS", "Size", "image_size", "_tiles", "CostModel", "DrainMeter", "Decision", "retry_after", "expected_seconds", "decide", "Calibration")},
+    **{f"serve_app.job_redis.{name}": "serve_app.jobs.redis_scripts" for name in (
+        "_FORGET", "_SUBMIT", "_CLAIM", "_RENEW", "_PROGRESS", "_FINISH", "_FORGET_ONE", "_EXPIRE", "redis_prefix", "check_fsync")},
+    **{f"serve_app.pipeline.{name}": "serve_app.flow.fan_out" for name in (
+        "fan_out_parts", "deal_by_width", "merge_shares", "PART_OFFSETS", "route_tag", "parse_route_tag", "preferred_replica", "fanned_out")},
+    **{f"serve_app.pdf_worker.{name}": "serve_app.flow.pdf_child" for name in (
+        "_vm_bytes", "_Server", "_PageError", "Char", "_page_chars", "_runs", "_quad", "_line", "_die_with_parent", "main")},
 }
 # ... and the same names under their old module's new home
 SYMBOLS.update({MODULES[old.rsplit(".", 1)[0]] + "." + old.rsplit(".", 1)[1]: new for old, new in list(SYMBOLS.items())})

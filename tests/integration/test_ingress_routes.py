@@ -19,7 +19,8 @@ from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
 import serve_app.http.ingress as ingress
-from serve_app.serving.admission import Admission, Size
+from serve_app.serving.admission import Admission
+from serve_app.serving.cost import Size
 from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.http.paddlex import PaddleXDefaults
 from serve_app.http.body import BodyBudget

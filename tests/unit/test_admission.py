@@ -13,10 +13,10 @@ import pytest
 from PIL import Image
 
 from pdfs import blank_pdf
-from serve_app.serving.admission import (
-    UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide, expected_seconds,
-    image_size, retry_after,
+from serve_app.serving.cost import (
+    UNKNOWN_PIXELS, Calibration, CostModel, DrainMeter, Size, decide, expected_seconds, image_size, retry_after,
 )
+from serve_app.serving.admission import Admission, Gate, count_lines
 from serve_app.core.engine_config import DocumentLimits
 from serve_app.core.errors import DeadlineExceeded, Overloaded
 from serve_app.core.request_options import OcrOptions

@@ -12,7 +12,8 @@ from jobfakes import FakePipeline, settle
 from redis_server import RedisServer
 
 from serve_app.core.errors import ConfigError
-from serve_app.jobs.redis_book import RedisJobBook, check_fsync
+from serve_app.jobs.redis_book import RedisJobBook
+from serve_app.jobs.redis_scripts import check_fsync
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.app_args import JobArgs
 

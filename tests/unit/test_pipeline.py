@@ -13,9 +13,8 @@ import pytest
 from serve_app.core.engine_config import EngineConfig
 from serve_app.core.errors import BadImage
 from serve_app.core.request_options import OcrOptions
-from serve_app.flow.pipeline import (
-    Pipeline, Stages, assemble, deal_by_width, fan_out_parts, fanned_out, merge_shares, whole_image_box,
-)
+from serve_app.flow.pipeline import Pipeline, Stages, assemble, whole_image_box
+from serve_app.flow.fan_out import deal_by_width, fan_out_parts, fanned_out, merge_shares
 from serve_app.core.results import Direction, Recognition
 from serve_app.ocr.det_preprocess import Geometry
 
@@ -190,7 +189,7 @@ def test_fanned_out_recognize_calls_once_per_part_and_answers_like_one_call():
 
 
 def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_evenly():
-    from serve_app.flow.pipeline import preferred_replica
+    from serve_app.flow.fan_out import preferred_replica
 
     hints = []
 
@@ -215,7 +214,7 @@ def test_tagged_parts_of_one_page_prefer_distinct_replicas_and_pages_spread_even
 
 
 def test_route_tags_round_trip_and_stay_few():
-    from serve_app.flow.pipeline import PART_OFFSETS, parse_route_tag, route_tag
+    from serve_app.flow.fan_out import PART_OFFSETS, parse_route_tag, route_tag
 
     assert route_tag(None) == "whole" and parse_route_tag("whole") is None
     assert parse_route_tag(route_tag((17, 1))) == (17, 1)

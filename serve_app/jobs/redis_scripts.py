@@ -1,0 +1,208 @@
+"""The Redis side of the Redis job book (serve_app/jobs/redis_book.py): its
+keys (one hash tag per application, so a Redis Cluster keeps a book in one
+slot), each atomic step as a Lua script (submit, claim, renew, progress,
+finish, forget, expire), and the check that the server keeps the durability
+promise (appendonly, appendfsync). No Ray import."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from serve_app.core.errors import ConfigError
+
+
+_FORGET = """
+local function forget(P, id)
+  local j = P..'job:'..id
+  local h = redis.call('HMGET', j, 'client', 'size', 'key', 'status')
+  local c, size, key, st = h[1] or '', tonumber(h[2] or '0'), h[3], h[4]
+  if redis.call('ZREM', P..'fin', id) == 0 then return end
+  redis.call('ZREM', P..'finc:'..c, id)
+  redis.call('HINCRBY', P..'stats', 'fcount', -1)
+  redis.call('HINCRBY', P..'stats', 'fbytes', -size)
+  if st then redis.call('HINCRBY', P..'stats', st, -1) end
+  if redis.call('HINCRBY', P..'ccount', c, -1) <= 0 then
+    redis.call('HDEL', P..'ccount', c)
+    redis.call('HDEL', P..'cbytes', c)
+  else
+    redis.call('HINCRBY', P..'cbytes', c, -size)
+  end
+  if key and key ~= '' and redis.call('GET', P..'key:'..key) == id then redis.call('DEL', P..'key:'..key) end
+  redis.call('DEL', j)
+end
+
+local function over(P, c, share_count, share_bytes)
+  return tonumber(redis.call('HGET', P..'ccount', c) or '0') > share_count
+      or tonumber(redis.call('HGET', P..'cbytes', c) or '0') > share_bytes
+end
+
+-- past the TTL; then `client` while over its share; then the biggest holder
+-- while the store is over its bounds (serve_app.jobs.results' rules)
+local function evict(P, now, ttl, client, max_count, max_bytes, share_count, share_bytes)
+  local gone = 0
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'fin', '-inf', now - ttl, 'LIMIT', 0, 256)) do
+    forget(P, id)
+    gone = gone + 1
+  end
+  if client ~= '' then
+    while over(P, client, share_count, share_bytes) do
+      local oldest = redis.call('ZRANGE', P..'finc:'..client, 0, 0)[1]
+      if not oldest then break end
+      forget(P, oldest)
+      gone = gone + 1
+    end
+  end
+  for _ = 1, 256 do
+    local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')
+    local fbytes = tonumber(redis.call('HGET', P..'stats', 'fbytes') or '0')
+    if fcount <= max_count and fbytes <= max_bytes then break end
+    local held = redis.call('HGETALL', P..((fbytes > max_bytes) and 'cbytes' or 'ccount'))
+    local biggest, most = nil, -1
+    for k = 1, #held, 2 do
+      local n = tonumber(held[k + 1])
+      if n > most then biggest, most = held[k], n end
+    end
+    if not biggest then break end
+    local oldest = redis.call('ZRANGE', P..'finc:'..biggest, 0, 0)[1]
+    if not oldest then break end
+    forget(P, oldest)
+    gone = gone + 1
+  end
+  return gone
+end
+"""
+
+# ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
+_SUBMIT = """
+local P, id, key = ARGV[1], ARGV[2], ARGV[3]
+if key ~= '' then
+  local other = redis.call('GET', P..'key:'..key)
+  if other then return {'dup', other} end
+end
+local unfinished = tonumber(redis.call('HGET', P..'stats', 'unfinished') or '0')
+local held = tonumber(redis.call('HGET', P..'stats', 'held') or '0')
+if unfinished >= tonumber(ARGV[4]) then return {'full', tostring(unfinished)} end
+if held + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {'bytes', tostring(held)} end
+redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
+           'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
+           'claims', '0')
+redis.call('SET', P..'img:'..id, ARGV[13])
+if key ~= '' then redis.call('SET', P..'key:'..key, id) end
+redis.call('ZADD', P..'q:'..ARGV[7], ARGV[8], id)
+redis.call('HINCRBY', P..'stats', 'unfinished', 1)
+redis.call('HINCRBY', P..'stats', 'held', ARGV[6])
+return {'ok', id}
+"""
+
+# ARGV: P now lease_deadline bulk_max_wait owner
+_CLAIM = """
+local P, now = ARGV[1], tonumber(ARGV[2])
+-- jobs whose lease ran out (their worker died): back to their queue
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT', 0, 16)) do
+  redis.call('ZREM', P..'lease', id)
+  local j = P..'job:'..id
+  if redis.call('HGET', j, 'status') == 'running' then
+    redis.call('HSET', j, 'status', 'queued')
+    redis.call('HDEL', j, 'owner')
+    if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
+    redis.call('ZADD', P..'q:'..redis.call('HGET', j, 'lane'), redis.call('HGET', j, 'created'), id)
+  end
+end
+local b = redis.call('ZRANGE', P..'q:bulk', 0, 0, 'WITHSCORES')
+local i = redis.call('ZRANGE', P..'q:interactive', 0, 0)
+local lane
+if b[1] and now - tonumber(b[2]) >= tonumber(ARGV[4]) then lane = 'bulk'
+elseif i[1] then lane = 'interactive'
+elseif b[1] then lane = 'bulk'
+else return false end
+local id = (lane == 'bulk') and b[1] or i[1]
+redis.call('ZREM', P..'q:'..lane, id)
+redis.call('ZADD', P..'lease', ARGV[3], id)
+local j = P..'job:'..id
+redis.call('HSET', j, 'status', 'running', 'owner', ARGV[5])
+return {id, redis.call('HINCRBY', j, 'claims', 1)}
+"""
+
+# ARGV: P id owner deadline
+_RENEW = """
+local j = ARGV[1]..'job:'..ARGV[2]
+if redis.call('HGET', j, 'owner') ~= ARGV[3] then return 0 end
+redis.call('ZADD', ARGV[1]..'lease', 'XX', ARGV[4], ARGV[2])
+return 1
+"""
+
+# ARGV: P id owner pages_done pages_total
+_PROGRESS = """
+local j = ARGV[1]..'job:'..ARGV[2]
+if redis.call('HGET', j, 'owner') ~= ARGV[3] then return 0 end
+local done = tonumber(redis.call('HGET', j, 'pages_done') or '-1')
+if tonumber(ARGV[4]) >= done then redis.call('HSET', j, 'pages_done', ARGV[4], 'pages_total', ARGV[5]) end
+return 1
+"""
+
+# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes
+_FINISH = _FORGET + """
+local P, id = ARGV[1], ARGV[2]
+local j = P..'job:'..id
+local st = redis.call('HGET', j, 'status')
+if st ~= 'running' and st ~= 'queued' then return -1 end -- finished by another worker already, or gone
+local client = redis.call('HGET', j, 'client') or ''
+local nbytes = tonumber(redis.call('HGET', j, 'nbytes') or '0')
+redis.call('HSET', j, 'status', ARGV[3], 'finished', ARGV[6], 'size', ARGV[7])
+if ARGV[4] ~= '' then redis.call('HSET', j, 'result', ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', j, 'error', ARGV[5]) end
+redis.call('HDEL', j, 'owner')
+redis.call('DEL', P..'img:'..id)
+redis.call('ZREM', P..'lease', id)
+redis.call('ZREM', P..'q:bulk', id)
+redis.call('ZREM', P..'q:interactive', id)
+redis.call('HINCRBY', P..'stats', 'unfinished', -1)
+redis.call('HINCRBY', P..'stats', 'held', -nbytes)
+redis.call('HINCRBY', P..'stats', ARGV[3], 1)
+redis.call('ZADD', P..'fin', ARGV[6], id)
+redis.call('ZADD', P..'finc:'..client, ARGV[6], id)
+redis.call('HINCRBY', P..'stats', 'fcount', 1)
+redis.call('HINCRBY', P..'stats', 'fbytes', ARGV[7])
+redis.call('HINCRBY', P..'ccount', client, 1)
+redis.call('HINCRBY', P..'cbytes', client, ARGV[7])
+return evict(P, tonumber(ARGV[8]), tonumber(ARGV[9]), client, tonumber(ARGV[10]), tonumber(ARGV[11]),
+             tonumber(ARGV[12]), tonumber(ARGV[13]))
+"""
+
+# ARGV: P id
+_FORGET_ONE = _FORGET + """
+forget(ARGV[1], ARGV[2])
+return 1
+"""
+
+# ARGV: P now ttl max_count max_bytes share_count share_bytes
+_EXPIRE = _FORGET + """
+return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]), tonumber(ARGV[5]),
+             tonumber(ARGV[6]), tonumber(ARGV[7]))
+"""
+
+
+def redis_prefix(app_name: str) -> str:
+    """The keys of one application's book: `ocr:{app}:...` (one hash slot)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in (app_name or "default"))
+    return f"ocr:{{{safe}}}:"
+
+
+def check_fsync(config: dict, wanted: str) -> Optional[str]:
+    """CONFIG GET appendonly/appendfsync against jobs.redis_fsync: raises
+    ConfigError when the server cannot keep the promise, returns a warning
+    when it keeps a weaker one than `always`, else None."""
+    appendonly, appendfsync = config.get("appendonly"), config.get("appendfsync")
+    fix = ("start the server with `--appendonly yes --appendfsync always` (or CONFIG SET them), or set "
+           "jobs.redis_fsync to `everysec` (up to a second of accepted jobs may be lost if the server's "
+           "machine dies) or `any` (not checked)")
+    if appendonly != "yes":
+        raise ConfigError(f"the job book's Redis has appendonly {appendonly!r}: accepted jobs would be lost "
+                          f"when it restarts; {fix}")
+    if wanted == "always" and appendfsync != "always":
+        raise ConfigError(f"the job book's Redis has appendfsync {appendfsync!r}, but jobs.redis_fsync is "
+                          f"`always` (a job on disk before its 202); {fix}")
+    if appendfsync != "always":
+        return (f"the job book's Redis has appendfsync {appendfsync!r}: a job answered 202 may be lost "
+                f"if the server's machine dies within a second")
+    return None

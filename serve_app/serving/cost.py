@@ -1,0 +1,298 @@
+"""What a request costs, and when admission refuses it (serve_app/serving/admission.py
+holds the ledger): its size at the door (pixels from the image header, a
+PDF's pages), the cost model learned online (seconds = base + per_mp x
+megapixels + per_line x lines), the drain rate, the calibration of the
+estimates and the decision. No Ray import; the model and formulas are
+described in serve_app/serving/admission.py."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from serve_app.flow.documents import open_document
+from serve_app.ocr.image_header import png_dimensions
+from serve_app.flow.upload import upload_of
+
+# When a request's size cannot be read from its header (junk: the pipeline
+# refuses it cheaply), it is costed as an image of this many pixels.
+UNKNOWN_PIXELS = 1_000_000
+
+
+# -- size at the door ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Size:
+    """What admission knows of a request before decoding it: pixels of one
+    page (an image is one page) and its pages."""
+
+    pixels: int
+    pages: int = 1
+    tiles: int = 1  # detector calls per page (a long image's tiles)
+    known: bool = True  # False: read from no header (costed as UNKNOWN_PIXELS)
+
+    @property
+    def megapixels(self) -> float:
+        return self.pixels / 1e6
+
+
+def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024) -> Size:
+    """A request's Size from headers only: an encoded image's header (from
+    its first `header_bytes`; a PNG's chunk headers walked, at most a few
+    hundred), an array's shape, a PDF's page count and first page (opened
+    in a PDF worker, no page is rendered). Anything unreadable is costed as
+    UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
+    try:
+        upload = upload_of(data)
+        data = upload.data
+        if isinstance(data, np.ndarray):
+            if data.ndim < 2:
+                return Size(UNKNOWN_PIXELS, known=False)
+            h, w = int(data.shape[0]), int(data.shape[1])
+            return Size(max(1, h * w), tiles=_tiles(h, w))
+        if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
+            with open_document(bytes(data), documents) as pdf:
+                g = pdf.geometry(0)
+                return Size(g.width * g.height, pdf.pages, _tiles(g.height, g.width))
+        from PIL import Image
+
+        if isinstance(data, (str, Path)):
+            with open(data, "rb") as f:
+                head = f.read(header_bytes)
+        else:
+            head = bytes(memoryview(data)[:header_bytes])
+        found = png_dimensions(head)
+        if found is None:
+            with Image.open(io.BytesIO(head)) as img:
+                found = img.size
+        w, h = found
+        return Size(max(1, w * h), tiles=_tiles(h, w))
+    except Exception:
+        return Size(UNKNOWN_PIXELS, known=False)
+
+
+def _tiles(h: int, w: int) -> int:
+    """Detector tiles of an h x w image with the default pipeline options
+    and detector ladder (an estimate: admission does not see the engine's)."""
+    from serve_app.core.engine_config import PipelineOptions
+    from serve_app.ocr.tiling import tile_count
+
+    return tile_count(h, w, PipelineOptions(), 1280) if h > 0 and w > 0 else 1
+
+
+# -- the cost model ----------------------------------------------------------------
+
+
+class CostModel:
+    """seconds = base + per_mp * mp + per_line * lines, fitted online by
+    exponentially weighted least squares (each observation's weight decays
+    by `forget` per new one) over a prior given as pseudo-observations at a
+    few typical sizes, which fade as real ones arrive; a small fixed ridge
+    towards the prior keeps it solvable when every observation is the same
+    image. Lines per megapixel: the decayed ratio of sums."""
+
+    # (megapixels, lines) of the prior's pseudo-observations: a word, a
+    # receipt, a dense page, a photo.
+    PRIOR_POINTS = ((0.02, 1.0), (0.3, 15.0), (1.0, 60.0), (3.0, 20.0))
+
+    # An answer whose seconds are over FAR times (or under 1/FAR of) the
+    # model's own estimate for it teaches nothing; the rest are clipped to
+    # CLIP times of it.
+    FAR = 10.0
+    CLIP = 2.0
+
+    def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
+                 forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0):
+        self.prior = np.array([base_s, s_per_mp, s_per_line])
+        self.s_per_tile = s_per_tile
+        self.forget = forget
+        self.ridge = ridge * np.eye(3)
+        self.xx = np.zeros((3, 3))
+        self.xy = np.zeros(3)
+        for mp, lines in self.PRIOR_POINTS:
+            x = np.array([1.0, mp, lines])
+            self.xx += np.outer(x, x)
+            self.xy += x * float(x @ self.prior)
+        self.lines_sum = lines_per_mp
+        self.mp_sum = 1.0
+        self.observed = 0
+        self.theta = self.prior.copy()
+
+    def lines_per_mp(self) -> float:
+        return self.lines_sum / self.mp_sum
+
+    def estimate(self, size: Size) -> float:
+        """Seconds of work of a request of this size, alone (at least 10 ms)."""
+        mp = size.megapixels
+        base, per_mp, per_line = self.theta
+        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp + self.s_per_tile * max(0, size.tiles - 1)
+        return max(0.01, page) * size.pages
+
+    def observe(self, size: Size, lines: int, seconds: float) -> None:
+        """One request (one image) that ran alone: its size, the lines it
+        read and its seconds."""
+        if size.pages != 1 or size.tiles != 1 or not size.known or not math.isfinite(seconds) or seconds <= 0:
+            return
+        mp = size.megapixels
+        x = np.array([1.0, mp, float(lines)])
+        predicted = max(0.01, float(x @ self.theta))
+        if not predicted / self.FAR <= seconds <= predicted * self.FAR:
+            return  # implausible for its size: a stall, or a hostile input, not a measure of the service
+        seconds = min(max(seconds, predicted / self.CLIP), predicted * self.CLIP)
+        self.xx = self.forget * self.xx + np.outer(x, x)
+        self.xy = self.forget * self.xy + x * seconds
+        self.lines_sum = self.forget * self.lines_sum + lines
+        self.mp_sum = self.forget * self.mp_sum + mp
+        theta = np.linalg.solve(self.xx + self.ridge, self.xy + self.ridge @ self.prior)
+        self.theta = np.maximum(theta, 0.0)  # a negative coefficient (noise) would make some sizes cost nothing
+        self.observed += 1
+
+    def snapshot(self) -> dict[str, float]:
+        base, per_mp, per_line = self.theta
+        return {"base_s": round(float(base), 4), "s_per_mp": round(float(per_mp), 4),
+                "s_per_line": round(float(per_line), 5), "lines_per_mp": round(self.lines_per_mp(), 2),
+                "observed": self.observed}
+
+
+# -- the drain rate ------------------------------------------------------------------
+
+
+class DrainMeter:
+    """Seconds of work finished per second of busy time (the ledger not
+    empty), over the last `window_s` seconds. Until `min_done` requests and
+    `min_busy_s` of busy time are in the window, the last measured rate
+    stands (None before the first)."""
+
+    def __init__(self, window_s: float, min_done: int = 3, min_busy_s: float = 0.5):
+        self.window_s = window_s
+        self.min_done = min_done
+        self.min_busy_s = min_busy_s
+        self.done: deque[tuple[float, float]] = deque()  # (when, seconds of work)
+        self.spans: deque[tuple[float, float]] = deque()  # closed busy spans (start, end)
+        self.busy_since: Optional[float] = None
+        self.last: Optional[float] = None
+
+    def busy(self, now: float, is_busy: bool) -> None:
+        if is_busy and self.busy_since is None:
+            self.busy_since = now
+        elif not is_busy and self.busy_since is not None:
+            self.spans.append((self.busy_since, now))
+            self.busy_since = None
+
+    def finished(self, now: float, cost_s: float) -> None:
+        self.done.append((now, cost_s))
+
+    def _trim(self, now: float) -> None:
+        start = now - self.window_s
+        while self.done and self.done[0][0] < start:
+            self.done.popleft()
+        while self.spans and self.spans[0][1] < start:
+            self.spans.popleft()
+
+    def busy_seconds(self, now: float) -> float:
+        start = now - self.window_s
+        spans = list(self.spans) + ([(self.busy_since, now)] if self.busy_since is not None else [])
+        return sum(max(0.0, e - max(s, start)) for s, e in spans)
+
+    def rate(self, now: float) -> Optional[float]:
+        self._trim(now)
+        busy = self.busy_seconds(now)
+        if len(self.done) >= self.min_done and busy >= self.min_busy_s:
+            self.last = sum(c for _, c in self.done) / busy
+        return self.last
+
+
+# -- the decision -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    admit: bool
+    expected_s: float  # seconds until this request is expected to finish
+    reason: Optional[str] = None  # "deadline" | "cost_bound" when refused
+    retry_after_s: int = 0
+
+
+def retry_after(excess_s: float, rate: Optional[float], default_s: int, max_s: int) -> int:
+    """Seconds until `excess_s` of work has drained at `rate` (rounded up,
+    within 1..max_s); `default_s` while no rate is measured."""
+    if rate is None or rate <= 0:
+        return default_s
+    return int(min(max_s, max(1, math.ceil(excess_s / rate))))
+
+
+def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], others: int,
+                     slowdown: float = 1.0) -> float:
+    """When a request of `own_s` seconds of work is expected to finish,
+    `others` requests holding `queued_s` being ahead of it, the service
+    draining `rate` seconds of work per second (None: not measured). The
+    larger of: its own work; the ledger drained first (a FIFO service); its
+    own work served at a 1/(others + 1) share of the rate (the recogniser
+    serves the requests it holds in turn, and admission keeps about as
+    many in flight while this one runs, so a large request among many
+    small ones is slowed by those admitted after it). Times `slowdown`,
+    the measured bias of these estimates (Calibration)."""
+    if rate is None or rate <= 0:
+        return own_s * slowdown
+    return slowdown * max(own_s, (queued_s + own_s) / rate, own_s * (others + 1) / rate)
+
+
+def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
+           max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
+           others: int = 0, slowdown: float = 1.0, max_request_s: float = math.inf) -> Decision:
+    """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
+    (`others` requests), the service draining `rate` seconds of work per
+    second (None: not yet measured), `time_left_s` before its deadline
+    (None: no deadline)? Never one over max_request_s, even alone."""
+    if own_s > max_request_s:
+        return Decision(False, expected_seconds(queued_s, own_s, rate, others, slowdown), "too_big", max_retry_s)
+    if queued_s <= 0:
+        return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
+    expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
+    if time_left_s is not None:
+        budget = deadline_share * time_left_s
+        if own_s * slowdown > budget:  # too big for its deadline even alone: wait for an empty ledger
+            return Decision(False, expected, "deadline", retry_after(queued_s, rate, default_retry_s, max_retry_s))
+        if expected > budget:
+            # Work to drain before it fits: the ledger down to what the budget allows ahead of it.
+            excess = queued_s + own_s - budget * (rate or 0.0) / slowdown
+            return Decision(False, expected, "deadline", retry_after(excess, rate, default_retry_s, max_retry_s))
+    if queued_s + own_s > max_queued_s:
+        excess = queued_s + own_s - max_queued_s
+        return Decision(False, expected, "cost_bound", retry_after(excess, rate, default_retry_s, max_retry_s))
+    return Decision(True, expected)
+
+
+class Calibration:
+    """The bias of the expected finish times, measured: a running estimate
+    of a high quantile (`q`, 0.95) of actual / expected seconds over
+    answered requests, and over late ones (504) at least the time they were
+    given over their expectation (they did not finish in it). Used as a
+    factor of 1 to `cap` on the next estimates, so that admission keeps
+    most of the answers within their deadlines whatever the model misses
+    (stochastic approximation: up by step x q when above, down by step x
+    (1 - q) when below)."""
+
+    def __init__(self, q: float = 0.95, step: float = 0.05, cap: float = 3.0):
+        self.q, self.step, self.cap = q, step, cap
+        self.value = 1.0
+
+    def observe(self, ratio: float) -> None:
+        if not math.isfinite(ratio) or ratio <= 0:
+            return
+        if ratio > self.value:
+            self.value += self.step * self.q
+        else:
+            self.value -= self.step * (1 - self.q)
+        self.value = min(self.cap, max(0.5, self.value))
+
+    @property
+    def factor(self) -> float:
+        return min(self.cap, max(1.0, self.value))

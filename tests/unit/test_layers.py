@@ -1,0 +1,152 @@
+"""serve_app's rooms (serve_app.LAYERS): every module's imports (read with
+ast, lazy ones inside functions included) go only to its own room or a room
+below; no cycle between the top-level modules; no module over 450 lines; at
+most 12 modules at the top level."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from serve_app import LAYERS
+
+PACKAGE = Path(__file__).resolve().parents[2] / "serve_app"
+MAX_LINES = 450
+MAX_TOP_LEVEL = 12
+
+
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    out = {}
+    for p in sorted(root.rglob("*.py")):
+        parts = p.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The serve_app modules `name` imports (the longest known prefix of each)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t.startswith("serve_app") and t != name:
+                found.add(t)
+    return found
+
+
+def room_of(name: str) -> str:
+    """Its room, or "top" (top-level modules, tools/, the package itself)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in LAYERS else ("top" if len(parts) > 1 else "package")
+
+
+RANK = {room: i for i, room in enumerate(LAYERS)} | {"top": len(LAYERS), "package": -1}
+
+
+def upward_imports(known: dict[str, Path]) -> list[str]:
+    bad = []
+    for name, path in known.items():
+        for dep in imports_of(name, path, known):
+            if dep == "serve_app":
+                dep_room = "package"  # `from serve_app import LAYERS`: below everything
+            else:
+                dep_room = room_of(dep)
+            if RANK[dep_room] > RANK[room_of(name)]:
+                bad.append(f"{name} ({room_of(name)}) imports {dep} ({dep_room})")
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle found by a depth-first walk (each as the path that closes it)."""
+    found, state = [], {}
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt])
+            elif nxt not in state:
+                walk(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return found
+
+
+def room_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Which room imports which (the top-level modules each a room of their own)."""
+    graph: dict[str, set[str]] = {}
+    unit = lambda n: n if room_of(n) in ("top", "package") else "serve_app." + room_of(n)  # noqa: E731
+    for name, path in known.items():
+        for dep in imports_of(name, path, known):
+            if unit(dep) != unit(name):
+                graph.setdefault(unit(name), set()).add(unit(dep))
+    return graph
+
+
+def test_every_import_goes_to_its_own_room_or_below():
+    assert upward_imports(modules()) == []
+
+
+def test_no_cycle_between_rooms_or_top_level_modules():
+    assert cycles(room_graph(modules())) == []
+
+
+def test_no_module_over_450_lines_and_at_most_12_at_the_top_level():
+    known = modules()
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in known.values()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+    top = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert len(top) <= MAX_TOP_LEVEL, top
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} >= set(LAYERS)
+
+
+# -- the checks themselves fail where they should ------------------------------------------
+def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    for rel, text in files.items():
+        f = tmp_path / "serve_app" / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return modules(tmp_path / "serve_app")
+
+
+def test_an_upward_import_is_found_relative_absolute_or_lazy(tmp_path):
+    known = _tree(tmp_path, {
+        "__init__.py": "", "core/__init__.py": "", "core/errors.py": "", "http/__init__.py": "",
+        "http/ingress.py": "from ..core.errors import X\n",  # downward: fine
+        "core/results.py": "def f():\n    from serve_app.http import ingress\n",  # upward, lazy
+        "ocr/__init__.py": "", "ocr/decode.py": "from ..flow.pipeline import y\n",  # upward, relative
+        "flow/__init__.py": "", "flow/pipeline.py": "",
+    })
+    assert sorted(upward_imports(known)) == [
+        "serve_app.core.results (core) imports serve_app.http.ingress (http)",
+        "serve_app.ocr.decode (ocr) imports serve_app.flow.pipeline (flow)"]
+
+
+def test_a_cycle_between_top_level_modules_is_found(tmp_path):
+    known = _tree(tmp_path, {"__init__.py": "", "app.py": "from serve_app import engine\n",
+                             "engine.py": "import serve_app.app\n"})
+    assert cycles(room_graph(known)) == [["serve_app.app", "serve_app.engine", "serve_app.app"]]
+
+
+@pytest.mark.parametrize("room", LAYERS)
+def test_every_room_has_a_docstring(room):
+    assert ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text()))
