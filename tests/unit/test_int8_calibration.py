@@ -223,3 +223,17 @@ def test_refusals_say_what_to_do(tmp_path):
         ensure_table(files, int8_options(cache), "det", None, create)
     with pytest.raises(ConfigError, match=r"must all be the opt shape \[2, 3, 32, 64\]"):
         ensure_table(files, int8_options(cache), "rec", lambda s: [np.zeros((1, 3, 32, 64), np.float32)], create)
+
+
+def test_the_offline_command_plans_what_each_replica_would_feed(capsys):
+    from serve_app.tools import calibrate_int8
+
+    assert calibrate_int8.main(["--plan", "--precision", "int8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["det: 2 batches of [8, 3, 640, 640] (16 inputs from the packaged real images) -> an entry under "
+                   "/tmp/ocr_trt_cache/det",
+                   "cls: skipped: no tensorrt in this stage's predictor",
+                   "rec: 9 batches of [16, 3, 48, 320] (144 inputs from the packaged real images) -> an entry under "
+                   "/tmp/ocr_trt_cache/rec"]
+    assert calibrate_int8.main(["--plan", "--stage", "rec"]) == 0  # the profile as shipped: rec fp16
+    assert capsys.readouterr().out.strip() == "rec: skipped: tensorrt.precision fp16: nothing to calibrate"
