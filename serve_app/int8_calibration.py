@@ -18,7 +18,7 @@ same code in every version of these files the search index holds back to
    operators/tensorrt/tensorrt_engine_op.h:214-215). No engine is built; each
    run computes with Paddle's own fp32 kernels and hands its inputs to
    TensorRT's entropy calibrator, which a builder thread consumes
-   (tensorrt_engine_op.h:433-496, inference/tensorrt/trt_int8_calibrator.cc:66-137).
+   (tensorrt_engine_op.h:433-496, inference/tensorrt/trt_int8_calibrator.cc:66-132).
    The calibrator's device buffers are sized by the first run's tensors
    (tensorrt_engine_op.h:447-456) and no calibration profile is set, so
    TensorRT calibrates at its first optimisation profile
@@ -61,6 +61,7 @@ import os
 import shutil
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -75,7 +76,7 @@ SET_FILE = CALIBRATION / "set.json"
 WORDS = CALIBRATION / "words"
 MANIFEST = "int8_calibration.json"
 TABLE_PREFIX = "trt_calib_"  # helper.h:206-209
-ENGINE_PREFIX = "trt_serialized_"  # helper.h GetTrtEngineSerializedPath: engines built from a table
+ENGINE_PREFIX = "trt_serialized_"  # helper.h:229-232: engines, which an old table would have built
 
 Shape = tuple[int, int, int, int]
 
@@ -249,6 +250,7 @@ def ensure_table(files, options, name: str, inputs: Optional[Callable[[Shape], l
     bad = [list(b.shape) for b in batches if tuple(b.shape) != tuple(opt)]
     if bad:
         raise ConfigError(f"{name}: calibration batches must all be the opt shape {list(opt)}; got {bad[:2]}")
+    os.makedirs(cache, exist_ok=True)
     # A table of another set (or a half-done attempt) would be taken as found
     # by the calibration predictor itself, and engines built from it reused.
     for f in os.listdir(cache):
@@ -261,9 +263,17 @@ def ensure_table(files, options, name: str, inputs: Optional[Callable[[Shape], l
         shutil.copyfile(files.params, copy.params)
         t0 = time.perf_counter()
         predictor = create(copy)
-        _feed(predictor, batches)
-        del predictor  # the table is written by the predictor's destructor (step 4)
-        gc.collect()
+        try:
+            _feed(predictor, batches)
+        except BaseException as e:
+            traceback.clear_frames(e.__traceback__)  # its frames hold the predictor too
+            raise
+        finally:
+            # The table is written by the predictor's destructor (step 4), into the
+            # copy's folder: destroyed here, before that folder is removed, also on
+            # an error (Paddle's destructor would fail to make its _opt_cache).
+            del predictor
+            gc.collect()
         seconds = time.perf_counter() - t0
         made = sorted(p for p in (Path(work) / "_opt_cache").glob(f"{TABLE_PREFIX}*") if p.stat().st_size > 0)
         if not made:

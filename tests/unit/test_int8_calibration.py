@@ -237,3 +237,24 @@ def test_the_offline_command_plans_what_each_replica_would_feed(capsys):
                    "/tmp/ocr_trt_cache/rec"]
     assert calibrate_int8.main(["--plan", "--stage", "rec"]) == 0  # the profile as shipped: rec fp16
     assert capsys.readouterr().out.strip() == "rec: skipped: tensorrt.precision fp16: nothing to calibrate"
+
+
+def test_a_failed_run_destroys_the_predictor_before_its_folder_goes(tmp_path):
+    """Paddle's destructor writes the table into the copy's folder (and would
+    fail to make its _opt_cache were the folder already gone)."""
+    files, cache = model(tmp_path), tmp_path / "cache"
+    seen = {}
+
+    class Failing(PaddleStandIn):
+        def run(self):
+            if len(self.fed) == 2:
+                raise RuntimeError("CUDA error: out of memory")
+
+        def __del__(self):
+            seen["folder_there_when_destroyed"] = self.program_dir.exists()
+            super().__del__()
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        ensure_table(files, int8_options(cache), "rec", real_batches, lambda f: Failing(f, str(cache)), digest="d")
+    assert seen == {"folder_there_when_destroyed": True}
+    assert os.listdir(cache) == []  # the copy removed, no manifest: the next start calibrates again
