@@ -1,9 +1,11 @@
 """TensorRT int8, calibrated on real images: the calibration pass and where
 its table is kept. Read against Paddle's source, **not run** (no GPU here).
 
-How Paddle Inference calibrates (Paddle develop at f027356e, 2024-05-09; the
-same code in every version of these files the search index holds back to
-2.x; paths under paddle/fluid/):
+How Paddle Inference calibrates (Paddle's develop branch at f027356e,
+2024-05-09, read in a fork's snapshot, tc20042008/Paddle; the same code in
+every version of these files the search index holds back to 2.x; 3.3.1,
+commit 7688495, is later and was not read line by line; paths under
+paddle/fluid/):
 1. `enable_tensorrt_engine(precision_mode=Int8, use_calib_mode=True)`
    records both (inference/api/analysis_config.cc:742-761).
 2. When a predictor is created, the TensorRT subgraph pass looks for each
