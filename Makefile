@@ -93,7 +93,9 @@ serve-gpu: install-gpu
 # The GPU check from a clean clone on one GPU machine (at most 10 minutes):
 # preflight (each missing piece stops it with its fix), install, CPU vs GPU
 # text, the profile under 1/8/32 clients, per-stage ms, GPU memory against
-# the limits, TensorRT on/off and why: one report (load_tests/gpu_run.sh).
+# the limits, TensorRT on/off and why, each stage's agreement with fp32: one
+# report (load_tests/gpu_run.sh). `make gpu-check TRT_PRECISION=int8` (or
+# fp16) runs every stage's TensorRT at that precision.
 gpu-check:
 	timeout --foreground 600 bash load_tests/gpu_run.sh || { rc=$$?; [ $$rc -eq 124 ] && echo "gpu-check: over its 10 minutes (see the report's last step)"; exit $$rc; }
 

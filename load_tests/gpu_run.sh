@@ -15,7 +15,10 @@
 #     ready within READY_TIMEOUT s or stopped with the replicas' errors, then
 #     the summary table: text agreement GPU vs CPU, img/s and p50/p99 at 1, 8
 #     and 32 clients, ms per stage at batch 1 and the served batch, each
-#     replica's GPU memory against its limit, TensorRT on or off and why.
+#     replica's GPU memory against its limit, TensorRT on or off and why, and
+#     each stage's start-up agreement with fp32 (TRT_PRECISION=fp16|int8 runs
+#     every stage's TensorRT at that precision, the classifier's too: int8
+#     calibrates on the packaged real images first).
 # Not yet run on a GPU: no GPU machine is available to this project.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,10 +68,17 @@ say ""
 
 # The profile as shipped (TensorRT where it loads: the replicas say), on loopback.
 "$PY" - "$OUT/deployments.gpu.yaml" "$PORT" <<'PY' || fail "could not write the profile copy"
-import sys, yaml
+import os, sys, yaml
 cfg = yaml.safe_load(open("deployments.gpu.yaml"))
 cfg["http_options"]["host"] = "127.0.0.1"
 cfg["http_options"]["port"] = int(sys.argv[2])
+want = os.environ.get("TRT_PRECISION")  # every stage's TensorRT at this precision, checked against fp32 at start
+if want:
+    args = cfg["applications"][0]["args"]
+    for stage in ("detector", "classifier", "recognizer"):
+        trt = args.setdefault(stage, {}).setdefault("predictor", {}).setdefault("tensorrt", {})
+        trt["precision"] = want
+        trt.setdefault("cache_dir", "/tmp/ocr_trt_cache/" + {"detector": "det", "classifier": "cls"}.get(stage, "rec"))
 yaml.safe_dump(cfg, open(sys.argv[1], "w"), sort_keys=False)
 PY
 # The profile needs its token (ingress.auth_token_env); a throwaway one for this run.

@@ -201,6 +201,10 @@ def service(url: str, engines_json: Path, seconds: float, levels: list[int]) -> 
               f"p99 {r['p99_ms']:.0f} ms; statuses {r['codes']} |")
     for row in rows:
         print(f"| {row['stage']} pid {row['pid']} | {row['summary']} |")
+    print("\n## Agreement with fp32 per stage (start-up check, packaged real images; 99.5% needed)\n")
+    print("| stage | replica | precision and agreement |\n|---|---:|---|")
+    for row in rows:
+        print(f"| {row['stage']} | {row['pid']} | {row['precision']} |")
     return 0 if all(r["clean"] for r in runs) else 1
 
 
@@ -244,23 +248,43 @@ def replicas() -> list[dict]:
                   f"{s.get('gpu_memory_limit_mb')} | {used.get(pid, 'n/a')} | "
                   f"{trt.get('input_shapes', '-')} / {trt.get('max_batch_size', '-')} | {len(s['recent_batches'])} | "
                   f"{dict(sorted(sizes.items()))} |")
-            rows.append({"stage": s["stage"], "pid": pid, "summary": replica_summary(s, used.get(pid))})
+            rows.append({"stage": s["stage"], "pid": pid, "summary": replica_summary(s, used.get(pid)),
+                         "precision": precision_summary(s)})
     print("\nPaddle's limit counts what Paddle allocates; nvidia-smi also counts the CUDA context, "
           "cuBLAS/cuDNN and TensorRT's own memory: the difference per replica is the figure for "
           "gpu_memory_reserve_mb (768 MiB by default, not measured before this run).")
     return rows
 
 
+def precision_summary(s: dict) -> str:
+    """A replica's precision and its start-up agreement with fp32
+    (serve_app/inference/precision_check.py), with the int8 table it used."""
+    trt = s.get("tensorrt") or {}
+    if not trt.get("enabled"):
+        return "fp32 (no TensorRT: nothing to check)"
+    check = s.get("precision_check")
+    if not check:
+        return f"TensorRT {trt.get('precision')}: no check (fp32)"
+    text = (f"TensorRT {check.get('precision', trt.get('precision'))}: {check['identical']}/{check['total']} "
+            f"{check.get('unit', 'lines identical to fp32')} ({100 * check['fraction']:.1f}%)")
+    cal = trt.get("int8_calibration")
+    if cal:
+        text += (f"; int8 table {'reused' if cal.get('reused') else 'made'} ({cal.get('batches')} batches of "
+                 f"{cal.get('opt')}, {len(cal.get('tables') or [])} tables)")
+    return text
+
+
 def replica_summary(s: dict, gpu_used_mib) -> str:
     """One cell: ms per batch at 1 and at the served batch, GPU memory
-    against the limit, TensorRT on/off and why."""
+    against the limit, TensorRT on/off and why, the agreement with fp32."""
     ms = stage_ms(s.get("recent_batches") or [])
     trt = s.get("tensorrt") or {}
     trt_text = ("TensorRT " + ("on" if trt.get("enabled") else "off") + f" ({trt.get('why')})") if trt else "no TensorRT"
     b1 = f"{ms['batch1_ms']:.1f}" if ms["batch1_ms"] is not None else "n/a"
     served = f"{ms['served_ms']:.1f} ms at batch {ms['served_batch']}" if ms["served_batch"] else "no batch seen"
     return (f"{s.get('device')}: {b1} ms at batch 1, {served}; GPU {gpu_used_mib if gpu_used_mib is not None else 'n/a'}"
-            f" MiB used (nvidia-smi) vs limit {s.get('gpu_memory_limit_mb')} MiB; {trt_text}")
+            f" MiB used (nvidia-smi) vs limit {s.get('gpu_memory_limit_mb')} MiB; {trt_text}; "
+            f"{precision_summary(s)}")
 
 
 def main(argv=None) -> int:

@@ -28,7 +28,9 @@ class TensorRTOptions(_Strict):
     # always equals the batch dimension's max.
     max_batch_size: int = 8
     min_subgraph_size: int = 3  # subgraphs with fewer ops than this stay on Paddle's GPU kernels instead of TensorRT
-    precision: Literal["fp32", "fp16", "int8"] = "fp16"  # the engines' precision (int8 needs calibration data)
+    # The engines' precision. Below fp32 a replica starts only after an agreement check against fp32 on
+    # real images (serve_app/inference/precision_check.py); int8 is first calibrated on them (serve_app/inference/int8_calibration.py).
+    precision: Literal["fp32", "fp16", "int8"] = "fp16"
     use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
     # Serialized engines and the tuned shape-range file land here
     # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in

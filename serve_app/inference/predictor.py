@@ -27,6 +27,7 @@ from serve_app.core.engine_config import PredictorOptions, TensorRTOptions
 from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference.weights import ModelFiles, model_digest
 from serve_app.inference import compile_cache
+from serve_app.inference.int8_calibration import set_digest
 from serve_app.inference.gpu import resolve_tensorrt, GpuMemoryBound, _process_limiter, device_total_mb
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ def tensorrt_cache_dir(files: ModelFiles, options: PredictorOptions, name: str) 
              "min_subgraph_size": trt.min_subgraph_size, "input_shapes": sorted(map(list, trt.input_shapes or [])),
              "shape_range_info_path": trt.shape_range_info_path, "opt": "served",  # engines tuned at the served batch
              "gpu": paddle.device.cuda.get_device_properties(options.gpu_device_id).name,
-             **library_versions(True)}
+             **({"int8_set": set_digest()} if trt.precision == "int8" else {}), **library_versions(True)}
     return os.path.join(base, compile_cache.entry_name(name, "tensorrt", parts))
 
 
@@ -304,8 +305,11 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
 class PaddlePredictor:
     """One Paddle Inference predictor, run only on its own thread."""
 
-    def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None):
+    def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None,
+                 int8_inputs: Optional[Callable[[tuple], list]] = None):
         self.name = name or files.name
+        self._int8_inputs = int8_inputs  # TensorRT int8: real calibration batches (serve_app/inference/int8_calibration.py)
+        self.int8_calibration: Optional[dict[str, Any]] = None
         self.requested = options  # as configured and placed, before the device was settled
         self.options = resolve_device(options)
         if options.tensorrt is not None and self.options.device != "gpu":  # fell back to the CPU
@@ -394,6 +398,14 @@ class PaddlePredictor:
             collect_shape_ranges(files, self.options, trt.input_shapes, self.tuned_shapes)
             log.info("%s: shape ranges of %d input shapes collected in %.1fs -> %s", self.name,
                      len(trt.input_shapes), time.perf_counter() - t0, self.tuned_shapes)
+        if trt.precision == "int8":  # its table from real images first, under this lock
+            from serve_app.inference.int8_calibration import ensure_table
+            from paddle import inference
+
+            self.int8_calibration = ensure_table(
+                files, self.options, self.name, self._int8_inputs,
+                lambda copy: inference.create_predictor(build_paddle_config(copy, self.options, self.tuned_shapes)))
+            log.info("%s: TensorRT int8 calibration table %s", self.name, self.int8_calibration)
 
     def release_build_lock(self) -> None:
         """Let the next replica of this stage on this node build (or read

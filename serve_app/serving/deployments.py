@@ -22,6 +22,7 @@ from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
 from serve_app.core.engine_config import EngineConfig
 from serve_app.serving.crop_scheduler import CropScheduler
+from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
 from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
@@ -81,10 +82,12 @@ class _Replica:
 @serve.deployment(name="TextDetector")
 class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
-        self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"])
+        self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"],
+                                          stage_inputs("det", engine))
         if lanes.enabled:  # interactive images ahead of bulk ones in the FIFO batch queue
             self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"), lanes.det_bulk_batch)
         self.detector = TextDetector(self.replica.predictor, engine.det)
+        self.replica.check_precision(lambda p: TextDetector(p, engine.det).detect)  # fp16/int8: boxes as fp32's
         self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
                            args.canary_interval_s)
         # Every input it can be given, warmed: memory stays flat in service
@@ -133,10 +136,12 @@ class TextDetectorDeployment(_Replica):
 @serve.deployment(name="DirectionClassifier")
 class DirectionClassifierDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: ClassifierArgs, lanes: LaneArgs = LaneArgs()):
-        self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"])
+        self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"],
+                                          stage_inputs("cls", engine))
         if lanes.enabled:
             self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("cls"))
         self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
+        self.replica.check_precision(lambda p: DirectionClassifier(p, engine.cls).classify)  # fp16/int8: angles
         self.replica.watch(classifier_probe(self.classifier), args.canary_interval_s)
         self.replica.warm(self.classifier.warm_calls())
 
@@ -179,10 +184,11 @@ class TextRecognizerDeployment(_Replica):
     request reaches the scheduler while an older one is still being read."""
 
     def __init__(self, engine: EngineConfig, args: RecognizerArgs, lanes: LaneArgs = LaneArgs()):
-        self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"])
+        self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"],
+                                          stage_inputs("rec", engine))
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
-        # TensorRT fp16: refuse to start unless it reads real words as fp32 does (#29 item 5).
+        # TensorRT fp16/int8: refuse to start unless it reads real words as fp32 does (#29 item 5).
         self.replica.check_precision(lambda p: TextRecognizer(p, engine.rec, charset).recognize)
         opts = engine.rec
         self.scheduler: Optional[CropScheduler] = None

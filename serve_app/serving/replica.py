@@ -93,14 +93,15 @@ class ModelReplica:
         self._probe: Optional[Callable[[], CanaryResult]] = None
         # In front of the FIFO batch queue: interactive first (serve_app.core.lanes); None: no lanes.
         self.gate: Optional[PriorityGate] = None
-        self.precision_check: Optional[dict] = None  # fp16 vs fp32 at start (check_precision)
+        self.precision_check: Optional[dict] = None  # fp16/int8 vs fp32 at start (check_precision)
         self._model: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
-              knobs: BatchKnobs) -> "ModelReplica":
+              knobs: BatchKnobs, int8_inputs: Optional[Callable] = None) -> "ModelReplica":
         """In a Serve replica: the Paddle predictor, pinned and sized for
-        where Ray placed this replica, with Prometheus metrics."""
+        where Ray placed this replica, with Prometheus metrics. int8_inputs:
+        the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs)."""
         from serve_app.serving.metrics import StageMetrics
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files
@@ -113,7 +114,7 @@ class ModelReplica:
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
-        predictor = PaddlePredictor(model_files(stage, model_dir), options, stage)
+        predictor = PaddlePredictor(model_files(stage, model_dir), options, stage, int8_inputs=int8_inputs)
         trt = predictor.options.tensorrt
         if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/inference/precision_check.py)
             from serve_app.inference.precision_check import precision_policy
@@ -129,16 +130,17 @@ class ModelReplica:
         return replica
 
     def check_precision(self, make_reader: Callable[[Any], Callable[[list], list]]) -> Optional[dict]:
-        """Before ready: a TensorRT stage below fp32 reads the real word crops
-        kept in the package with its engine and with a plain fp32 predictor
-        on the same GPU; below the agreement threshold it refuses to start
-        with the figure (ConfigError). make_reader(predictor) -> crops -> texts.
-        None where no check is needed. Not run on a GPU here."""
+        """Before ready: a TensorRT stage below fp32 reads the real images
+        kept in the package (serve_app.inference.precision_check.check_items) with its
+        engine and with a plain fp32 predictor on the same GPU; below the
+        agreement threshold it refuses to start with the figure
+        (ConfigError). make_reader(predictor) -> items -> the stage's
+        outputs. None where no check is needed. Not run on a GPU here."""
         if not getattr(self.predictor, "needs_precision_check", False):
             return None
         import cv2
 
-        from serve_app.inference.precision_check import check, word_crops
+        from serve_app.inference.precision_check import check, check_items
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files
 
@@ -146,17 +148,16 @@ class ModelReplica:
         reference = PaddlePredictor(model_files(self.stage, model_dir), options.model_copy(update={"tensorrt": None}),
                                     f"{self.stage}-fp32-reference")
         try:
-            names, crops = word_crops(cv2.imread)
+            names, items = check_items(self.stage, lambda p: cv2.imread(p, cv2.IMREAD_COLOR))
             precision = self.predictor.options.tensorrt.precision
-            line, agreed = check(self.stage, precision, names, crops,
-                                 lambda c: [r.text for r in make_reader(reference)(c)],
-                                 lambda c: [r.text for r in make_reader(self.predictor)(c)])
+            line, agreed = check(self.stage, precision, names, items, make_reader(reference),
+                                 make_reader(self.predictor))
         finally:
             reference.close()
         import logging
 
         logging.getLogger("ray.serve").info("%s", line)
-        self.precision_check = agreed.as_dict()
+        self.precision_check = {"precision": precision, **agreed.as_dict()}
         return self.precision_check
 
     def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
@@ -322,6 +323,7 @@ def gpu_stats(predictor: Predictor) -> dict[str, Any]:
             "input_shapes": len(trt.input_shapes or []),
             "input_range": range_of(trt.input_shapes).as_dict() if trt.input_shapes else None,
             "tuned_shapes": getattr(predictor, "tuned_shapes", None),
+            "int8_calibration": getattr(predictor, "int8_calibration", None),  # table made or reused
         }
     return {
         "requested_device": asked.device,

@@ -73,6 +73,7 @@ MODULES: dict[str, str] = {
     "serve_app.runners": "serve_app.inference.runners",
     "serve_app.tensorrt_libs": "serve_app.inference.tensorrt_libs",
     "serve_app.precision_check": "serve_app.inference.precision_check",
+    "serve_app.int8_calibration": "serve_app.inference.int8_calibration",
     # flow: a read from upload to answer (pipeline, documents and their
     # pages, the answer's formats); no Ray
     "serve_app.pipeline": "serve_app.flow.pipeline",

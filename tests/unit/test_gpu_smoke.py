@@ -188,3 +188,19 @@ def test_gpu_run_without_a_driver_stops_naming_it(tmp_path):
     report = (out / "report.md").read_text()
     assert proc.returncode == 1 and "nvidia-smi not found" in report, report
     assert not (out / "install.log").exists()
+
+
+def test_the_report_gives_each_stages_agreement_with_fp32():
+    from load_tests.gpu_smoke import precision_summary
+
+    base = {"device": "gpu", "gpu_memory_limit_mb": 34000, "recent_batches": []}
+    assert precision_summary({**base, "tensorrt": None}) == "fp32 (no TensorRT: nothing to check)"
+    assert precision_summary({**base, "tensorrt": {"enabled": True, "precision": "fp32"}}) == \
+        "TensorRT fp32: no check (fp32)"
+    det = {**base, "tensorrt": {"enabled": True, "precision": "int8", "int8_calibration": {
+        "reused": False, "batches": 2, "opt": [8, 3, 640, 640], "tables": ["trt_calib_1", "trt_calib_2"]}},
+        "precision_check": {"precision": "int8", "identical": 165, "total": 165, "fraction": 1.0,
+                            "unit": "boxes matched to fp32's at IoU >= 0.9"}}
+    assert precision_summary(det) == ("TensorRT int8: 165/165 boxes matched to fp32's at IoU >= 0.9 (100.0%); "
+                                      "int8 table made (2 batches of [8, 3, 640, 640], 2 tables)")
+    assert replica_summary(det, 900).endswith("; " + precision_summary(det))

@@ -40,13 +40,12 @@ def test_no_images_is_no_check():
         decide("rec", "fp16", agreement([], [], []))
 
 
-def test_policy_checks_rec_fp16_and_refuses_what_cannot_be_checked():
+def test_policy_checks_every_stage_below_fp32():
     assert precision_policy("rec", "fp32") is False and precision_policy("det", "fp32") is False
-    assert precision_policy("rec", "fp16") is True
-    with pytest.raises(ConfigError, match="int8.*synthetic"):
-        precision_policy("rec", "int8")
-    with pytest.raises(ConfigError, match="det: TensorRT fp16 is refused"):
-        precision_policy("det", "fp16")
+    for stage in ("det", "cls", "rec"):
+        assert precision_policy(stage, "fp16") is True and precision_policy(stage, "int8") is True
+    with pytest.raises(ConfigError, match="no agreement measure"):
+        precision_policy("layout", "fp16")
 
 
 def test_check_reads_the_packaged_words_with_both_readers():
@@ -64,3 +63,120 @@ def test_check_reads_the_packaged_words_with_both_readers():
     assert seen == [("fp32", 9), ("fp16", 9)] and a.identical == 8 and a.total == 9 and "8/9" in line
     with pytest.raises(ConfigError, match="8/9"):
         check("rec", "fp16", names, crops, reader("fp32"), reader("fp16"))
+
+
+# --- det and cls measures, on the CPU engine's real outputs (serve_app/inference/calibration/set.json) ---
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from serve_app.inference.precision_check import (
+    BOX_IOU, UNITS, answers, box_agreement, check_items, match_boxes, quad_iou,
+)
+
+SET = json.loads((Path(__file__).resolve().parents[2] / "serve_app" / "inference" / "calibration" / "set.json").read_text())
+NAMES = [Path(p["file"]).name for p in SET["pages"]]
+CPU_BOXES = [[np.asarray(b, dtype=np.float32) for b in p["cpu"]["boxes"]] for p in SET["pages"]]
+N_BOXES = sum(len(b) for b in CPU_BOXES)
+
+
+def scaled(box: np.ndarray, s: float) -> np.ndarray:
+    c = box.mean(axis=0)
+    return (box - c) * s + c
+
+
+def test_quad_iou_of_real_boxes():
+    b = CPU_BOXES[0][0]
+    assert quad_iou(b, b) == pytest.approx(1.0)
+    # A box grown about its centre holds the original: IoU = 1 / s^2.
+    assert quad_iou(b, scaled(b, 1.05)) == pytest.approx(1 / 1.05 ** 2, rel=1e-3)
+    # Moved by its own width along its top edge: no overlap.
+    assert quad_iou(b, b + (b[1] - b[0])) == pytest.approx(0.0, abs=1e-3)
+    square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], np.float32)
+    assert quad_iou(square, square + [5, 0]) == pytest.approx(50 / 150)
+
+
+def test_identical_boxes_agree_whatever_their_order():
+    assert N_BOXES > 150  # 9 real pages
+    a = box_agreement(NAMES, CPU_BOXES, [list(reversed(b)) for b in CPU_BOXES])
+    assert (a.identical, a.total, a.differing) == (N_BOXES, N_BOXES, [])
+    assert f"{N_BOXES}/{N_BOXES} boxes matched to fp32's at IoU >= 0.9" in decide("det", "fp16", a)
+
+
+def test_box_iou_threshold_on_real_boxes():
+    # 1.05x about the centre: IoU 0.907 >= 0.9 for every box; 1.06x: 0.89 < 0.9 for every box.
+    assert box_agreement(NAMES, CPU_BOXES, [[scaled(b, 1.05) for b in bs] for bs in CPU_BOXES]).fraction == 1.0
+    a = box_agreement(NAMES, CPU_BOXES, [[scaled(b, 1.06) for b in bs] for bs in CPU_BOXES])
+    assert a.identical == 0 and a.total == N_BOXES
+    assert BOX_IOU == 0.9
+
+
+def test_a_lost_box_and_a_made_up_box_each_refuse():
+    lost = [bs[:-1] if k == 4 else bs for k, bs in enumerate(CPU_BOXES)]  # the dense page loses one line
+    a = box_agreement(NAMES, CPU_BOXES, lost)
+    assert (a.identical, a.total) == (N_BOXES - 1, N_BOXES)
+    assert a.differing == [(NAMES[4], f"{len(CPU_BOXES[4])} boxes", f"{len(CPU_BOXES[4]) - 1} boxes, "
+                                      f"{len(CPU_BOXES[4]) - 1} matched")]
+    with pytest.raises(ConfigError, match=rf"det: TensorRT int8 refused: {N_BOXES - 1}/{N_BOXES} boxes matched"):
+        decide("det", "int8", a)
+    made_up = [bs + [bs[0] + 400] if k == 0 else bs for k, bs in enumerate(CPU_BOXES)]
+    a = box_agreement(NAMES, CPU_BOXES, made_up)
+    assert (a.identical, a.total) == (N_BOXES, N_BOXES + 1)
+    with pytest.raises(ConfigError, match=rf"{N_BOXES}/{N_BOXES + 1} boxes"):
+        decide("det", "fp16", a)
+
+
+def test_boxes_match_one_to_one():
+    b = CPU_BOXES[0][0]
+    assert match_boxes([b, b], [b]) == 1 and match_boxes([b], [b, scaled(b, 1.01)]) == 1
+
+
+def test_angle_decisions_on_the_cpu_engines_real_directions():
+    labels = [d for p in SET["pages"] for d in p["cpu"]["directions"]]
+    names = [f"c{i}" for i in range(len(labels))]
+    assert "180" in labels and "0" in labels
+    a = agreement(names, labels, labels, UNITS["cls"])
+    assert a.fraction == 1.0 and "angle decisions identical to fp32" in decide("cls", "fp16", a)
+    flipped = list(labels)
+    flipped[3] = "0" if labels[3] == "180" else "180"
+    with pytest.raises(ConfigError, match=rf"cls: TensorRT fp16 refused: {len(labels) - 1}/{len(labels)} angle"):
+        decide("cls", "fp16", agreement(names, labels, flipped, UNITS["cls"]))
+
+
+def test_answers_take_what_each_stage_compares():
+    from serve_app.core.results import Direction, Recognition
+
+    assert answers("rec", [Recognition("EXIT", 0.9)]) == ["EXIT"]
+    assert answers("cls", [Direction("180", 0.99)]) == ["180"]
+    assert answers("det", [CPU_BOXES[0]]) == [CPU_BOXES[0]]
+
+
+def test_check_items_are_the_packaged_real_images():
+    shapes = []
+    names, pages = check_items("det", lambda p: (shapes.append(p), p)[1])
+    assert names == NAMES and all(Path(p).is_file() for p in pages)
+    import cv2
+
+    read = lambda p: cv2.imread(p, cv2.IMREAD_COLOR)  # noqa: E731
+    names, crops = check_items("rec", read)
+    assert len(names) == N_BOXES + 9 and names[0] == f"{NAMES[0]}#0" and names[-1].startswith("mmocr_word_")
+    assert all(c.ndim == 3 and c.shape[2] == 3 and min(c.shape[:2]) > 0 for c in crops)
+    cls_names, cls_crops = check_items("cls", read)
+    assert len(cls_names) == 2 * len(names) and cls_names[-1].endswith("(turned)")
+    assert np.array_equal(cls_crops[len(names)], np.rot90(crops[0], 2))
+
+
+def test_det_check_with_the_two_readers_stood_in():
+    lost = {NAMES[1]}  # the int8 detector "loses" the second page's boxes
+
+    def reader(tag):
+        def read(pages):
+            return [[] if tag == "int8" and Path(p).name in lost else CPU_BOXES[NAMES.index(Path(p).name)]
+                    for p in pages]
+        return read
+
+    names, pages = check_items("det", lambda p: p)
+    with pytest.raises(ConfigError, match=rf"{N_BOXES - len(CPU_BOXES[1])}/{N_BOXES} boxes"):
+        check("det", "int8", names, pages, reader("fp32"), reader("int8"))
