@@ -68,8 +68,9 @@ def test_size_comes_from_headers_arrays_and_pdf_pages_and_junk_gets_a_default():
     assert image_size(np.zeros((30, 40, 3), np.uint8)) == Size(1200)
     assert image_size(b"not an image") == Size(UNKNOWN_PIXELS, known=False)
     pdf = blank_pdf(3)
-    size = image_size(pdf, DocumentLimits(render_dpi=72))
-    with_dpi = image_size(pdf, DocumentLimits(render_dpi=144))
+    # open_timeout_s raised: a PDF child's start beside a busy core is not what this checks
+    size = image_size(pdf, DocumentLimits(render_dpi=72, open_timeout_s=60))
+    with_dpi = image_size(pdf, DocumentLimits(render_dpi=144, open_timeout_s=60))
     assert size.pages == with_dpi.pages == 3
     assert with_dpi.pixels == pytest.approx(4 * size.pixels, rel=0.02)  # twice the DPI, four times the pixels
     assert image_size(pdf) == Size(UNKNOWN_PIXELS, known=False)  # no document limits: not opened as a PDF
