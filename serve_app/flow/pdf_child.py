@@ -230,6 +230,7 @@ def main(argv: list[str]) -> None:
 
         limit = _vm_bytes() + memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    _write_frame(out, {"ready": True})  # started: what follows is timed per call by the parent
     while True:
         try:
             req, payload = _read_frame_blocking(inp)

@@ -124,6 +124,9 @@ class _Reader:
 # -- the parent's side ---------------------------------------------------------------
 
 
+CHILD_START_S = 30.0  # a child's start-up at most this long (0.2-0.5 s on an idle core)
+
+
 class _Child:
     def __init__(self, memory_mb: int):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where serve_app is
@@ -134,6 +137,15 @@ class _Child:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
         self.reader = _Reader(self.proc.stdout.fileno())
         self.key: Optional[str] = None  # the document it holds open
+        # Wait for its start-up (imports, memory limit) here, so a page's or an
+        # open's budget times PDFium's work and not a Python start beside a busy core.
+        try:
+            header, _ = self.reader.frame(time.monotonic() + CHILD_START_S)
+        except (WorkerTimeout, WorkerDied, ValueError, struct.error):
+            header = {}
+        if not header.get("ready"):  # a server problem, not the document's: a 503 to retry
+            self.kill()
+            raise PoolBusy()
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -344,3 +344,20 @@ def test_a_worker_started_from_a_short_lived_thread_outlives_that_thread():
         assert opened[0].render(0).shape == (200, 400, 3) and pool.started == 1
     finally:
         pool.close()
+
+
+def test_a_pdf_child_that_does_not_start_in_time_is_a_503_to_retry_not_the_documents_fault(monkeypatch):
+    from serve_app.core.errors import Overloaded
+    from serve_app.flow import pdf_worker
+
+    monkeypatch.setattr(pdf_worker, "CHILD_START_S", 0.0)  # no child can say "ready" in no time
+    pool = WorkerPool(1)
+    try:
+        with pytest.raises(Overloaded, match="retry"):
+            PdfFile(blank_pdf(1), DocumentLimits(), pool=pool)
+        assert pool.started == 0  # nothing left checked out
+        monkeypatch.setattr(pdf_worker, "CHILD_START_S", 30.0)
+        with PdfFile(blank_pdf(1), DocumentLimits(), pool=pool) as pdf:  # the pool still serves
+            assert pdf.pages == 1
+    finally:
+        pool.close()
