@@ -37,10 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import log  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402

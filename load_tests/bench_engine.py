@@ -85,9 +85,6 @@ from pathlib import Path
 
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # peer.py: the CER metric shared with the tests
 
 from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr  # noqa: E402
 from load_tests.engine_report import SystemLog, render, summarise  # noqa: E402

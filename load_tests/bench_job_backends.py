@@ -21,16 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from redis_server import RedisServer  # noqa: E402  (tests/redis_server.py)
+from harness.redis_server import RedisServer  # noqa: E402  (tests/redis_server.py)
 
 from serve_app.job_book import JobBook  # noqa: E402
 from serve_app.job_redis import RedisJobBook  # noqa: E402

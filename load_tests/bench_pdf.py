@@ -47,13 +47,10 @@ import cv2
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # pdfs.py: the PDF builder the tests use
 
-from pdfs import image_pdf  # noqa: E402
+from harness.pdfs import image_pdf  # noqa: E402
 
-from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from serve_app.settings import AppArgs  # noqa: E402
 
 PEER = REPO / "tests" / "data" / "peer"

@@ -27,15 +27,12 @@ import argparse
 import asyncio
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import closed_loop, log, now  # noqa: E402
 from load_tests.stats import Record, fmt, percentile, summarize  # noqa: E402

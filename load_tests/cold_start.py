@@ -43,7 +43,6 @@ MODES = ("none", "cold", "warm")
 
 def child(stage: str, cache_dir: str | None) -> dict:
     """In the child: a replica's steps, timed; one JSON line out."""
-    sys.path.insert(0, str(ROOT))
     marks = {"start": T_START}
     import ray  # noqa: F401  (a replica process has Ray and Serve loaded)
     from ray import serve  # noqa: F401
@@ -98,7 +97,7 @@ def child(stage: str, cache_dir: str | None) -> dict:
 
 def run_child(stage: str, cache_dir: str | None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, __file__, "--child", stage, "--cache-dir", cache_dir or ""]
+    cmd = [sys.executable, "-m", "load_tests.cold_start", "--child", stage, "--cache-dir", cache_dir or ""]
     t0 = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
     if out.returncode != 0:

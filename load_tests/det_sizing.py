@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def main(argv=None) -> int:
@@ -25,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=2)
     args = ap.parse_args(argv)
 
-    from peer import PEER, reference
+    from harness.peer import PEER, reference
     from serve_app.config import DetOptions
     from serve_app.engine import OcrEngine, default_engine_config
 

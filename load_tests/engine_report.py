@@ -28,7 +28,7 @@ def score_image(expected: list[str], texts: list[str]) -> tuple[float, int, int,
     one image. CER is the project's one metric (tests/peer.py, on sys.path
     as bench_engine.py sets it): each label matched to the read line where
     it needs the fewest edits."""
-    from peer import label_errors
+    from harness.peer import label_errors
 
     errors, chars = label_errors(texts, expected)
     hyp = squash("".join(texts))

@@ -19,10 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES  # noqa: E402
 
 SMALL = "mmocr_word_1036169.jpg"

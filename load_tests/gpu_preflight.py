@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from serve_app.tools.gpu_build import Stop, choose, parse, query  # noqa: E402
 

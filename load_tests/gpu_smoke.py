@@ -275,7 +275,6 @@ def main(argv=None) -> int:
     s.add_argument("--seconds", type=float, default=20, help="per client level")
     s.add_argument("--clients", default="1,8,32", help="client levels, comma-separated")
     a = p.parse_args(argv)
-    sys.path.insert(0, str(REPO))
     if a.cmd == "probe":
         return probe()
     if a.cmd == "engines":

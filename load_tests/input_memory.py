@@ -25,7 +25,6 @@ import cv2
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 PEER = REPO / "tests" / "data" / "peer"
 
 from load_tests.procfs import rss_mb  # noqa: E402

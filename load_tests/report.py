@@ -12,7 +12,7 @@ from typing import Optional
 from load_tests.analysis import disturbance_warnings, paired_diff, slowdowns, targets_check
 from load_tests.loadgen import log
 from load_tests.runs import Run, TIMING_KEYS
-from load_tests.service import MODEL_DEPLOYMENTS as STAGES, REPO
+from harness.service import MODEL_DEPLOYMENTS as STAGES, REPO
 from load_tests.stats import Record, fmt as f, percentiles, summarize
 
 

@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from load_tests.images import pick_images  # noqa: E402
 from load_tests.loadgen import http_sync  # noqa: E402
-from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
-from peer import PEER  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 DET = "TextDetector"
 

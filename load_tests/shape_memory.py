@@ -14,11 +14,9 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from load_tests.procfs import rss_mb  # noqa: E402
 from serve_app.config import EngineConfig  # noqa: E402

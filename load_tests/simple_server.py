@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402

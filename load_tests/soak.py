@@ -34,10 +34,9 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: `python load_tests/soak.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import procfs, service  # noqa: E402
+from harness import service  # noqa: E402
+from load_tests import procfs  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402

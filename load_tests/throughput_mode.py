@@ -57,8 +57,7 @@ def _q(lat: list[float], p: int) -> float:
 
 
 def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> None:
-    sys.path.insert(0, str(REPO))
-    from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all
+    from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 
     import ray
 
@@ -134,8 +133,8 @@ def main(argv=None) -> int:
     for mode, extra in MODES.items():
         out = Path(f"/tmp/throughput_mode_{os.getpid()}_{mode}.json")
         env = {**os.environ, **extra, "PYTHONPATH": str(REPO)}
-        subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out), "--seconds", str(a.seconds),
-                        "--clients", str(a.clients), "--repeats", str(a.repeats)], env=env, timeout=900)
+        subprocess.run([sys.executable, "-m", "load_tests.throughput_mode", "--child", mode, "--out", str(out), "--seconds", str(a.seconds),
+                        "--clients", str(a.clients), "--repeats", str(a.repeats)], env=env, cwd=REPO, timeout=900)
         results.append(json.loads(out.read_text()) if out.exists() else {"mode": mode, "error": "no result"})
     print(f"| mode | ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
           "p50 / p99 ms | statuses | sync handle, plain driver (separate loop 0 / 1) |")

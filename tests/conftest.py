@@ -1,13 +1,9 @@
-import sys
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "integration", "e2e")
-
-# tests/peer.py is shared by the tests and load_tests/.
-sys.path.insert(0, str(TESTS))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,7 +22,7 @@ def pytest_collection_modifyitems(config, items):
 def redis_server(tmp_path_factory):
     """One real redis-server for the session (tests/redis_server.py); fails,
     never skips, when redis-server is not installed."""
-    from redis_server import RedisServer
+    from harness.redis_server import RedisServer
 
     try:
         server = RedisServer(tmp_path_factory.mktemp("redis"))

@@ -19,12 +19,11 @@ import pytest
 import requests
 import yaml
 
-from peer import PEER
+from harness.peer import PEER
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
-from load_tests.service import free_port  # noqa: E402
+from harness.service import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_soak(seconds: int, out: Path, sizes: int = 48) -> dict:
-    proc = subprocess.run([sys.executable, str(REPO / "load_tests" / "soak.py"), "--seconds", str(seconds),
+    proc = subprocess.run([sys.executable, "-m", "load_tests.soak", "--seconds", str(seconds),
                            "--sizes", str(sizes), "--out", str(out)],
-                          capture_output=True, text=True, timeout=seconds + 900)
+                          cwd=REPO, capture_output=True, text=True, timeout=seconds + 900)
     summary = out / "summary.json"
     assert summary.is_file(), (proc.stdout[-2000:], proc.stderr[-3000:])
     assert (out / "soak_raw.json").is_file() and (out / "soak.md").is_file()

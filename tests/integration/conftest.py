@@ -1,6 +1,6 @@
 import pytest
 
-from peer import require_peer
+from harness.peer import require_peer
 
 
 @pytest.fixture(scope="session")

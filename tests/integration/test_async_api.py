@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
+from harness.peer import PEER
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
 
 IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "rapidocr_test_without_det.jpg",
           "mmocr_word_1036169.jpg", "rapidocr_two_dim_image_LA.png", "rapidocr_black_font_color_transparent.png",

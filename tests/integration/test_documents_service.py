@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import requests
 
-from pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
+from harness.peer import PEER
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 from serve_app.settings import AppArgs
 
 PAGES = ["rapidocr_ch_en_num.jpg", "paddleocr_00006737.jpg", "rapidocr_issue_170.png"]

@@ -16,8 +16,8 @@ import time
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
 from serve_app.predictor import gpu_memory_limit_mb, gpu_status
 from serve_app.settings import AppArgs
 from serve_app.shape_ranges import range_of, rec_shapes

@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import (
+from harness.peer import PEER
+from harness.service import (
     REPO, apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all,
 )
 
@@ -372,7 +372,7 @@ def test_concurrent_requests_with_other_thresholds_each_get_their_own_answer(ser
 def test_formats_over_http_are_read_by_hocr_and_alto_readers(service, engine_reads, tmp_path):
     from lxml import etree
 
-    from xml_checks import ALTO, alto_schema, hocr_page, hocr_words
+    from harness.xml_checks import ALTO, alto_schema, hocr_page, hocr_words
 
     url, _ = service
     name = "paddleocr_img_12.jpg"
@@ -427,7 +427,7 @@ def test_readme_examples_curl_answers_200_with_the_text_shown(service):
     port: 200 and the lines the README shows under it."""
     import subprocess
 
-    from readme_blocks import URL, commands, texts
+    from harness.readme_blocks import URL, commands, texts
 
     url, _ = service
     curls = [c for c in commands() if c.line.startswith("curl ")]
@@ -445,7 +445,7 @@ def test_readme_examples_handle_reads_what_the_readme_curl_shows(service, monkey
     the cluster, so its `ray.init(address="auto")` is the one line not run)."""
     import ray
 
-    from readme_blocks import blocks, commands, texts
+    from harness.readme_blocks import blocks, commands, texts
 
     handle_code = next(b.text for b in blocks() if b.lang == "python" and "get_app_handle" in b.text)
     monkeypatch.setattr(ray, "init", lambda *a, **kw: None)
@@ -461,7 +461,7 @@ def test_readme_examples_cli_prints_what_the_readme_shows():
     import subprocess
     import sys
 
-    from readme_blocks import commands, error_codes, texts
+    from harness.readme_blocks import commands, error_codes, texts
 
     clis = [c for c in commands() if " -m serve_app " in c.line]
     assert clis

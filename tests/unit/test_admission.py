@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pdfs import blank_pdf
+from harness.pdfs import blank_pdf
 from serve_app.admission import (
     UNKNOWN_PIXELS, Admission, Calibration, CostModel, DrainMeter, Gate, Size, count_lines, decide,
     expected_seconds, image_size, retry_after,

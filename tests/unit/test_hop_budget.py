@@ -4,13 +4,11 @@ no models."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 from load_tests.hop_budget import (  # noqa: E402
     amdahl_fraction, amdahl_speedup, over_engine, process_group, request_parts, server_timing_ms, service_rate,

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from jobfakes import FakePipeline, settle
-from redis_server import RedisServer
+from harness.redis_server import RedisServer
 
 from serve_app.errors import ConfigError
 from serve_app.job_redis import RedisJobBook, check_fsync

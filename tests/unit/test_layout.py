@@ -108,7 +108,7 @@ def test_the_made_pages_lines_drawn_boxes_come_out_in_the_truths_order():
     in (a detector finds about these): each in the order a person reads it."""
     import random
 
-    from pages import made_pages, order_score
+    from harness.pages import made_pages, order_score
 
     for page in made_pages():
         boxes = np.array([box(x0, y0, x1 - x0, y1 - y0) for x0, y0, x1, y1 in page.boxes], dtype=np.float32)
