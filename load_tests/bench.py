@@ -62,9 +62,9 @@ This file is the command line; the work is in the package's modules
 
 Run from the repository root::
 
-    .venv/bin/python load_tests/bench.py --quick               # < 2 min, proves the harness works
-    .venv/bin/python load_tests/bench.py --n-images 20 --duration 30 --out docs   # the documented run
-    .venv/bin/python load_tests/bench.py --targets handle --clients 1,8   # only the handle sweep
+    .venv/bin/python -m load_tests bench --quick               # < 2 min, proves the harness works
+    .venv/bin/python -m load_tests bench --n-images 20 --duration 30 --out docs   # the documented run
+    .venv/bin/python -m load_tests bench --targets handle --clients 1,8   # only the handle sweep
     .venv/bin/python -m load_tests.bench --quick                # the same, as a module
 
 ``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no

@@ -16,7 +16,7 @@ requests that got no answer: the images the detector ran (its replicas'
 batch records) less the answers (each answered image was detected once),
 and the recogniser's crops per answered image.
 
-    .venv/bin/python load_tests/bench_admission.py [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
+    .venv/bin/python -m load_tests bench_admission [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
 
 Prints a table per mode: sent, answered (200), refused (503), 504, other,
 the share of accepted (not refused) requests answered within their

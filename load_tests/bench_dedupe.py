@@ -12,7 +12,7 @@ in one run:
    for those requests: each computed), counting the pipeline's runs as the
    images the detector replicas ran (their batch stats).
 
-    .venv/bin/python load_tests/bench_dedupe.py [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
+    .venv/bin/python -m load_tests bench_dedupe [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
 
 Prints two tables (medians, p99, throughput, lines read)."""
 

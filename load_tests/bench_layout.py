@@ -3,10 +3,10 @@ page orientation decisions and their cost, multi-page TIFF, upper-case
 spacing. One in-process engine (the default config, the real models);
 every comparison is measured side by side in this run.
 
-    flock /tmp/ray-tests.lock .venv/bin/python load_tests/bench_layout.py [--repeats 3] [--json F]
+    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests bench_layout [--repeats 3] [--json F]
 
 Tables:
-1. order on made pages (tests/pages.py): blocks on (default) vs off (the
+1. order on made pages (harness/pages.py): blocks on (default) vs off (the
    former top-to-bottom order), as the fraction of line pairs in the
    truth's order (1.000 = the truth's order) and exact pages;
 2. the peer images' order with blocks on vs off (no truth: how many change);

@@ -17,7 +17,7 @@ same configuration (so the mix of images does not move the figure).
 Targets (issue #16): loaded interactive p50 <= 1.5x unloaded, p99 <= 3x;
 bulk alone with lanes on >= 0.95x the throughput with lanes off.
 
-    .venv/bin/python load_tests/bench_priority.py [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
+    .venv/bin/python -m load_tests bench_priority [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
 
 Prints one table; --json FILE writes the raw summaries."""
 

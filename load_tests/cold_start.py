@@ -10,7 +10,7 @@ every warm-up call (ModelReplica.warm). The Ray actor's own start (worker
 process, actor creation) is not in it: load_tests/scale_up.py measures a
 whole autoscaled replica in Ray.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/cold_start.py --repeats 3
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests cold_start --repeats 3
 
 Modes: `none` (predictor.cache_dir null: the compiled model goes to a
 throwaway folder), `cold` (an empty cache folder: the replica compiles and

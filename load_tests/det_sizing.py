@@ -4,7 +4,7 @@ every image once, then the 60 peer images read alternately by each (the
 order flipped every pass), so both see the same machine. Prints images/s,
 median latency and lines read for each, and the throughput ratio.
 
-    .venv/bin/python load_tests/det_sizing.py [--passes 2]
+    .venv/bin/python -m load_tests det_sizing [--passes 2]
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ small image: its latency against its unloaded latency, and against the same
 burst sent without a deadline (all of it worked through), measured in the
 same run.
 
-    .venv/bin/python load_tests/expired_burst.py [--burst 12] [--rounds 5] [--deadline 0.3]
+    .venv/bin/python -m load_tests expired_burst [--burst 12] [--rounds 5] [--deadline 0.3]
 
 Prints a table: the small image's median latency unloaded, right after an
 expired burst, and right after a live burst, with the ratios to unloaded,

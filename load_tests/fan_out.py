@@ -3,7 +3,7 @@ two recogniser calls ran on distinct replicas, and the page's latency at one
 client, with Serve's default request router and with the recogniser's
 part-spreading router (serve_app/routing.py), in one run.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/fan_out.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests fan_out
 
 Each mode deploys deployments.yaml (the router set or removed in the
 TextRecognizer's `request_router_config`), then sends each image `--pages`

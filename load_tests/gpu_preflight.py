@@ -2,7 +2,7 @@
 started, each missing piece a stop at once with its fix (not a 30-minute
 wait on a server that can never answer).
 
-    python3 load_tests/gpu_preflight.py [--port 8000]
+    python3 -m load_tests.gpu_preflight [--port 8000]
 
 Prints the Paddle build to install (cu118 / cu126 / cu129, from
 serve_app/tools/gpu_build.py) on stdout; exit 1 with "STOPPED: ..." on

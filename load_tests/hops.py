@@ -5,7 +5,7 @@ images; and the engine's speedup from 1 to 2 threads. (Until issue #23 the
 service could also run the pipeline in the ingress; that placement was
 measured against this one and removed: docs/request-path.md.)
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/hops.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops
 
 The service is deployed as in deployments.yaml on a local Ray cluster
 (Ray is told 4 logical CPUs; every replica still pins its inference

@@ -2,7 +2,7 @@
 to the real service while a normal client keeps reading one word image,
 one request after another.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python load_tests/hostile_costs.py
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests hostile_costs
 
 The service is deployments.yaml (result cache off, as in every benchmark)
 with engine.documents.page_timeout_s at --page-timeout (default 10, as

@@ -287,7 +287,7 @@ def write_soak_report(raw: dict, out: Path) -> dict:
         pass
     first, last = rows[0][1], rows[-1][1]
     mg = summary["max_memory_growth"]
-    lines = ["# Soak", "", f"`load_tests/soak.py --seconds {raw['seconds']:.0f}`", "",
+    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "",
              "| requests | errors | offered img/s | saturation img/s | p50 ms | p99 ms | max replica memory growth |",
              "|---|---|---|---|---|---|---|",
              f"| {summary['requests']} | {summary['errors']} | {summary['offered_img_s']} "

@@ -6,7 +6,7 @@ replica, when its process started, when it began building its predictor,
 was loaded, warmed and ready, when Serve listed it RUNNING, and when the
 first request's batch ran on it. Throughput per interval beside it.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/scale_up.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests scale_up
 
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
 config (default: the file's, which is what users get).

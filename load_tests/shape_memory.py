@@ -2,9 +2,9 @@
 OpenVINO engine keeps memory for every one): one pinned single-thread
 predictor, fed input shapes at random, RSS printed as it goes.
 
-    .venv/bin/python load_tests/shape_memory.py --stage rec --shapes 200            # widths 320-1600 in 32 px steps
-    .venv/bin/python load_tests/shape_memory.py --stage rec --ladder --images 400   # the service's closed set, then random crops
-    .venv/bin/python load_tests/shape_memory.py --stage det --shapes 300            # sides 320-1280, multiples of 32
+    .venv/bin/python -m load_tests shape_memory --stage rec --shapes 200            # widths 320-1600 in 32 px steps
+    .venv/bin/python -m load_tests shape_memory --stage rec --ladder --images 400   # the service's closed set, then random crops
+    .venv/bin/python -m load_tests shape_memory --stage det --shapes 300            # sides 320-1280, multiples of 32
 
 Numbers from these runs are in docs/reliability.md ("Memory and input shapes")."""
 

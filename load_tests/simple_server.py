@@ -12,7 +12,7 @@ benchmark sends: the image as a multipart field ``file`` or as the raw body
 ``{request_id, error: {code, message}}`` with the service's status codes.
 ``GET /healthz`` is liveness, ``GET /readyz`` is 200 once the engine is loaded.
 
-    .venv/bin/python load_tests/simple_server.py --port 8712
+    .venv/bin/python -m load_tests simple_server --port 8712
 """
 
 from __future__ import annotations

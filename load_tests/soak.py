@@ -2,9 +2,9 @@
 at about 70% of its measured saturation, for a long time; records every
 replica's memory and reports errors and memory growth.
 
-    .venv/bin/python load_tests/soak.py --seconds 1200           # the long run (about 20 min)
-    .venv/bin/python load_tests/soak.py --seconds 120 --out DIR  # CI's short version (tests/e2e/test_soak.py)
-    .venv/bin/python load_tests/soak.py --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
+    .venv/bin/python -m load_tests soak --seconds 1200           # the long run (about 20 min)
+    .venv/bin/python -m load_tests soak --seconds 60 --settle 60 --sizes 8 --out DIR   # CI's short one (tests/e2e/test_soak.py)
+    .venv/bin/python -m load_tests soak --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
 
 The good clients replay images of many sizes (`--sizes` random resizes of
 the peer images, seeded), and a hostile share (`--hostile`, a fraction of
@@ -33,6 +33,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 
 from harness import service  # noqa: E402
@@ -137,7 +138,7 @@ async def hostile_load(session, url: str, rate: float, dense: Img, counts: dict,
 
 
 async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120, sizes: int = 48,
-               hostile: float = 0.1) -> dict:
+               hostile: float = 0.1, settle_s: Optional[float] = None) -> dict:
     """Measure; returns the raw document (records relative to the soak's start)."""
     import aiohttp
 
@@ -157,7 +158,7 @@ async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120
         rate = fraction * saturation
         if not rate > 0:
             raise RuntimeError(f"no rate to soak at: the saturation run got no answers ({summarize(recs, window)})")
-        settle = min(90.0, seconds / 2)
+        settle = min(90.0, seconds / 2) if settle_s is None else settle_s
         log(f"saturation ~{saturation:.2f} img/s; soaking at {rate:.2f} img/s for {seconds:.0f} s "
             f"after {settle:.0f} s of warm-up at that rate")
         # Warm-up at the soak rate itself: the Python replicas' heaps settle
@@ -195,6 +196,9 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", type=int, default=48, help="random resizes of the peer images added to the mix")
     p.add_argument("--hostile", type=float, default=0.1,
                    help="hostile requests (junk, oversized, slow, expired, costly) per good one; 0: none")
+    p.add_argument("--settle", type=float, default=None,
+                   help="seconds of warm-up at the soak rate before memory is first sampled (default: "
+                        "half of --seconds, at most 90)")
     p.add_argument("--port", type=int, default=8723)
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG, help="Serve config to deploy")
     p.add_argument("--out", type=Path, default=REPO / "load_tests" / "out" / "soak")
@@ -206,9 +210,10 @@ def main(argv=None) -> int:
         service.start_ray()
         try:
             url = service.deploy_config(service.load_config(args.config), args.port)
-            raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile))
+            raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile,
+                                   settle_s=args.settle))
         finally:
-            service.stop_all()
+            service.stop_all(graceful=False)  # everything is measured: no Serve drain before the cluster goes
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
     summary = write_soak_report(raw, args.out)

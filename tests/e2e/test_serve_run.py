@@ -49,7 +49,7 @@ def served(tmp_path_factory):
                     break
             except requests.RequestException:
                 pass
-            time.sleep(2)
+            time.sleep(0.5)
         else:
             raise AssertionError("not ready in 300 s:\n" + (tmp_path / "serve.log").read_text()[-3000:])
         yield url

@@ -1,7 +1,7 @@
 """Documents as people have them (#25), on the real models (the session's
 engine): column and block order on made office pages against their truth,
 pages turned 90/180/270 read upright, a multi-page fax TIFF, and what the
-formats make of blocks. Pages from tests/pages.py."""
+formats make of blocks. Pages from harness/pages.py."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def cluster():
     start_ray(num_cpus=8, num_gpus=1)  # logical where there is no GPU: Ray only counts them
     yield
-    stop_all()
+    stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:

@@ -44,7 +44,7 @@ def service():
     try:
         yield deploy_config(cfg, free_port())
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def ocr(url, body=SMALL, ctype="image/jpeg", headers=AUTH, timeout=120):

@@ -14,9 +14,7 @@ import pytest
 import requests
 
 from harness.peer import PEER
-from harness.service import (
-    REPO, apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all,
-)
+from harness.service import REPO, apply_config, load_config, replica_stats
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -27,16 +25,14 @@ IMAGES = [
 ]
 
 
+# deployments.yaml as it is: the service this module shares with test_documents_service (tests/conftest.py).
+SHARED_SERVICE = "deployments.yaml"
+
+
 @pytest.fixture(scope="module")
-def service():
+def service(shared_services):
     """The app as deployments.yaml describes it (CPU default profile)."""
-    start_ray()
-    try:
-        config = load_config()
-        url = deploy_config(config, free_port())
-        yield url, config
-    finally:
-        stop_all()
+    return shared_services.get(SHARED_SERVICE, load_config())
 
 
 # (image, per-request options) read by the engine too: the service must
@@ -317,15 +313,18 @@ def test_live_reconfigure_keeps_the_replica(service):
         if d["name"] == "TextRecognizer":
             d["user_config"] = {"max_batch_size": 7, "batch_wait_timeout_s": 0.02}
     apply_config(new)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        after = replica_stats(rec, n)
-        if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
-            break
-        time.sleep(0.5)
-    assert set(after) == set(before)
-    assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
-    assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            after = replica_stats(rec, n)
+            if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
+                break
+            time.sleep(0.5)
+        assert set(after) == set(before)
+        assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
+        assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
+    finally:
+        apply_config(config)  # the shared service's config again, for the tests after this one
 
 
 def post_with_options(url: str, name: str, options: dict, query: str = "") -> requests.Response:

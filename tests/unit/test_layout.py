@@ -104,7 +104,7 @@ def test_block_box_is_the_box_around_its_lines():
 
 
 def test_the_made_pages_lines_drawn_boxes_come_out_in_the_truths_order():
-    """tests/pages.py's office pages, by the boxes their lines were drawn
+    """harness/pages.py's office pages, by the boxes their lines were drawn
     in (a detector finds about these): each in the order a person reads it."""
     import random
 
