@@ -21,7 +21,9 @@ Ray's object store, which are recorded apart; load_tests/procfs.py) is
 measured from the end of warm-up (every soak image read twice, so every
 shape the replicas will see has been seen, then up to 90 s at the soak rate,
 so the heaps have settled) to the end. Latency percentiles are
-load_tests/stats.py's, the same as the benchmark's.
+load_tests/stats.py's, the same as the benchmark's. `soak(url, ...)` runs
+against a service already started (tests/e2e/test_soak.py's short run uses
+the test session's shared one); the command line starts its own.
 Writes DIR/soak_raw.json (every request and memory sample), and from it
 DIR/soak.md (table and summary), DIR/summary.json, DIR/soak_memory.csv and,
 with matplotlib, DIR/soak_memory.png."""
@@ -214,11 +216,16 @@ def main(argv=None) -> int:
                                    settle_s=args.settle))
         finally:
             service.stop_all(graceful=False)  # everything is measured: no Serve drain before the cluster goes
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
+        write_raw(raw, args.out)
     summary = write_soak_report(raw, args.out)
     print(json.dumps(summary))
     return 0 if summary["errors"] == 0 else 1
+
+
+def write_raw(raw: dict, out: Path) -> None:
+    """out/soak_raw.json: every request and memory sample (the report is rendered from it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
 
 
 if __name__ == "__main__":
