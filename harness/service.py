@@ -173,9 +173,10 @@ def wait_replicas(config: dict, timeout_s: float = 300) -> None:
 
 
 def stop_all(graceful: bool = True) -> None:
-    """Stop Serve and Ray. graceful=False skips serve.shutdown(): a local
-    cluster's ray.shutdown() stops all of it anyway, without the ~10 s of
-    draining that a benchmark does not need."""
+    """Stop Serve and Ray. graceful=False skips serve.shutdown()'s drain (a
+    local cluster's ray.shutdown() stops all of it anyway, without the ~10 s
+    of draining that a test or benchmark does not need) but still stops this
+    process's Serve handles first (shutdown_cached_handles)."""
     import ray
 
     try:
@@ -183,6 +184,8 @@ def stop_all(graceful: bool = True) -> None:
             from ray import serve
 
             serve.shutdown()
+        else:
+            shutdown_cached_handles()
     finally:
         ray.shutdown()
         # Serve keeps its controller's handle in this process; the next
@@ -251,6 +254,24 @@ def grouped(items: list, shared: Callable[[Any], Optional[str]], own: Callable[[
         name = shared(item)
         groups.setdefault(("shared", name) if name is not None else ("own", own(item)), []).append(item)
     return [item for group in groups.values() for item in group]
+
+
+def shutdown_cached_handles() -> None:
+    """Stop this process's Serve handles (their routers and metrics pushers),
+    as serve.shutdown() does first. Left running past ray.shutdown(), a
+    handle's metrics pusher calls into Ray again, and a Ray call with Ray
+    shut down starts a new default local cluster in this process (seen: one
+    with a dashboard, started under the next module's own, which then failed
+    to start; and one left running under the modules that need no cluster)."""
+    from ray.serve import context
+
+    client = context._global_client
+    if client is None:
+        return
+    try:
+        client.shutdown_cached_handles()
+    except Exception as e:  # a dead controller or router: nothing left to stop
+        print(f"shutting down Serve handles: {type(e).__name__}: {e}")
 
 
 def replica_stats(handle, n: int, tries: int = 200) -> dict:
