@@ -22,8 +22,7 @@ measured from the end of warm-up (every soak image read twice, so every
 shape the replicas will see has been seen, then up to 90 s at the soak rate,
 so the heaps have settled) to the end. Latency percentiles are
 load_tests/stats.py's, the same as the benchmark's. `soak(url, ...)` runs
-against a service already started (tests/e2e/test_soak.py's short run uses
-the test session's shared one); the command line starts its own.
+against a service already started; the command line starts its own.
 Writes DIR/soak_raw.json (every request and memory sample), and from it
 DIR/soak.md (table and summary), DIR/summary.json, DIR/soak_memory.csv and,
 with matplotlib, DIR/soak_memory.png."""

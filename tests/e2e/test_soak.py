@@ -1,13 +1,10 @@
 """Soak: zero errors at ~70% of saturation, with images of many sizes and a
 hostile share (junk, oversized, slow, expired) mixed in, and every
 replica's memory flat after warm-up (growth under 5%). `make test` runs a 1-minute version (after
-the same 60 s of settling) against the session's shared deployments.yaml service (SHARED_SERVICE:
-started here, then used by test_documents_service and test_serve_app); the 20-minute one is marked
-slow (`pytest -m slow tests/e2e/test_soak.py`) and starts its own, as `python -m load_tests soak` does."""
+the same 60 s of settling); the 20-minute one is marked slow (`pytest -m slow tests/e2e/test_soak.py`)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -15,18 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.service import load_config
-from load_tests.report import write_soak_report
-from load_tests.soak import soak, write_raw
-
 REPO = Path(__file__).resolve().parents[2]
-# deployments.yaml as it is, as the soak deploys it: shared with test_documents_service and test_serve_app.
-SHARED_SERVICE = "deployments.yaml"
-
-
-@pytest.fixture(scope="module")
-def service(shared_services):
-    return shared_services.get(SHARED_SERVICE, load_config())
 
 
 def run_soak(seconds: int, out: Path, sizes: int = 48, settle: float | None = None) -> dict:
@@ -60,20 +46,13 @@ def check(summary: dict) -> None:
         assert set(answers) <= expected[kind], (kind, answers)
 
 
-def test_soak_short(service, tmp_path):
+def test_soak_short(tmp_path):
     # 1 minute after 60 s of settling (a shorter settle flagged heap growth
     # that was only settling), 8 resized variants besides the 8 soak images:
-    # the make-test-sized run, on a service started for it (the first user of
-    # the shared one), as `python -m load_tests soak --seconds 60 --settle 60
-    # --sizes 8` would run it. Every check above still has its inputs (~2.5
+    # the make-test-sized run. Every check above still has its inputs (~2.5
     # good requests a second, all five hostile kinds several times, six
     # memory samples); the 20-minute run below is the real memory check.
-    url, _ = service
-    raw = asyncio.run(soak(url, 60, 0.7, sizes=8, settle_s=60))
-    write_raw(raw, tmp_path)
-    summary = write_soak_report(raw, tmp_path)
-    assert (tmp_path / "soak_raw.json").is_file() and (tmp_path / "soak.md").is_file()
-    check(summary)
+    check(run_soak(60, tmp_path, sizes=8, settle=60))
 
 
 @pytest.mark.slow
