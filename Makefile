@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-stress test-system bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
+.PHONY: install serve test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -37,8 +37,16 @@ test-system:
 test: test-quick test-system
 	$(BIN)/python -m pytest -q --durations=15 -m "not slow and not unit" tests || [ $$? -eq 5 ]
 
+# The integration tier in its two parts (docs/testing.md): no cluster (in-process models, the routes over
+# stand-in handles, config schemas) and cluster (real Ray and Serve); `make test` runs both.
+test-no-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m "integration and not cluster and not slow" tests/integration || [ $$? -eq 5 ]
+
+test-cluster: $(STAMP) test-system
+	$(BIN)/python -m pytest -q -m "cluster and not slow" tests/integration || [ $$? -eq 5 ]
+
 bench-engine: $(STAMP)
-	$(BIN)/python load_tests/bench_engine.py
+	$(BIN)/python -m load_tests bench_engine
 
 # deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
 rayservice: $(STAMP)

@@ -4,8 +4,10 @@ Modules by role (none imports Ray at module level):
 
 * ``stats``: one ``Record`` per request, the one percentile definition, summaries.
 * ``procfs``: the one /proc reader (memory: RSS, shared, private; CPU seconds).
-* ``service``: start Ray, deploy a Serve config file the way ``serve deploy``
-  does, wait for readiness and replicas, stop (shared with tests/integration).
+* ``harness.service`` (outside this package: the harness the tests share):
+  start Ray, deploy a Serve config file the way ``serve deploy`` does, wait
+  for readiness and replicas, stop; ``harness.peer``, ``harness.pdfs``,
+  ``harness.pages``, ``harness.redis_server``: images, metrics, documents.
 * ``images``: the peer images a run uses.
 * ``loadgen``: request functions that never raise; closed, open and in-process loops.
 * ``batches``: per-stage batch sizes sampled from the deployments' ``stats()``.
@@ -15,7 +17,9 @@ Modules by role (none imports Ray at module level):
 * ``analysis``, ``report``, ``plots``: the report, built only from the raw JSON.
 * ``phases``: the benchmark's phases.
 * ``bench``, ``soak``, ``bench_engine``: command lines
-  (``python load_tests/bench.py ...`` or ``python -m load_tests.bench ...``);
+  (``python -m load_tests bench ...`` or ``python -m load_tests.bench ...``);
   ``cpu_by_process``, ``shape_memory``, ``locustfile``, ``simple_server``:
-  small tools, run as scripts.
+  small tools. Every program runs from the repository root as
+  ``python -m load_tests NAME`` (``python -m load_tests`` lists them); none
+  edits ``sys.path`` and none needs pytest.
 """

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from load_tests.images import Img
 from load_tests.loadgen import loop_baseline, now
 from load_tests.runs import dist_version
-from load_tests.service import REPO, http_status, wait_ready
+from harness.service import REPO, http_status, wait_ready
 
 STAGES = ("det", "cls", "rec")
 
@@ -69,7 +69,7 @@ class SimpleServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "load_tests/simple_server.py"), "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "-m", "load_tests.simple_server", "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             return wait_ready(self.url, timeout_s, self.proc)

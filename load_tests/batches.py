@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from load_tests.loadgen import awaitable, log, now
 from load_tests.stats import mean
-from load_tests.service import MODEL_DEPLOYMENTS as STAGES, apply_config, with_batch_size
+from harness.service import MODEL_DEPLOYMENTS as STAGES, apply_config, with_batch_size
 
 
 class BatchSampler:

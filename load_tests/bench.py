@@ -62,9 +62,9 @@ This file is the command line; the work is in the package's modules
 
 Run from the repository root::
 
-    .venv/bin/python load_tests/bench.py --quick               # < 2 min, proves the harness works
-    .venv/bin/python load_tests/bench.py --n-images 20 --duration 30 --out docs   # the documented run
-    .venv/bin/python load_tests/bench.py --targets handle --clients 1,8   # only the handle sweep
+    .venv/bin/python -m load_tests bench --quick               # < 2 min, proves the harness works
+    .venv/bin/python -m load_tests bench --n-images 20 --duration 30 --out docs   # the documented run
+    .venv/bin/python -m load_tests bench --targets handle --clients 1,8   # only the handle sweep
     .venv/bin/python -m load_tests.bench --quick                # the same, as a module
 
 ``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
@@ -80,15 +80,13 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: `python load_tests/bench.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from load_tests.images import DEFAULT_IMAGES, pick_images  # noqa: E402
 from load_tests.loadgen import log  # noqa: E402
 from load_tests.phases import run_in_process, run_service, run_simple  # noqa: E402
 from load_tests.report import summary_line, write_raw, write_report  # noqa: E402
 from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run  # noqa: E402
-from load_tests.service import REPO  # noqa: E402
+from harness.service import REPO  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -16,7 +16,7 @@ requests that got no answer: the images the detector ran (its replicas'
 batch records) less the answers (each answered image was detected once),
 and the recogniser's crops per answered image.
 
-    .venv/bin/python load_tests/bench_admission.py [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
+    .venv/bin/python -m load_tests bench_admission [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
 
 Prints a table per mode: sent, answered (200), refused (503), 504, other,
 the share of accepted (not refused) requests answered within their
@@ -37,10 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import log  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402

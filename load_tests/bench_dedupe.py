@@ -12,7 +12,7 @@ in one run:
    for those requests: each computed), counting the pipeline's runs as the
    images the detector replicas ran (their batch stats).
 
-    .venv/bin/python load_tests/bench_dedupe.py [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
+    .venv/bin/python -m load_tests bench_dedupe [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
 
 Prints two tables (medians, p99, throughput, lines read)."""
 
@@ -20,16 +20,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from threading import Barrier
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 
 PEER = Path(__file__).resolve().parents[1] / "tests" / "data" / "peer"
 FRESH = {"Cache-Control": "no-cache"}

@@ -40,7 +40,7 @@ Protocol
    (how much work each system did: the engine's default detector settings
    differ from RapidOCR's, so the counts can differ a lot).
 5. Accuracy on the images of kind ``ground-truth-label`` in ``expected.json``:
-   CER over all labels (tests/peer.py, the metric the tests use): each label
+   CER over all labels (harness/peer.py, the metric the tests use): each label
    is matched to the recognised line where it needs the fewest edits
    (whitespace removed; surrounding text in the line is free), errors summed
    over all labels and divided by their characters; label recall = fraction
@@ -63,8 +63,8 @@ the warm-up pass is counted in the notes.
 
 Run (from the repository root)::
 
-    .venv/bin/python load_tests/bench_engine.py --quick        # ~1-2 minutes
-    .venv/bin/python load_tests/bench_engine.py --per-image --out docs/bench.md
+    .venv/bin/python -m load_tests bench_engine --quick        # ~1-2 minutes
+    .venv/bin/python -m load_tests bench_engine --per-image --out docs/bench.md
 
 Options: ``--threads N``, ``--repeats R``, ``--images DIR``, ``--quick``
 (8 representative images, 1 repeat), ``--per-image``, ``--out FILE``,
@@ -85,9 +85,6 @@ from pathlib import Path
 
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # peer.py: the CER metric shared with the tests
 
 from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr  # noqa: E402
 from load_tests.engine_report import SystemLog, render, summarise  # noqa: E402

@@ -14,23 +14,19 @@ that answers at once, so the figures are the book's own cost, not OCR's:
 The baseline is the SQLite book (ratio 1.00). Redis runs on loopback on the
 same 2 cores; a real cluster adds a network round trip per call.
 
-    .venv/bin/python load_tests/bench_job_backends.py [--n 300] [--polls 2000]"""
+    .venv/bin/python -m load_tests bench_job_backends [--n 300] [--polls 2000]"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from redis_server import RedisServer  # noqa: E402  (tests/redis_server.py)
+from harness.redis_server import RedisServer  # noqa: E402  (harness/redis_server.py)
 
 from serve_app.jobs.book import JobBook  # noqa: E402
 from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402

@@ -3,10 +3,10 @@ page orientation decisions and their cost, multi-page TIFF, upper-case
 spacing. One in-process engine (the default config, the real models);
 every comparison is measured side by side in this run.
 
-    flock /tmp/ray-tests.lock .venv/bin/python load_tests/bench_layout.py [--repeats 3] [--json F]
+    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests bench_layout [--repeats 3] [--json F]
 
 Tables:
-1. order on made pages (tests/pages.py): blocks on (default) vs off (the
+1. order on made pages (harness/pages.py): blocks on (default) vs off (the
    former top-to-bottom order), as the fraction of line pairs in the
    truth's order (1.000 = the truth's order) and exact pages;
 2. the peer images' order with blocks on vs off (no truth: how many change);
@@ -30,10 +30,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from pages import fax_tiff, made_pages, order_score  # noqa: E402
-from peer import PEER, expected, reference  # noqa: E402
+from harness.pages import fax_tiff, made_pages, order_score  # noqa: E402
+from harness.peer import PEER, expected, reference  # noqa: E402
 
 ANGLES = (0, 90, 180, 270)
 
@@ -174,7 +173,7 @@ def tiff_table(engine, out: dict) -> None:
 
 def upper_table(engine, out: dict) -> None:
     """Lines in capitals with spaces: how often the read drops a space."""
-    from pages import Canvas
+    from harness.pages import Canvas
 
     def lost(read: str, want: str) -> bool:
         return read.replace(" ", "") == want.replace(" ", "") and read.count(" ") < want.count(" ")
@@ -263,8 +262,8 @@ def spaced_caps(line, ratio: float = 1.6) -> str:
 def spacing_rule_table(engine, out: dict) -> None:
     """The candidate rule's effect: made lines in capitals, tight crops of
     the reference's capitals lines, and CER on all peer labels."""
-    from pages import Canvas
-    from peer import cer
+    from harness.pages import Canvas
+    from harness.peer import cer
 
     made_lines = ["INVOICE NUMBER 2026-0481", "THANK YOU FOR YOUR BUSINESS", "TOTAL DUE", "BANK TRANSFER ONLY",
                   "PAYMENT TERMS 30 DAYS", "DELIVERY ADDRESS", "ORDER REFERENCE PO 7731", "VAT REG NO 123 4567 89"]

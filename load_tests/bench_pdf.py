@@ -5,7 +5,7 @@ service with 1 and 2 recogniser replicas. One run, one machine.
 The PDF is made here from the first 20 peer images that are whole pages
 (not the word or line crops), each page a JPEG (quality 90, as a scanner
 would store it; lossless pages would make the PDF larger than the 20 MiB
-body limit) sized to its pixels at the render DPI (tests/pdfs.py). The
+body limit) sized to its pixels at the render DPI (harness/pdfs.py). The
 engine reads the pages as the service renders them, so every system reads
 the same pixels.
 
@@ -21,7 +21,7 @@ Protocol
 2. Service, for each recogniser replica count in `--replicas` (1 then 2):
    deployments.yaml with TextRecognizer's autoscaling pinned to that count
    (the other deployments as configured), deployed as `serve deploy` does
-   (load_tests/service.py); one untimed document, then `--repeats` timed
+   (harness/service.py); one untimed document, then `--repeats` timed
    POST /v1/ocr of the PDF (application/pdf), one at a time. Latency = the
    whole document, request to response.
 3. Reported per system: pages/s = pages x repeats / summed document
@@ -31,7 +31,7 @@ Protocol
 
 Run (from the repository root, under the shared lock on a shared machine):
 
-    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python load_tests/bench_pdf.py --repeats 5
+    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests bench_pdf --repeats 5
 """
 
 from __future__ import annotations
@@ -47,13 +47,10 @@ import cv2
 import requests
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # pdfs.py: the PDF builder the tests use
 
-from pdfs import image_pdf  # noqa: E402
+from harness.pdfs import image_pdf  # noqa: E402
 
-from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from serve_app.core.app_args import AppArgs  # noqa: E402
 
 PEER = REPO / "tests" / "data" / "peer"

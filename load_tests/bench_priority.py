@@ -17,7 +17,7 @@ same configuration (so the mix of images does not move the figure).
 Targets (issue #16): loaded interactive p50 <= 1.5x unloaded, p99 <= 3x;
 bulk alone with lanes on >= 0.95x the throughput with lanes off.
 
-    .venv/bin/python load_tests/bench_priority.py [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
+    .venv/bin/python -m load_tests bench_priority [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
 
 Prints one table; --json FILE writes the raw summaries."""
 
@@ -27,15 +27,12 @@ import argparse
 import asyncio
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import closed_loop, log, now  # noqa: E402
 from load_tests.stats import Record, fmt, percentile, summarize  # noqa: E402

@@ -10,7 +10,7 @@ every warm-up call (ModelReplica.warm). The Ray actor's own start (worker
 process, actor creation) is not in it: load_tests/scale_up.py measures a
 whole autoscaled replica in Ray.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/cold_start.py --repeats 3
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests cold_start --repeats 3
 
 Modes: `none` (predictor.cache_dir null: the compiled model goes to a
 throwaway folder), `cold` (an empty cache folder: the replica compiles and
@@ -43,7 +43,6 @@ MODES = ("none", "cold", "warm")
 
 def child(stage: str, cache_dir: str | None) -> dict:
     """In the child: a replica's steps, timed; one JSON line out."""
-    sys.path.insert(0, str(ROOT))
     marks = {"start": T_START}
     import ray  # noqa: F401  (a replica process has Ray and Serve loaded)
     from ray import serve  # noqa: F401
@@ -98,7 +97,7 @@ def child(stage: str, cache_dir: str | None) -> dict:
 
 def run_child(stage: str, cache_dir: str | None) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, __file__, "--child", stage, "--cache-dir", cache_dir or ""]
+    cmd = [sys.executable, "-m", "load_tests.cold_start", "--child", stage, "--cache-dir", cache_dir or ""]
     t0 = time.time()
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=tempfile.gettempdir())
     if out.returncode != 0:

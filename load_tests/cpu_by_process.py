@@ -4,7 +4,7 @@ clients over the peer images, and prints the CPU seconds each process used
 in the window (from /proc), with core-seconds per image, per process and
 per part of the service (load_tests/hop_budget.py's groups).
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/cpu_by_process.py --clients 8 --seconds 30
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests cpu_by_process --clients 8 --seconds 30
     ... cpu_by_process.py --target simple              # the baseline, same clients and images
     ... cpu_by_process.py --pipeline-in-ingress false  # the pipeline in its own deployment
     ... cpu_by_process.py --json out.json              # also write the figures
@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,13 +24,12 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from load_tests.baselines import SimpleServer  # noqa: E402
 from load_tests.hop_budget import PER_IMAGE_MODEL, PER_NODE, PER_REQUEST_RAY, process_group  # noqa: E402
 from load_tests.procfs import cmdline, process_table  # noqa: E402
-from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
-from peer import PEER  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:

@@ -4,7 +4,7 @@ every image once, then the 60 peer images read alternately by each (the
 order flipped every pass), so both see the same machine. Prints images/s,
 median latency and lines read for each, and the throughput ratio.
 
-    .venv/bin/python load_tests/det_sizing.py [--passes 2]
+    .venv/bin/python -m load_tests det_sizing [--passes 2]
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def main(argv=None) -> int:
@@ -25,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=2)
     args = ap.parse_args(argv)
 
-    from peer import PEER, reference
+    from harness.peer import PEER, reference
     from serve_app.core.engine_config import DetOptions
     from serve_app.engine import OcrEngine, default_engine_config
 

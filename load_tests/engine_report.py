@@ -1,5 +1,5 @@
 """bench_engine.py's numbers and report: accuracy against the peer labels
-(tests/peer.py's CER), per-system statistics from `load_tests.stats`
+(harness/peer.py's CER), per-system statistics from `load_tests.stats`
 records and percentile, and the markdown."""
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def squash(s: str) -> str:
 
 def score_image(expected: list[str], texts: list[str]) -> tuple[float, int, int, int, int]:
     """(CER, labels found, labels, character errors, label characters) for
-    one image. CER is the project's one metric (tests/peer.py, on sys.path
+    one image. CER is the project's one metric (harness/peer.py, on sys.path
     as bench_engine.py sets it): each label matched to the read line where
     it needs the fewest edits."""
-    from peer import label_errors
+    from harness.peer import label_errors
 
     errors, chars = label_errors(texts, expected)
     hyp = squash("".join(texts))

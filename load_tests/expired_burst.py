@@ -4,7 +4,7 @@ small image: its latency against its unloaded latency, and against the same
 burst sent without a deadline (all of it worked through), measured in the
 same run.
 
-    .venv/bin/python load_tests/expired_burst.py [--burst 12] [--rounds 5] [--deadline 0.3]
+    .venv/bin/python -m load_tests expired_burst [--burst 12] [--rounds 5] [--deadline 0.3]
 
 Prints a table: the small image's median latency unloaded, right after an
 expired burst, and right after a live burst, with the ratios to unloaded,
@@ -19,10 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import service  # noqa: E402
+from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES  # noqa: E402
 
 SMALL = "mmocr_word_1036169.jpg"

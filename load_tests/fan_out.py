@@ -3,7 +3,7 @@ two recogniser calls ran on distinct replicas, and the page's latency at one
 client, with Serve's default request router and with the recogniser's
 part-spreading router (serve_app/serving/routing.py), in one run.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/fan_out.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests fan_out
 
 Each mode deploys deployments.yaml (the router set or removed in the
 TextRecognizer's `request_router_config`), then sends each image `--pages`
@@ -27,11 +27,10 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from load_tests.service import deploy_config, free_port, load_config, replica_stats, start_ray, stop_all  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, replica_stats, start_ray, stop_all  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402
-from peer import PEER  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 REC = "TextRecognizer"
 ROUTER = "serve_app.serving.routing:PartSpreadingRouter"
@@ -103,8 +102,8 @@ def main() -> None:
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load0 = os.getloadavg()
     for mode, (label, _) in MODES.items():
-        out = subprocess.run([sys.executable, __file__, "--mode", mode, "--pages", str(a.pages)],
-                             capture_output=True, text=True, timeout=900)
+        out = subprocess.run([sys.executable, "-m", "load_tests.fan_out", "--mode", mode, "--pages", str(a.pages)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=900)
         line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             sys.exit(f"{label} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")

@@ -2,7 +2,7 @@
 started, each missing piece a stop at once with its fix (not a 30-minute
 wait on a server that can never answer).
 
-    python3 load_tests/gpu_preflight.py [--port 8000]
+    python3 -m load_tests.gpu_preflight [--port 8000]
 
 Prints the Paddle build to install (cu118 / cu126 / cu129, from
 serve_app/tools/gpu_build.py) on stdout; exit 1 with "STOPPED: ..." on
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 from serve_app.tools.gpu_build import Stop, choose, parse, query  # noqa: E402
 

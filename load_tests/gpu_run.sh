@@ -37,7 +37,7 @@ fail() { say ""; say "**STOPPED: $*** (logs in $OUT)"; exit 1; }
 say "# GPU check $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 say ""
 command -v python3 >/dev/null || fail "no python3 on PATH: apt-get install python3 python3-venv"
-pre=$(python3 load_tests/gpu_preflight.py --port "$PORT" ${CUDA:+--cuda $CUDA} 2>"$OUT/preflight.log") \
+pre=$(python3 -m load_tests.gpu_preflight --port "$PORT" ${CUDA:+--cuda $CUDA} 2>"$OUT/preflight.log") \
   || fail "$(grep -m1 STOPPED "$OUT/preflight.log" | sed 's/^STOPPED: //' || true)$(grep -q STOPPED "$OUT/preflight.log" || tail -3 "$OUT/preflight.log" | tr '\n' ' ')"
 read -r BUILD PYBIN <<<"$pre"
 say "## Machine"
@@ -56,12 +56,12 @@ PY=.venv-gpu/bin/python
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say ""
 
-"$PY" load_tests/gpu_smoke.py probe >"$OUT/probe.md" 2>"$OUT/probe.log"; probe_rc=$?
+"$PY" -m load_tests.gpu_smoke probe >"$OUT/probe.md" 2>"$OUT/probe.log"; probe_rc=$?
 cat "$OUT/probe.md" >>"$REPORT"; cat "$OUT/probe.md"
 [ $probe_rc -eq 0 ] || fail "paddle sees no GPU (probe.log: $(tail -2 "$OUT/probe.log" | tr '\n' ' '))"
 say ""
 
-"$PY" load_tests/gpu_smoke.py engines --json "$OUT/engines.json" >"$OUT/engines.md" 2>"$OUT/engines.log" \
+"$PY" -m load_tests.gpu_smoke engines --json "$OUT/engines.json" >"$OUT/engines.md" 2>"$OUT/engines.log" \
   || say "**engines step failed** (engines.log: $(tail -2 "$OUT/engines.log" | tr '\n' ' '))"
 cat "$OUT/engines.md" >>"$REPORT"; cat "$OUT/engines.md"
 say ""
@@ -100,7 +100,7 @@ done
 [ -n "$ready" ] || fail "not ready within ${READY_TIMEOUT}s (READY_TIMEOUT; serve.log: $(grep -m3 -E 'Error|error' "$OUT/serve.log" | tr '\n' ' '))"
 say "- deploy to ready (first start, empty TensorRT cache): $(( $(date +%s) - t0 )) s"
 
-"$PY" load_tests/gpu_smoke.py service --url "http://127.0.0.1:$PORT" --engines "$OUT/engines.json" \
+"$PY" -m load_tests.gpu_smoke service --url "http://127.0.0.1:$PORT" --engines "$OUT/engines.json" \
   --seconds "$SECONDS_LOAD" --clients "$CLIENTS" >"$OUT/service.md" 2>"$OUT/service.log"; svc_rc=$?
 cat "$OUT/service.md" >>"$REPORT"; cat "$OUT/service.md"
 [ $svc_rc -eq 0 ] || say "**service step: errors under load or none served** (service.log)"

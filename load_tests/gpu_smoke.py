@@ -1,9 +1,9 @@
 """The GPU smoke run's Python steps (load_tests/gpu_run.sh calls them; each
 prints a Markdown section for the report):
 
-    python load_tests/gpu_smoke.py probe
-    python load_tests/gpu_smoke.py engines --json OUT/engines.json
-    python load_tests/gpu_smoke.py service --url http://127.0.0.1:8000 --engines OUT/engines.json
+    python -m load_tests gpu_smoke probe
+    python -m load_tests gpu_smoke engines --json OUT/engines.json
+    python -m load_tests gpu_smoke service --url http://127.0.0.1:8000 --engines OUT/engines.json
 
 probe: paddle's build, the GPUs it sees, TensorRT. engines: the in-process
 engine over the peer images (tests/data/peer) on the CPU and on the GPU
@@ -299,7 +299,6 @@ def main(argv=None) -> int:
     s.add_argument("--seconds", type=float, default=20, help="per client level")
     s.add_argument("--clients", default="1,8,32", help="client levels, comma-separated")
     a = p.parse_args(argv)
-    sys.path.insert(0, str(REPO))
     if a.cmd == "probe":
         return probe()
     if a.cmd == "engines":

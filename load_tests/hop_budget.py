@@ -104,8 +104,8 @@ def process_group(cmdline: str) -> str:
     if m:
         return DEPLOYMENT_GROUPS.get(m.group(1), m.group(1))
     for needle, group in (("ProxyActor", "proxy"), ("ServeController", "controller"), ("gcs_server", "gcs"),
-                          ("raylet", "raylet"), ("dashboard", "dashboard"), ("simple_server.py", "simple server"),
-                          ("cpu_by_process.py", "load client"), ("ray::", "ray other"),
+                          ("raylet", "raylet"), ("dashboard", "dashboard"), ("simple_server", "simple server"),
+                          ("cpu_by_process", "load client"), ("ray::", "ray other"),
                           ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other")):
         if needle in cmdline:
             return group

@@ -5,7 +5,7 @@ images; and the engine's speedup from 1 to 2 threads. (Until issue #23 the
 service could also run the pipeline in the ingress; that placement was
 measured against this one and removed: docs/request-path.md.)
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/hops.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops
 
 The service is deployed as in deployments.yaml on a local Ray cluster
 (Ray is told 4 logical CPUs; every replica still pins its inference
@@ -34,16 +34,15 @@ from pathlib import Path
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from load_tests.baselines import SimpleServer  # noqa: E402
 from load_tests.hop_budget import (  # noqa: E402
     STAGES, amdahl_fraction, median, median_parts, over_engine, request_parts, server_timing_ms, stage_compute_ms,
 )
-from load_tests.service import (  # noqa: E402
+from harness.service import (  # noqa: E402
     MODEL_DEPLOYMENTS, deploy_config, free_ports, load_config, replica_stats, start_ray, stop_all, wait_ready,
 )
-from peer import PEER  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 IMAGES = {"receipt": "mmocr_wildreceipt_1.jpeg", "word crop": "mmocr_word_1036169.jpg",
           "phone photo": "mmocr_icdar15_img_1.jpg", "short page": "rapidocr_en.jpg",
@@ -237,8 +236,8 @@ def speedup(n_images: int, passes: int, rounds: int = 1) -> dict:
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for _ in range(rounds):
         for threads in (1, 2):
-            p = subprocess.run([sys.executable, __file__, "--engine-threads", str(threads), "--n-images",
-                                str(n_images), "--passes", str(passes)], capture_output=True, text=True, timeout=600)
+            p = subprocess.run([sys.executable, "-m", "load_tests.hops", "--engine-threads", str(threads), "--n-images",
+                                str(n_images), "--passes", str(passes)], cwd=ROOT, capture_output=True, text=True, timeout=600)
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
             if not line:
                 sys.exit(f"engine on {threads} threads failed:\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")

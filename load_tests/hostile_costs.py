@@ -2,7 +2,7 @@
 to the real service while a normal client keeps reading one word image,
 one request after another.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python load_tests/hostile_costs.py
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests hostile_costs
 
 The service is deployments.yaml (result cache off, as in every benchmark)
 with engine.documents.page_timeout_s at --page-timeout (default 10, as
@@ -24,20 +24,15 @@ import io
 import json
 import statistics
 import struct
-import sys
 import threading
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Optional
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from load_tests.procfs import rss_mb  # noqa: E402  the one /proc reader
-from pdfs import blank_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf  # noqa: E402
+from harness.pdfs import blank_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf  # noqa: E402
 
 
 def png_strip(w: int, h: int) -> bytes:
@@ -191,7 +186,7 @@ def main() -> None:
     p.add_argument("--only", default="", help="cases whose name contains this")
     args = p.parse_args()
 
-    from load_tests import service
+    from harness import service
     from tests.peer import PEER
 
     small = (PEER / "mmocr_word_1036169.jpg").read_bytes()

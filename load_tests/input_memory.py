@@ -8,7 +8,7 @@ meets, so with an open set of shapes RSS grows with every new size; with
 the closed set it must stay flat (goal: under 10% growth from image 50 to
 the end).
 
-    .venv/bin/python load_tests/input_memory.py [--images 300] [--seed 0] [--open]
+    .venv/bin/python -m load_tests input_memory [--images 300] [--seed 0] [--open]
 
 --open runs the old open policy ("max", long side 1280, nothing warmed)
 for comparison. Prints a table; asserts nothing.
@@ -25,7 +25,6 @@ import cv2
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 PEER = REPO / "tests" / "data" / "peer"
 
 from load_tests.procfs import rss_mb  # noqa: E402

@@ -15,7 +15,7 @@ from load_tests.batches import BatchSampler, set_batching
 from load_tests.images import Img
 from load_tests.loadgen import Send, closed_loop, http_job, http_sync, log, now, open_loop, serve_handle
 from load_tests.runs import LABELS, Point, Run
-from load_tests.service import MODEL_DEPLOYMENTS as STAGES, Service, http_status
+from harness.service import MODEL_DEPLOYMENTS as STAGES, Service, http_status
 from load_tests.stats import Record, summarize
 
 

@@ -1,7 +1,7 @@
 """Agreement of a lower-precision engine with fp32, per stage, as the start-up check measures it.
 
-    python load_tests/precision_agreement.py                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
-    python load_tests/precision_agreement.py --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
+    python -m load_tests precision_agreement                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
+    python -m load_tests precision_agreement --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
 
 The same measure a TensorRT fp16/int8 replica must pass before it is ready
 (serve_app/inference/precision_check.py, 99.5%): on the packaged real images

@@ -12,7 +12,7 @@ from typing import Optional
 from load_tests.analysis import disturbance_warnings, paired_diff, slowdowns, targets_check
 from load_tests.loadgen import log
 from load_tests.runs import Run, TIMING_KEYS
-from load_tests.service import MODEL_DEPLOYMENTS as STAGES, REPO
+from harness.service import MODEL_DEPLOYMENTS as STAGES, REPO
 from load_tests.stats import Record, fmt as f, percentiles, summarize
 
 
@@ -287,7 +287,7 @@ def write_soak_report(raw: dict, out: Path) -> dict:
         pass
     first, last = rows[0][1], rows[-1][1]
     mg = summary["max_memory_growth"]
-    lines = ["# Soak", "", f"`load_tests/soak.py --seconds {raw['seconds']:.0f}`", "",
+    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "",
              "| requests | errors | offered img/s | saturation img/s | p50 ms | p99 ms | max replica memory growth |",
              "|---|---|---|---|---|---|---|",
              f"| {summary['requests']} | {summary['errors']} | {summary['offered_img_s']} "

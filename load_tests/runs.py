@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from load_tests.loadgen import log, now
-from load_tests.service import MODEL_DEPLOYMENTS as STAGES, REPO
+from harness.service import MODEL_DEPLOYMENTS as STAGES, REPO
 from load_tests.stats import Record, summarize
 
 TIMING_KEYS = ("decode", "det", "cls", "rec", "total")

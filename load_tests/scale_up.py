@@ -6,7 +6,7 @@ replica, when its process started, when it began building its predictor,
 was loaded, warmed and ready, when Serve listed it RUNNING, and when the
 first request's batch ran on it. Throughput per interval beside it.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python load_tests/scale_up.py
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests scale_up
 
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
 config (default: the file's, which is what users get).
@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from load_tests.images import pick_images  # noqa: E402
 from load_tests.loadgen import http_sync  # noqa: E402
-from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
-from peer import PEER  # noqa: E402
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 DET = "TextDetector"
 

@@ -2,9 +2,9 @@
 OpenVINO engine keeps memory for every one): one pinned single-thread
 predictor, fed input shapes at random, RSS printed as it goes.
 
-    .venv/bin/python load_tests/shape_memory.py --stage rec --shapes 200            # widths 320-1600 in 32 px steps
-    .venv/bin/python load_tests/shape_memory.py --stage rec --ladder --images 400   # the service's closed set, then random crops
-    .venv/bin/python load_tests/shape_memory.py --stage det --shapes 300            # sides 320-1280, multiples of 32
+    .venv/bin/python -m load_tests shape_memory --stage rec --shapes 200            # widths 320-1600 in 32 px steps
+    .venv/bin/python -m load_tests shape_memory --stage rec --ladder --images 400   # the service's closed set, then random crops
+    .venv/bin/python -m load_tests shape_memory --stage det --shapes 300            # sides 320-1280, multiples of 32
 
 Numbers from these runs are in docs/reliability.md ("Memory and input shapes")."""
 
@@ -14,11 +14,9 @@ import argparse
 import random
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from load_tests.procfs import rss_mb  # noqa: E402
 from serve_app.core.engine_config import EngineConfig  # noqa: E402

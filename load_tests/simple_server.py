@@ -12,7 +12,7 @@ benchmark sends: the image as a multipart field ``file`` or as the raw body
 ``{request_id, error: {code, message}}`` with the service's status codes.
 ``GET /healthz`` is liveness, ``GET /readyz`` is 200 once the engine is loaded.
 
-    .venv/bin/python load_tests/simple_server.py --port 8712
+    .venv/bin/python -m load_tests simple_server --port 8712
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402

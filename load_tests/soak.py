@@ -2,9 +2,9 @@
 at about 70% of its measured saturation, for a long time; records every
 replica's memory and reports errors and memory growth.
 
-    .venv/bin/python load_tests/soak.py --seconds 1200           # the long run (about 20 min)
-    .venv/bin/python load_tests/soak.py --seconds 120 --out DIR  # CI's short version (tests/e2e/test_soak.py)
-    .venv/bin/python load_tests/soak.py --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
+    .venv/bin/python -m load_tests soak --seconds 1200           # the long run (about 20 min)
+    .venv/bin/python -m load_tests soak --seconds 60 --settle 60 --sizes 8 --out DIR   # CI's short one (tests/e2e/test_soak.py)
+    .venv/bin/python -m load_tests soak --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
 
 The good clients replay images of many sizes (`--sizes` random resizes of
 the peer images, seeded), and a hostile share (`--hostile`, a fraction of
@@ -21,7 +21,8 @@ Ray's object store, which are recorded apart; load_tests/procfs.py) is
 measured from the end of warm-up (every soak image read twice, so every
 shape the replicas will see has been seen, then up to 90 s at the soak rate,
 so the heaps have settled) to the end. Latency percentiles are
-load_tests/stats.py's, the same as the benchmark's.
+load_tests/stats.py's, the same as the benchmark's. `soak(url, ...)` runs
+against a service already started; the command line starts its own.
 Writes DIR/soak_raw.json (every request and memory sample), and from it
 DIR/soak.md (table and summary), DIR/summary.json, DIR/soak_memory.csv and,
 with matplotlib, DIR/soak_memory.png."""
@@ -33,11 +34,11 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
-if __package__ in (None, ""):  # run as a script: `python load_tests/soak.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from load_tests import procfs, service  # noqa: E402
+from harness import service  # noqa: E402
+from load_tests import procfs  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402
@@ -138,7 +139,7 @@ async def hostile_load(session, url: str, rate: float, dense: Img, counts: dict,
 
 
 async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120, sizes: int = 48,
-               hostile: float = 0.1) -> dict:
+               hostile: float = 0.1, settle_s: Optional[float] = None) -> dict:
     """Measure; returns the raw document (records relative to the soak's start)."""
     import aiohttp
 
@@ -158,7 +159,7 @@ async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120
         rate = fraction * saturation
         if not rate > 0:
             raise RuntimeError(f"no rate to soak at: the saturation run got no answers ({summarize(recs, window)})")
-        settle = min(90.0, seconds / 2)
+        settle = min(90.0, seconds / 2) if settle_s is None else settle_s
         log(f"saturation ~{saturation:.2f} img/s; soaking at {rate:.2f} img/s for {seconds:.0f} s "
             f"after {settle:.0f} s of warm-up at that rate")
         # Warm-up at the soak rate itself: the Python replicas' heaps settle
@@ -196,6 +197,9 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", type=int, default=48, help="random resizes of the peer images added to the mix")
     p.add_argument("--hostile", type=float, default=0.1,
                    help="hostile requests (junk, oversized, slow, expired, costly) per good one; 0: none")
+    p.add_argument("--settle", type=float, default=None,
+                   help="seconds of warm-up at the soak rate before memory is first sampled (default: "
+                        "half of --seconds, at most 90)")
     p.add_argument("--port", type=int, default=8723)
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG, help="Serve config to deploy")
     p.add_argument("--out", type=Path, default=REPO / "load_tests" / "out" / "soak")
@@ -207,14 +211,20 @@ def main(argv=None) -> int:
         service.start_ray()
         try:
             url = service.deploy_config(service.load_config(args.config), args.port)
-            raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile))
+            raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile,
+                                   settle_s=args.settle))
         finally:
-            service.stop_all()
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
+            service.stop_all(graceful=False)  # everything is measured: no Serve drain before the cluster goes
+        write_raw(raw, args.out)
     summary = write_soak_report(raw, args.out)
     print(json.dumps(summary))
     return 0 if summary["errors"] == 0 else 1
+
+
+def write_raw(raw: dict, out: Path) -> None:
+    """out/soak_raw.json: every request and memory sample (the report is rendered from it)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
 
 
 if __name__ == "__main__":

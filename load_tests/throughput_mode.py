@@ -1,7 +1,7 @@
 """Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1)
 against the default mode, on this machine, with the CPU profile.
 
-    python load_tests/throughput_mode.py [--seconds 15] [--clients 6] [--repeats 12]
+    python -m load_tests throughput_mode [--seconds 15] [--clients 6] [--repeats 12]
 
 Each mode in its own process and its own Ray cluster (Serve reads the mode
 at import, in every process of the cluster): one client sending the peer
@@ -56,9 +56,9 @@ def _q(lat: list[float], p: int) -> float:
     return statistics.quantiles(lat, n=100, method="inclusive")[p - 1] if len(lat) >= 2 else float("nan")
 
 
-def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> None:
-    sys.path.insert(0, str(REPO))
-    from load_tests.service import deploy_config, free_port, load_config, start_ray, stop_all
+def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
+          loops: tuple[str, ...] = ("0", "1")) -> None:
+    from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 
     import ray
 
@@ -107,7 +107,7 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> N
         result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": _q(lat, 50), "p99_ms": _q(lat, 99),
                                 "codes": codes}
         gcs = ray.get_runtime_context().gcs_address
-        for sep in ("0", "1"):
+        for sep in loops:
             env = {**os.environ, "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": sep}
             p = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(RECEIPT)], env=env, capture_output=True,
                                text=True, timeout=300)
@@ -116,7 +116,7 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int) -> N
                                                                                "error": p.stderr[-200:]}
     finally:
         out.write_text(json.dumps(result))
-        stop_all()
+        stop_all(graceful=False)  # the result is written: no Serve drain before the cluster goes
 
 
 def main(argv=None) -> int:
@@ -125,17 +125,20 @@ def main(argv=None) -> int:
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--repeats", type=int, default=12)
     p.add_argument("--child", default=None)
+    p.add_argument("--handle-loops", default="0,1",
+                   help="RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP values a plain driver's sync handle is tried with")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     if a.child:
-        child(a.child, a.out, a.seconds, a.clients, a.repeats)
+        child(a.child, a.out, a.seconds, a.clients, a.repeats, tuple(a.handle_loops.split(",")))
         return 0
     results = []
     for mode, extra in MODES.items():
         out = Path(f"/tmp/throughput_mode_{os.getpid()}_{mode}.json")
         env = {**os.environ, **extra, "PYTHONPATH": str(REPO)}
-        subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out), "--seconds", str(a.seconds),
-                        "--clients", str(a.clients), "--repeats", str(a.repeats)], env=env, timeout=900)
+        subprocess.run([sys.executable, "-m", "load_tests.throughput_mode", "--child", mode, "--out", str(out),
+                        "--seconds", str(a.seconds), "--clients", str(a.clients), "--repeats", str(a.repeats),
+                        "--handle-loops", a.handle_loops], env=env, cwd=REPO, timeout=900)
         results.append(json.loads(out.read_text()) if out.exists() else {"mode": mode, "error": "no result"})
     print(f"| mode | ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
           "p50 / p99 ms | statuses | sync handle, plain driver (separate loop 0 / 1) |")

@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
-from load_tests.service import free_ports  # noqa: E402
+from harness.service import free_ports  # noqa: E402
 
 TABLE_HEADER = "| target | load | requests | errors | img/s | p50 ms | p90 ms | p99 ms |"
 
@@ -22,7 +21,7 @@ def test_bench_quick(tmp_path):
     out, raw = tmp_path / "report", tmp_path / "results.json"
     port, simple_port = free_ports(2)
     proc = subprocess.run(
-        [sys.executable, str(REPO / "load_tests/bench.py"), "--quick", "--out", str(out), "--raw", str(raw),
+        [sys.executable, "-m", "load_tests.bench", "--quick", "--out", str(out), "--raw", str(raw),
          "--port", str(port), "--simple-port", str(simple_port)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + "\n" + proc.stderr[-6000:]
@@ -45,7 +44,7 @@ def test_bench_quick(tmp_path):
 
     # the report is rendered from the raw JSON alone: --from-raw writes the same document
     again = tmp_path / "again"
-    proc = subprocess.run([sys.executable, str(REPO / "load_tests/bench.py"), "--from-raw", str(raw), "--out",
+    proc = subprocess.run([sys.executable, "-m", "load_tests.bench", "--from-raw", str(raw), "--out",
                            str(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (again / "benchmarks.md").read_text() == report

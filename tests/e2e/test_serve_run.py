@@ -19,12 +19,11 @@ import pytest
 import requests
 import yaml
 
-from peer import PEER
+from harness.peer import PEER
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
-from load_tests.service import free_port  # noqa: E402
+from harness.service import free_port  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def served(tmp_path_factory):
                     break
             except requests.RequestException:
                 pass
-            time.sleep(2)
+            time.sleep(0.5)
         else:
             raise AssertionError("not ready in 300 s:\n" + (tmp_path / "serve.log").read_text()[-3000:])
         yield url

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 
 FRESH = {"Cache-Control": "no-cache"}
 FAULT_FILE = Path(tempfile.mkdtemp(prefix="ocr-canary-")) / "rec-fault"
@@ -52,7 +52,7 @@ def service():
     try:
         yield deploy_config(cfg, free_port())
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def replicas(name: str) -> dict:
@@ -114,7 +114,7 @@ def test_concurrent_images_of_one_shape_share_detector_batches(service):
     the detector runs predictor batches holding two requests' images."""
     from ray import serve
 
-    from serve_fixtures import replica_stats
+    from harness.service import replica_stats
 
     url = service
     photos = [(PEER / f"mmocr_icdar15_img_{i}.jpg").read_bytes() for i in range(1, 9)]
@@ -137,7 +137,7 @@ def detector_images_since(seqs: dict) -> int:
     seen; filled in for replicas not seen before)."""
     from ray import serve
 
-    from serve_fixtures import replica_stats
+    from harness.service import replica_stats
 
     det = serve.get_deployment_handle("TextDetector", app_name="ocr")
     n = replicas("TextDetector").get("RUNNING", 1)
@@ -194,8 +194,8 @@ def test_a_recognizer_that_misreads_the_canary_is_replaced_while_the_service_ans
     """The test hook makes one recogniser replica's predictor misread; its
     canary fails within a health-check period, Serve replaces it, and
     requests sent meanwhile are all answered."""
-    from serve_fixtures import replica_stats
-    from load_tests.service import replica_pids
+    from harness.service import replica_stats
+    from harness.service import replica_pids
     from ray import serve
 
     url = service

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from peer import PEER
+from harness.peer import PEER
 
 IMAGE = "rapidocr_en.jpg"
 

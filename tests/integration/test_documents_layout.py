@@ -1,17 +1,17 @@
 """Documents as people have them (#25), on the real models (the session's
 engine): column and block order on made office pages against their truth,
 pages turned 90/180/270 read upright, a multi-page fax TIFF, and what the
-formats make of blocks. Pages from tests/pages.py."""
+formats make of blocks. Pages from harness/pages.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pages import (
+from harness.pages import (
     columns_page, fax_tiff, invoice_page, match_truth, order_score, receipt_page, sidebar_page, table_page, turned,
 )
-from peer import iou
+from harness.peer import iou
 from serve_app.flow.formats import render
 from serve_app.ocr.orientation import to_upright
 
@@ -93,7 +93,7 @@ def test_a_three_page_fax_reads_every_page_in_order(engine):
 def test_the_peer_product_photo_still_starts_with_its_title(engine):
     """Other tests (and the README) expect this photo's first line; blocks
     change the order of 9 of the 60 peer images, this one among them."""
-    from peer import PEER
+    from harness.peer import PEER
 
     result = engine.read(PEER / "rapidocr_ch_en_num.jpg")
     print("rapidocr_ch_en_num.jpg blocks:", [[result.lines[i].text for i in b.lines] for b in result.blocks])

@@ -1,5 +1,6 @@
 """PDFs, batches and the PaddleX route on the real service (real Ray, real
-models, real HTTP), deployed once for the module from deployments.yaml.
+models, real HTTP), deployed from deployments.yaml once for this module and
+test_serve_app (SHARED_SERVICE).
 PDFs are made here from peer images, each stored losslessly at the render
 DPI, so a page renders back to the image's exact pixels: a page must then
 read exactly what /v1/ocr reads on that image."""
@@ -16,22 +17,21 @@ import numpy as np
 import pytest
 import requests
 
-from pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.pdfs import blank_pdf, encrypted_pdf, image_pdf, text_pdf
+from harness.peer import PEER
+from harness.service import load_config
 from serve_app.core.app_args import AppArgs
 
 PAGES = ["rapidocr_ch_en_num.jpg", "paddleocr_00006737.jpg", "rapidocr_issue_170.png"]
 
 
+# deployments.yaml as it is: the service this module shares with test_serve_app (tests/conftest.py).
+SHARED_SERVICE = "deployments.yaml"
+
+
 @pytest.fixture(scope="module")
-def service():
-    start_ray()
-    try:
-        config = load_config()
-        yield deploy_config(config, free_port()), config
-    finally:
-        stop_all(graceful=False)  # ray.shutdown() stops the local cluster without Serve's ~10 s drain
+def service(shared_services):
+    return shared_services.get(SHARED_SERVICE, load_config())
 
 
 @pytest.fixture(scope="module")

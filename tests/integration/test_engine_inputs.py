@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from peer import PEER, levenshtein, reference
+from harness.peer import PEER, levenshtein, reference
 
 LINE_SOURCES = ["rapidocr_en.jpg", "paddleocr_00006737.jpg", "mmocr_icdar15_img_1.jpg", "rapidocr_ch_en_num.jpg"]
 

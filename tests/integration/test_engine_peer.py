@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from peer import PEER, agreement, cer, expected, reference
+from harness.peer import PEER, agreement, cer, expected, reference
 from serve_app.ocr.decode import decode_image
 
 # Not applicable to this model set (see ../shared/data/peer/README.md): asserted

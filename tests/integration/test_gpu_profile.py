@@ -16,8 +16,8 @@ import time
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
 from serve_app.inference.gpu import gpu_memory_limit_mb
 from serve_app.inference.predictor import gpu_status
 from serve_app.core.app_args import AppArgs
@@ -33,7 +33,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def cluster():
     start_ray(num_cpus=8, num_gpus=1)  # logical where there is no GPU: Ray only counts them
     yield
-    stop_all()
+    stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:

@@ -21,9 +21,9 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from peer import PEER
-from load_tests.service import replica_pids
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import replica_pids
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 
 TOKEN = "hostile-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -44,7 +44,7 @@ def service():
     try:
         yield deploy_config(cfg, free_port())
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def ocr(url, body=SMALL, ctype="image/jpeg", headers=AUTH, timeout=120):
@@ -286,7 +286,7 @@ def test_a_burst_of_expired_dense_pages_is_dropped_before_the_detector_runs_it(s
 
 
 def det_stats(handle) -> dict:
-    from serve_fixtures import replica_stats
+    from harness.service import replica_stats
 
     return replica_stats(handle, 1, tries=20)
 

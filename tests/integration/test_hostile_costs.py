@@ -23,8 +23,8 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from load_tests.hostile_costs import CASES, Case
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 from test_hostile_clients import PeakRss, ingress_and_proxy_pids
 
 TOKEN = "hostile-costs-token"
@@ -46,7 +46,7 @@ def service():
     try:
         yield deploy_config(cfg, free_port())
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def case(name: str) -> Case:
@@ -114,7 +114,7 @@ def test_a_pdf_page_that_renders_for_minutes_is_stopped_at_its_budget(service):
     _, seconds = check_case(service, "PDF page of nested form", names_the_page)
     assert seconds >= PAGE_TIMEOUT_S  # it ran its budget, then was stopped (the render alone takes minutes)
     # the worker was replaced: a normal PDF reads now
-    from pdfs import text_pdf
+    from harness.pdfs import text_pdf
 
     r = post(service, text_pdf([["Hello PDF"]]), "application/pdf")
     assert r.status_code == 200 and r.json()["document"]["pages"] == 1

@@ -531,7 +531,7 @@ def test_paddlex_errors_are_status_and_its_error_body(app, fields, status, needl
 
 
 def test_job_submit_checks_a_pdf_before_accepting_it(app):
-    from pdfs import blank_pdf, encrypted_pdf
+    from harness.pdfs import blank_pdf, encrypted_pdf
 
     client, obj = app
     obj.documents = DocumentLimits(max_pages=3)

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import REPO, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.peer import PEER
+from harness.service import REPO, deploy_config, free_port, load_config, start_ray, stop_all
 
 IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "mmocr_word_1036169.jpg",
           "rapidocr_two_dim_image_LA.png", "mmocr_icdar15_img_2.jpg"]

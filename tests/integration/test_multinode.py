@@ -17,8 +17,8 @@ import pytest
 import requests
 import yaml
 
-from peer import PEER
-from serve_fixtures import REPO, free_port, load_config, wait_ready
+from harness.peer import PEER
+from harness.service import REPO, free_port, load_config, wait_ready
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_AUTH_MODE": "token"}

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from peer import PEER
-from serve_fixtures import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
-from serve_fixtures import replica_stats as all_replica_stats
+from harness.peer import PEER
+from harness.service import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
+from harness.service import replica_stats as all_replica_stats
 
 TOKEN = "test-token-9f2c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -36,7 +36,7 @@ def service():
     try:
         yield deploy_config(cfg, free_port())
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
 
 
 def replica_stats() -> dict[str, dict[int, dict]]:

@@ -13,10 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from peer import PEER
-from serve_fixtures import (
-    REPO, apply_config, deploy_config, free_port, load_config, replica_stats, start_ray, stop_all,
-)
+from harness.peer import PEER
+from harness.service import REPO, apply_config, load_config, replica_stats
 
 IMAGES = [
     "rapidocr_ch_en_num.jpg", "rapidocr_issue_170.png", "rapidocr_white_font_color_transparent.png",
@@ -27,16 +25,14 @@ IMAGES = [
 ]
 
 
+# deployments.yaml as it is: the service this module shares with test_documents_service (tests/conftest.py).
+SHARED_SERVICE = "deployments.yaml"
+
+
 @pytest.fixture(scope="module")
-def service():
+def service(shared_services):
     """The app as deployments.yaml describes it (CPU default profile)."""
-    start_ray()
-    try:
-        config = load_config()
-        url = deploy_config(config, free_port())
-        yield url, config
-    finally:
-        stop_all()
+    return shared_services.get(SHARED_SERVICE, load_config())
 
 
 # (image, per-request options) read by the engine too: the service must
@@ -317,15 +313,18 @@ def test_live_reconfigure_keeps_the_replica(service):
         if d["name"] == "TextRecognizer":
             d["user_config"] = {"max_batch_size": 7, "batch_wait_timeout_s": 0.02}
     apply_config(new)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        after = replica_stats(rec, n)
-        if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
-            break
-        time.sleep(0.5)
-    assert set(after) == set(before)
-    assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
-    assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            after = replica_stats(rec, n)
+            if all(st["max_batch_size"] == 7 for st in after.values()) and len(after) == n:
+                break
+            time.sleep(0.5)
+        assert set(after) == set(before)
+        assert {(st["max_batch_size"], st["batch_wait_timeout_s"]) for st in after.values()} == {(7, 0.02)}
+        assert post_file(url, "rapidocr_issue_170.png").json()["results"][0]["text"] == "TEST"
+    finally:
+        apply_config(config)  # the shared service's config again, for the tests after this one
 
 
 def post_with_options(url: str, name: str, options: dict, query: str = "") -> requests.Response:
@@ -372,7 +371,7 @@ def test_concurrent_requests_with_other_thresholds_each_get_their_own_answer(ser
 def test_formats_over_http_are_read_by_hocr_and_alto_readers(service, engine_reads, tmp_path):
     from lxml import etree
 
-    from xml_checks import ALTO, alto_schema, hocr_page, hocr_words
+    from harness.xml_checks import ALTO, alto_schema, hocr_page, hocr_words
 
     url, _ = service
     name = "paddleocr_img_12.jpg"
@@ -427,7 +426,7 @@ def test_readme_examples_curl_answers_200_with_the_text_shown(service):
     port: 200 and the lines the README shows under it."""
     import subprocess
 
-    from readme_blocks import URL, commands, texts
+    from harness.readme_blocks import URL, commands, texts
 
     url, _ = service
     curls = [c for c in commands() if c.line.startswith("curl ")]
@@ -445,7 +444,7 @@ def test_readme_examples_handle_reads_what_the_readme_curl_shows(service, monkey
     the cluster, so its `ray.init(address="auto")` is the one line not run)."""
     import ray
 
-    from readme_blocks import blocks, commands, texts
+    from harness.readme_blocks import blocks, commands, texts
 
     handle_code = next(b.text for b in blocks() if b.lang == "python" and "get_app_handle" in b.text)
     monkeypatch.setattr(ray, "init", lambda *a, **kw: None)
@@ -461,7 +460,7 @@ def test_readme_examples_cli_prints_what_the_readme_shows():
     import subprocess
     import sys
 
-    from readme_blocks import commands, error_codes, texts
+    from harness.readme_blocks import commands, error_codes, texts
 
     clis = [c for c in commands() if " -m serve_app " in c.line]
     assert clis

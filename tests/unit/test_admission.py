@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pdfs import blank_pdf
+from harness.pdfs import blank_pdf
 from serve_app.serving.cost import (
     UNKNOWN_PIXELS, Calibration, CostModel, DrainMeter, Size, decide, expected_seconds, image_size, retry_after,
 )

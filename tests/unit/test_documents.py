@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from pdfs import (
+from harness.pdfs import (
     blank_pdf, encrypted_pdf, image_pdf, lying_count_pdf, mediabox_pdf, nested_forms_pdf, shared_text_pdf, text_pdf,
 )
 from serve_app.core.engine_config import DocumentLimits, EngineConfig
@@ -302,8 +302,7 @@ def test_a_worker_dies_with_its_parent_even_mid_render():
 
     code = textwrap.dedent("""
         import sys, threading
-        sys.path[:0] = sys.argv[1:3]
-        from pdfs import nested_forms_pdf
+        from harness.pdfs import nested_forms_pdf
         from serve_app.core.engine_config import DocumentLimits
         from serve_app.flow.documents import PdfFile
         pdf = PdfFile(nested_forms_pdf(depth=7), DocumentLimits(page_timeout_s=600))
@@ -313,7 +312,7 @@ def test_a_worker_dies_with_its_parent_even_mid_render():
         threading.Event().wait()
     """)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    parent = subprocess.Popen([sys.executable, "-c", code, root, os.path.join(root, "tests")],
+    parent = subprocess.Popen([sys.executable, "-c", code], cwd=root,
                               stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     parent.send_signal(signal.SIGKILL)

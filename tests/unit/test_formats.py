@@ -11,8 +11,8 @@ from lxml import etree
 
 from serve_app.core.errors import BadRequest
 from serve_app.flow.formats import render
-from xml_checks import ALTO, XHTML, alto_schema, hocr_page
-from xml_checks import hocr_words as words_of
+from harness.xml_checks import ALTO, XHTML, alto_schema, hocr_page
+from harness.xml_checks import hocr_words as words_of
 
 
 def quad(x0, y0, x1, y1):

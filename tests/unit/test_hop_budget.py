@@ -4,13 +4,11 @@ no models."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 from load_tests.hop_budget import (  # noqa: E402
     amdahl_fraction, amdahl_speedup, over_engine, process_group, request_parts, server_timing_ms, service_rate,
@@ -66,7 +64,8 @@ def test_parts_over_the_engine_add_up_to_the_latency_difference():
     ("/x/site-packages/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp", "gcs"),
     ("/x/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name", "raylet"),
     ("/x/python -u /x/ray/dashboard/agent.py --node-ip-address", "dashboard"),
-    (".venv/bin/python load_tests/simple_server.py --host 127.0.0.1", "simple server"),
+    (".venv/bin/python -m load_tests simple_server --host 127.0.0.1", "simple server"),
+    (".venv/bin/python -m load_tests.simple_server --host 127.0.0.1", "simple server"),
     ("/x/python /x/site-packages/ray/autoscaler/_private/monitor.py --logs-dir", "ray other"),
     ("bash", "other"),
 ])

@@ -1,6 +1,6 @@
 """One contract for both job backends (jobs.backend): the sqlite book with its
 journal (serve_app.jobs.book) and the Redis book (serve_app.jobs.redis_book) against
-a real redis-server (tests/redis_server.py, started by the `redis_server`
+a real redis-server (harness/redis_server.py, started by the `redis_server`
 fixture; a missing redis-server fails these tests, it never skips them).
 
 Time is a fake clock where the TTL matters; nothing waits on a sleep."""

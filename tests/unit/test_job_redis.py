@@ -1,5 +1,5 @@
 """What only the Redis job book promises, against real redis-servers
-(tests/redis_server.py): the AOF policy checked at start, a job answered
+(harness/redis_server.py): the AOF policy checked at start, a job answered
 202 surviving the server's SIGKILL, several store replicas sharing one book,
 and a dead replica's job running again on another once its lease runs out."""
 
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from jobfakes import FakePipeline, settle
-from redis_server import RedisServer
+from harness.redis_server import RedisServer
 
 from serve_app.core.errors import ConfigError
 from serve_app.jobs.redis_book import RedisJobBook

@@ -104,11 +104,11 @@ def test_block_box_is_the_box_around_its_lines():
 
 
 def test_the_made_pages_lines_drawn_boxes_come_out_in_the_truths_order():
-    """tests/pages.py's office pages, by the boxes their lines were drawn
+    """harness/pages.py's office pages, by the boxes their lines were drawn
     in (a detector finds about these): each in the order a person reads it."""
     import random
 
-    from pages import made_pages, order_score
+    from harness.pages import made_pages, order_score
 
     for page in made_pages():
         boxes = np.array([box(x0, y0, x1 - x0, y1 - y0) for x0, y0, x1, y1 in page.boxes], dtype=np.float32)

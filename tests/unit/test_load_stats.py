@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 
 from load_tests.stats import Record, error_kinds, percentile, percentiles, summarize  # noqa: E402
 

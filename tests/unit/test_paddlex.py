@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from pdfs import blank_pdf
+from harness.pdfs import blank_pdf
 from serve_app.core.engine_config import EngineConfig
 from serve_app.core.errors import BadRequest
 from serve_app.core.request_options import FIELDS, OcrOptions

@@ -11,7 +11,7 @@ import shlex
 import pytest
 import yaml
 
-from readme_blocks import README, REPO, URL, anchors, blocks, commands, error_codes, links, texts
+from harness.readme_blocks import README, REPO, URL, anchors, blocks, commands, error_codes, links, texts
 
 DOCS = sorted((REPO / "docs").glob("*.md"))
 

@@ -5,6 +5,7 @@ does not matter) and the modules that bring either in are named."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,6 @@ REPO = UNIT.parents[1]
 
 PROBE = """
 import importlib, json, sys
-sys.path[:0] = [{tests!r}, {unit!r}]
 forbidden, report = {forbidden!r}, {{}}
 for name in {modules!r}:
     before = {{m for m in forbidden if m in sys.modules}}
@@ -30,9 +30,12 @@ print(json.dumps(report))
 def test_unit_modules_import_neither_ray_nor_paddle():
     modules = sorted(p.stem for p in UNIT.glob("test_*.py"))
     assert "test_decode" in modules
-    code = PROBE.format(tests=str(UNIT.parent), unit=str(UNIT), forbidden=FORBIDDEN, modules=modules)
-    # The caller's PYTHONPATH is kept, so the checkout under test is the one imported.
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    code = PROBE.format(forbidden=FORBIDDEN, modules=modules)
+    # tests/unit (the modules, by name) and the repo root (serve_app, harness) first; the caller's
+    # PYTHONPATH is kept after them, so the checkout under test is the one imported.
+    path = os.pathsep.join([str(UNIT), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     # Once one module has loaded ray, later ones cannot bring it in again:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-ALTO_DIR = Path(__file__).resolve().parent / "data" / "alto"
+ALTO_DIR = Path(__file__).resolve().parents[1] / "tests" / "data" / "alto"
 XHTML = "{http://www.w3.org/1999/xhtml}"
 ALTO = "{http://www.loc.gov/standards/alto/ns-v4#}"
 

@@ -4,7 +4,8 @@ config file deployed the way `serve deploy` does, readiness and replica
 waits, stop. The only home of `_get_global_client().deploy_apps` (Ray Serve
 has no public call that takes a whole config file in-process).
 
-tests/integration/serve_fixtures.py re-exports these functions."""
+Tests reach them through harness.service (this module); SharedServices
+lets test modules with the same config share one started service."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -172,9 +173,10 @@ def wait_replicas(config: dict, timeout_s: float = 300) -> None:
 
 
 def stop_all(graceful: bool = True) -> None:
-    """Stop Serve and Ray. graceful=False skips serve.shutdown(): a local
-    cluster's ray.shutdown() stops all of it anyway, without the ~10 s of
-    draining that a benchmark does not need."""
+    """Stop Serve and Ray. graceful=False skips serve.shutdown()'s drain (a
+    local cluster's ray.shutdown() stops all of it anyway, without the ~10 s
+    of draining that a test or benchmark does not need) but still stops this
+    process's Serve handles first (shutdown_cached_handles)."""
     import ray
 
     try:
@@ -182,6 +184,8 @@ def stop_all(graceful: bool = True) -> None:
             from ray import serve
 
             serve.shutdown()
+        else:
+            shutdown_cached_handles()
     finally:
         ray.shutdown()
         # Serve keeps its controller's handle in this process; the next
@@ -191,6 +195,83 @@ def stop_all(graceful: bool = True) -> None:
 
         _set_global_client(None)
         wait_ray_gone()
+
+
+def config_key(config: dict) -> str:
+    """A config's identity for sharing: the config as JSON, less what
+    load_config makes fresh on every call (each job journal's temporary path)."""
+    import json
+
+    cfg = copy.deepcopy(config)
+    for app in cfg.get("applications", []):
+        jobs = (app.get("args") or {}).get("jobs")
+        if isinstance(jobs, dict) and jobs.get("journal"):
+            jobs["journal"] = "<fresh>"
+    return json.dumps(cfg, sort_keys=True)
+
+
+class SharedServices:
+    """Started services by name, one at a time, for test modules that can
+    share one: `get(name, config)` answers the running service when it was
+    started under `name` (its config must then be the same, less the journal
+    paths), else stops the running one and starts `config` (a new local Ray
+    cluster, Serve on a free port, the config deployed and all replicas up).
+    tests/conftest.py keeps the modules that share a name next to each other
+    and stops the service after the last of them; a module with a config of
+    its own starts and stops its own service as before."""
+
+    def __init__(self) -> None:
+        self.name: Optional[str] = None
+        self.url: Optional[str] = None
+        self.config: Optional[dict] = None
+        self.starts = 0
+
+    def get(self, name: str, config: dict, timeout_s: float = 300) -> tuple[str, dict]:
+        if self.name == name:
+            if config_key(config) != config_key(self.config):
+                raise ValueError(f"test modules sharing the service {name!r} must build the same config; "
+                                 "give the one that differs a service of its own")
+            return self.url, self.config
+        self.stop()
+        start_ray()
+        self.name, self.config = name, config  # set first: stop() cleans up a deploy that failed
+        self.url = deploy_config(config, free_port(), timeout_s)
+        self.starts += 1
+        return self.url, self.config
+
+    def stop(self) -> None:
+        if self.name is not None:
+            self.name = self.url = self.config = None
+            stop_all(graceful=False)
+
+
+def grouped(items: list, shared: Callable[[Any], Optional[str]], own: Callable[[Any], Any]) -> list:
+    """`items` (tests, in their order) with those whose `shared(item)` name is
+    the same moved next to the first of them; the others stay grouped by
+    `own(item)` (their module) in their place, and each group keeps its order."""
+    groups: dict = {}
+    for item in items:
+        name = shared(item)
+        groups.setdefault(("shared", name) if name is not None else ("own", own(item)), []).append(item)
+    return [item for group in groups.values() for item in group]
+
+
+def shutdown_cached_handles() -> None:
+    """Stop this process's Serve handles (their routers and metrics pushers),
+    as serve.shutdown() does first. Left running past ray.shutdown(), a
+    handle's metrics pusher calls into Ray again, and a Ray call with Ray
+    shut down starts a new default local cluster in this process (seen: one
+    with a dashboard, started under the next module's own, which then failed
+    to start; and one left running under the modules that need no cluster)."""
+    from ray.serve import context
+
+    client = context._global_client
+    if client is None:
+        return
+    try:
+        client.shutdown_cached_handles()
+    except Exception as e:  # a dead controller or router: nothing left to stop
+        print(f"shutting down Serve handles: {type(e).__name__}: {e}")
 
 
 def replica_stats(handle, n: int, tries: int = 200) -> dict:

@@ -1,0 +1,75 @@
+"""The test harness's own rules that need no cluster: which tests share a
+started service and in what order they run, when two configs count as the
+same, and that nothing in tests/ or load_tests/ edits sys.path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from harness.service import SharedServices, config_key, grouped, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_modules_sharing_a_service_run_next_to_each_other_the_rest_in_place():
+    # (module, test, shared service or None), in collection order
+    items = [("a", 1, None), ("b", 1, "yaml"), ("b", 2, "yaml"), ("c", 1, None), ("d", 1, "redis"),
+             ("e", 1, "yaml"), ("e", 2, "yaml"), ("f", 1, "redis"), ("g", 1, None)]
+    out = grouped(items, lambda i: i[2], lambda i: i[0])
+    assert [(m, n) for m, n, _ in out] == [("a", 1), ("b", 1), ("b", 2), ("e", 1), ("e", 2), ("c", 1),
+                                           ("d", 1), ("f", 1), ("g", 1)]
+    assert sorted(out) == sorted(items)  # nothing lost, nothing twice
+
+
+def test_a_config_is_the_same_whatever_journal_file_load_config_gave_it():
+    a, b = load_config(), load_config()
+    journal = lambda c: c["applications"][0]["args"]["jobs"]["journal"]  # noqa: E731
+    assert journal(a) != journal(b)  # a fresh file per call: a service never picks up another's jobs
+    assert config_key(a) == config_key(b)
+    b["applications"][0]["args"]["ingress"] = {"max_in_flight": 3}
+    assert config_key(a) != config_key(b)
+
+
+def test_a_second_module_under_the_same_name_must_bring_the_same_config():
+    services = SharedServices()
+    services.name, services.url, services.config = "deployments.yaml", "http://127.0.0.1:1", load_config()
+    assert services.get("deployments.yaml", load_config()) == ("http://127.0.0.1:1", services.config)
+    other = load_config()
+    other["applications"][0]["args"]["ingress"] = {"max_in_flight": 3}
+    with pytest.raises(ValueError, match="must build the same config"):
+        services.get("deployments.yaml", other)
+
+
+def sys_path_edits(source: str) -> list[int]:
+    """Lines of code that change sys.path: sys.path.insert/append/extend(...),
+    sys.path[...] = ..., sys.path = / += ... (text that only names it, in a
+    docstring or a comment, is not an edit)."""
+    def is_sys_path(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                and node.value.id == "sys")
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_sys_path(node.func.value)
+                and node.func.attr in ("insert", "append", "extend")):
+            lines.append(node.lineno)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            if is_sys_path(target) or (isinstance(target, ast.Subscript) and is_sys_path(target.value)):
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_sys_path_check_sees_edits_and_not_mentions():
+    assert sys_path_edits("import sys\nsys.path.insert(0, 'x')\nsys.path[:0] = ['y']\nsys.path += ['z']\n") == [2, 3, 4]
+    assert sys_path_edits('"""sys.path.insert(0, x) is not done here"""\n# sys.path[:0] = []\nprint(1)\n') == []
+
+
+def test_no_sys_path_edits_in_tests_or_load_tests():
+    found = [f"{p.relative_to(REPO)}:{n}" for folder in ("tests", "load_tests", "harness")
+             for p in sorted((REPO / folder).rglob("*.py")) for n in sys_path_edits(p.read_text())]
+    assert found == []
