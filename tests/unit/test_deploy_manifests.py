@@ -65,7 +65,11 @@ def test_rayservice_is_generated_from_the_gpu_profile():
 
 
 def test_embedded_applications_equal_the_gpu_profile(embedded):
-    assert embedded["applications"] == _load(GPU_PROFILE)["applications"], (
+    """The profile with its job book moved to Redis (the generator's one
+    change; tests/unit/test_kuberay_schema.py checks the Redis side)."""
+    from serve_app.tools.rayservice import redis_overlay
+
+    assert embedded["applications"] == redis_overlay(_load(GPU_PROFILE))["applications"], (
         "deploy/kuberay/rayservice.yaml serveConfigV2 and deployments.gpu.yaml differ: keep them in sync"
     )
 
@@ -314,20 +318,7 @@ def test_dockerfile_copies_paths_that_exist():
                 assert (REPO / s).exists(), f"COPY {s}: no such path in the repository"
 
 
-# --- jobs journal and Python version -----------------------------------------------------
-
-
-def test_jobs_journal_is_on_a_shared_volume_on_every_worker(cluster, embedded):
-    journal = embedded["applications"][0]["args"]["jobs"]["journal"]
-    pvc = _load(REPO / "deploy" / "kuberay" / "jobs-journal-pvc.yaml")
-    assert pvc["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in pvc["spec"]["accessModes"]
-    for g in cluster["workerGroupSpecs"]:
-        spec = g["template"]["spec"]
-        mounts = {m["name"]: m["mountPath"].rstrip("/") + "/" for m in spec["containers"][0]["volumeMounts"]}
-        name = next((n for n, p in mounts.items() if journal.startswith(p)), None)
-        assert name, f"{journal} is not under a mounted volume in worker group {g['groupName']}"
-        volume = next(v for v in spec["volumes"] if v["name"] == name)
-        assert volume.get("persistentVolumeClaim", {}).get("claimName") == pvc["metadata"]["name"]
+# --- Python version -----------------------------------------------------
 
 
 def test_python_versions_agree_with_the_code():
