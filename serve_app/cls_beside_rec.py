@@ -8,8 +8,9 @@ tens of MB: docs/performance.md, "Footprint"). Here the classifier's
 predictor is built in every recogniser replica instead: the deployment is
 the recogniser's (its name, resources, replicas and user_config come from
 the `TextRecognizer` block of the Serve config) and also answers
-`classify`. Both predictors are loaded and every shape of both warmed
-before the replica is ready; each keeps its own batch queue, lanes,
+`classify`. The classifier's predictor runs on the recogniser's cores
+(its block's `cpu_cores` and `threads` are not used). Both predictors are
+loaded and every shape of both warmed before the replica is ready; each keeps its own batch queue, lanes,
 metrics and canary (serve_app.deployments)."""
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ _Classifier = DirectionClassifierDeployment.func_or_class
 class RecognizerWithClassifier(_Recognizer):
     def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: ClassifierArgs,
                  lanes: LaneArgs = LaneArgs()):
+        # One process has one CPU affinity: building a predictor pins the whole
+        # process to its cores (serve_app.predictor.pin_process, within what the
+        # process already has), so the classifier takes the recogniser's cores
+        # (else the one built last would narrow both to its own).
+        cls_args = cls_args.model_copy(update={"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads})
         # The classifier first: a replica is ready only once both have warmed.
         self.classifier_part = _Classifier(engine, cls_args, lanes)
         super().__init__(engine, rec_args, lanes)

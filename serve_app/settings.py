@@ -54,8 +54,8 @@ class DetectorArgs(ModelArgs):
 class ClassifierArgs(ModelArgs):
     # true: no DirectionClassifier deployment; each recogniser replica also
     # runs the classifier (serve_app/cls_beside_rec.py): one process and one
-    # copy of the runtimes fewer. This block's cpu_cores/threads/predictor
-    # still place its predictor; replicas and resources are the recogniser's.
+    # copy of the runtimes fewer. Its predictor options still apply; its
+    # cores, threads, replicas and resources are the recogniser's.
     beside_recognizer: bool = False
 
 
