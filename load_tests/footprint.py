@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -364,6 +365,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
         out["ready_second_s"] = svc.start(timeout_s)
     finally:
         svc.stop()
+        shutil.rmtree(work, ignore_errors=True)  # its journal, compile cache and log: nothing left behind
     return out
 
 
