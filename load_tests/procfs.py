@@ -181,3 +181,45 @@ def set_mmap_threshold(nbytes: int) -> bool:
         return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # -3 = M_MMAP_THRESHOLD
     except Exception:
         return False
+
+
+def smaps_rollup_kb(pid: Pid = "self") -> dict[str, int]:
+    """Fields of /proc/<pid>/smaps_rollup in kB (Rss, Pss, Pss_Anon,
+    Pss_File, Pss_Shmem, ...); {} if unreadable (gone, or not ours)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                k, _, v = line.partition(":")
+                parts = v.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    out[k.strip()] = int(parts[0])
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+def pss_mb(pid: Pid = "self") -> Optional[dict[str, float]]:
+    """{"pss", "rss", "anon", "file", "shmem"} in MB from smaps_rollup: PSS
+    shares each page among the processes mapping it, so a sum over
+    processes is what they hold together (RSS counts shared libraries once
+    per process). None if the process is gone."""
+    r = smaps_rollup_kb(pid)
+    if "Pss" not in r:
+        return None
+    return {"pss": r["Pss"] / 1024, "rss": r.get("Rss", 0) / 1024, "anon": r.get("Pss_Anon", 0) / 1024,
+            "file": r.get("Pss_File", 0) / 1024, "shmem": r.get("Pss_Shmem", 0) / 1024}
+
+
+def descendants(root: int, table: Optional[dict[int, tuple[int, float]]] = None) -> list[int]:
+    """Pids of root's descendants (not root), from one process table."""
+    table = process_table() if table is None else table
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return sorted(out)

@@ -59,8 +59,13 @@ def build_app(args: Optional[dict] = None):
     cls_args = with_shape_ranges("cls", a.classifier, a.engine)
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
     detector = TextDetectorDeployment.bind(a.engine, det_args, a.lanes)
-    classifier = DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes) if a.engine.cls.enabled else None
-    recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
+    if a.engine.cls.enabled and a.classifier.beside_recognizer:  # one process for both (deployments.light.yaml)
+        from serve_app.serving.cls_beside_rec import RecognizerWithClassifier
+
+        recognizer = classifier = RecognizerWithClassifier.bind(a.engine, rec_args, cls_args, a.lanes)
+    else:
+        classifier = DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes) if a.engine.cls.enabled else None
+        recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.serving.result_cache import model_identity

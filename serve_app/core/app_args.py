@@ -52,7 +52,11 @@ class DetectorArgs(ModelArgs):
 
 
 class ClassifierArgs(ModelArgs):
-    pass
+    # true: no DirectionClassifier deployment; each recogniser replica also
+    # runs the classifier (serve_app/serving/cls_beside_rec.py): one process and one
+    # copy of the runtimes fewer. Its predictor options still apply; its
+    # cores, threads, replicas and resources are the recogniser's.
+    beside_recognizer: bool = False
 
 
 class RecognizerArgs(ModelArgs):

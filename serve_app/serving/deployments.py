@@ -75,8 +75,8 @@ class _Replica:
     def ready(self) -> bool:
         return self.replica.ready_at is not None
 
-    def stats(self) -> dict[str, Any]:
-        return self.replica.stats()
+    def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
+        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/cls_beside_rec.py)
 
 
 @serve.deployment(name="TextDetector")
@@ -221,7 +221,7 @@ class TextRecognizerDeployment(_Replica):
         c = self.replica.crops(crops)
         return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
         return {**self.replica.stats(),
                 "pending_crops": self.scheduler.pending_items if self.scheduler else None,
                 "pending_crops_by_lane": self.scheduler.pending_by_lane() if self.scheduler else None}
@@ -333,14 +333,14 @@ class OcrPipeline:
         twice or not at all, so callers ask about twice the replicas
         running). A stage that does not answer in time gives []."""
 
-        async def one(h):
+        async def one(h, name):
             try:
-                return await asyncio.wait_for(h.stats.remote(), timeout=timeout_s)
+                return await asyncio.wait_for(h.stats.remote(name), timeout=timeout_s)
             except Exception:
                 return None
 
         async def stage(name, h):
-            got = await asyncio.gather(*(one(h) for _ in range(max(1, calls.get(name, 1)))))
+            got = await asyncio.gather(*(one(h, name) for _ in range(max(1, calls.get(name, 1)))))
             return list({s["pid"]: s for s in got if s}.values())
 
         answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))

@@ -89,6 +89,7 @@ MODULES: dict[str, str] = {
     "serve_app.admission": "serve_app.serving.admission",
     "serve_app.result_cache": "serve_app.serving.result_cache",
     "serve_app.routing": "serve_app.serving.routing",
+    "serve_app.cls_beside_rec": "serve_app.serving.cls_beside_rec",
     "serve_app.autoscaling": "serve_app.serving.autoscaling",
     "serve_app.canary": "serve_app.serving.canary",
     "serve_app.live_stats": "serve_app.serving.live_stats",

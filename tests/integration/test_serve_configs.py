@@ -13,6 +13,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CPU_PROFILE = REPO / "deployments.yaml"
 GPU_PROFILE = REPO / "deployments.gpu.yaml"
+LIGHT_PROFILE = REPO / "deployments.light.yaml"
 RAYSERVICE = REPO / "deploy" / "kuberay" / "rayservice.yaml"
 
 
@@ -44,6 +45,7 @@ def _deployment_names() -> set[str]:
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
+    # (serve_app.serving.cls_beside_rec's RecognizerWithClassifier is named TextRecognizer too)
     return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
                              TextRecognizerDeployment, OcrIngress, JobStore)}
 
@@ -92,7 +94,7 @@ def validate_serve_config(cfg: dict) -> None:
                 assert d["max_ongoing_requests"] > args.ingress.max_in_flight, where
 
 
-@pytest.mark.parametrize("path", [CPU_PROFILE, GPU_PROFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [CPU_PROFILE, GPU_PROFILE, LIGHT_PROFILE], ids=lambda p: p.name)
 def test_profiles_are_valid_serve_configs(path):
     validate_serve_config(_load(path))
 
@@ -117,14 +119,15 @@ def test_deployment_options_have_one_home():
     from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
+    from serve_app.serving.cls_beside_rec import RecognizerWithClassifier
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
     for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
-              OcrIngress, JobStore):
+              OcrIngress, JobStore, RecognizerWithClassifier):
         allowed = {"name", "num_replicas"} if d is JobStore else {"name"}
         assert d._deployment_config.user_configured_option_names <= allowed, d.name
-    for path in (CPU_PROFILE, GPU_PROFILE):
+    for path in (CPU_PROFILE, GPU_PROFILE, LIGHT_PROFILE):
         for app in _load(path)["applications"]:
             store = [x for x in app["deployments"] if x["name"] == "JobStore"]
             assert store and "num_replicas" not in store[0] and "autoscaling_config" not in store[0], path.name

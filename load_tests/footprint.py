@@ -1,0 +1,423 @@
+"""Footprint of a Serve config, side by side with lighter ones: PSS per
+process and in total, `serve run` to ready (first and second start), one
+client's p50 over the in-process engine, img/s at 8 clients, lines read and
+CER, in one run.
+
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests footprint
+    ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
+
+Each round: the in-process engine in a child process (2 threads on both
+cores, warmed) reads the 60 peer images once and the text-line images twice
+more, one at a time; then for each config (the order reversed every other
+round) `serve run` of a copy of it (a free port, a fresh job journal and a
+fresh compiled-engine cache folder, both temporary; nothing else changed)
+is started, timed to /readyz 200; one client reads the same images with
+`Cache-Control: no-cache`; the PSS of every process of the service
+(smaps_rollup, the `serve run` process and its descendants) is read; 8
+clients read the peer images (each a rotation of them) until 2 passes are
+done; PSS again; the service is stopped (SIGTERM) and started again with
+the same cache folder: the second start's time to /readyz. Ready means
+/readyz 200, every stage with a ready, warmed replica (the CPU profile's
+second recogniser replica may still be warming then). Nothing else of ours
+runs meanwhile; other users' load is printed with the figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from load_tests.hop_budget import process_group  # noqa: E402
+from load_tests.procfs import descendants, pss_mb  # noqa: E402
+
+DEFAULT_CONFIGS = ("deployments.yaml", "deployments.light.yaml")
+FIRST_IMAGE = "rapidocr_en.jpg"  # a short page: read first after ready, then again in the peer pass
+# One line of text each: word crops and text-line images of the peer set.
+TEXT_LINE_PREFIXES = ("mmocr_word_", "paddleocr_en_word_", "paddleocr_word_", "rapidocr_text_rec",
+                      "rapidocr_en_rec", "mmocr_demo_text_recog")
+
+
+# -- pure parts (tests/unit/test_footprint.py) -------------------------------------
+
+
+def role(cmd: str) -> str:
+    """A service process's role from its command line: the deployment of a
+    replica, Ray's and Serve's own processes, the `serve run` CLI."""
+    if "serve run" in cmd or cmd.split(" ")[0].endswith("/serve"):
+        return "serve run (CLI)"
+    g = process_group(cmd)
+    if g == "other" and "IDLE" in cmd:
+        return "ray other"
+    return g
+
+
+def group_pss(procs: list[dict]) -> dict[str, dict]:
+    """role -> {"n", "pss", "rss"} (MB) summed over its processes, in a fixed
+    order: model replicas, request path, Ray's machinery, the rest."""
+    order = ("rec replica", "det replica", "cls replica", "ingress", "pipeline", "job store", "proxy",
+             "controller", "gcs", "raylet", "dashboard", "ray other", "serve run (CLI)")
+    out: dict[str, dict] = {}
+    for p in procs:
+        g = out.setdefault(p["role"], {"n": 0, "pss": 0.0, "rss": 0.0, "max": 0.0})
+        g["n"] += 1
+        g["pss"] += p["pss"]
+        g["rss"] += p["rss"]
+        g["max"] = max(g["max"], p["pss"])
+    rank = {r: i for i, r in enumerate(order)}
+    return dict(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0])))
+
+
+def text_lines(names: list[str]) -> list[str]:
+    return [n for n in names if n.startswith(TEXT_LINE_PREFIXES)]
+
+
+def p50(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def reading(reads: dict[str, list[str]], engine_reads: Optional[dict[str, list[str]]],
+            labels: dict[str, list[str]]) -> dict:
+    """Lines read, CER on the labels, and images read exactly as the engine
+    reads them (same texts in the same order)."""
+    from harness.peer import cer
+
+    same = sum(1 for n, t in reads.items() if engine_reads is not None and engine_reads.get(n) == t)
+    return {"lines": sum(map(len, reads.values())), "cer": cer(reads, labels), "same_as_engine": same,
+            "images": len(reads)}
+
+
+def _f(x, nd=0, plus=False) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "-"
+    return f"{x:+.{nd}f}" if plus else f"{x:.{nd}f}"
+
+
+def table(engine: dict, runs: list[dict]) -> str:
+    """Side by side: one column per (config, round), rows as the issue asks."""
+    head = [f"{r['name']} (round {r['round']})" for r in runs]
+    roles: list[str] = []
+    for r in runs:
+        for k in r["groups"]:
+            if k not in roles:
+                roles.append(k)
+    rows: list[tuple[str, list[str]]] = []
+    for k in roles:
+        rows.append((f"PSS MB: {k}", [
+            f"{_f(r['groups'][k]['pss'])} ({r['groups'][k]['n']})" if k in r["groups"] else "-" for r in runs]))
+    rows += [
+        ("**PSS MB total** (processes), after the peer set", [
+            f"**{_f(r['pss_total'])}** ({r['n_procs']})" for r in runs]),
+        ("RSS MB total, after the peer set", [_f(r["rss_total"]) for r in runs]),
+        ("PSS MB total after 8 clients", [_f(r["pss_total_loaded"]) for r in runs]),
+        ("`serve run` to ready s, first start (empty compile cache)", [_f(r["ready_first_s"], 1) for r in runs]),
+        ("`serve run` to ready s, second start", [_f(r["ready_second_s"], 1) for r in runs]),
+        ("one client p50 ms, peer set (engine " + _f(engine["p50_peer"]) + ")",
+         [f"{_f(r['p50_peer'])} ({_f(r['p50_peer'] - engine['p50_peer'], plus=True)})" for r in runs]),
+        ("one client p50 ms, text lines (engine " + _f(engine["p50_lines"]) + ")",
+         [f"{_f(r['p50_lines'])} ({_f(r['p50_lines'] - engine['p50_lines'], plus=True)})" for r in runs]),
+        (f"first request after ready ms ({FIRST_IMAGE}; in the peer pass after it)",
+         [f"{_f(r['first_ms'])} ({_f(r['steady_ms'])})" for r in runs]),
+        ("img/s at 8 clients", [_f(r["rate_8"], 2) for r in runs]),
+        ("errors at 8 clients", [str(r["errors_8"]) for r in runs]),
+        (f"lines read (engine {engine['reading']['lines']})", [str(r["reading"]["lines"]) for r in runs]),
+        (f"CER on labels (engine {engine['reading']['cer']:.4f})", [f"{r['reading']['cer']:.4f}" for r in runs]),
+        ("images read as the engine reads them", [
+            f"{r['reading']['same_as_engine']}/{r['reading']['images']}" for r in runs]),
+    ]
+    out = ["| | " + " | ".join(head) + " |", "|---|" + "---:|" * len(runs)]
+    out += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
+    return "\n".join(out)
+
+
+# -- the engine (child process) ----------------------------------------------------
+
+
+def engine_child(names: list[str], lines: list[str], passes: int) -> dict:
+    from harness.peer import PEER
+
+    from serve_app.engine import OcrEngine
+
+    data = {n: (PEER / n).read_bytes() for n in names}
+    ms_peer, ms_lines, reads = [], [], {}
+    with OcrEngine() as eng:
+        eng.warm()
+        for n in names:
+            t = time.perf_counter()
+            res = eng.read(data[n])
+            ms_peer.append((time.perf_counter() - t) * 1000)
+            reads[n] = [l.text for l in res.lines]
+            if n in lines:
+                ms_lines.append(ms_peer[-1])
+        for _ in range(passes):
+            for n in lines:
+                t = time.perf_counter()
+                eng.read(data[n])
+                ms_lines.append((time.perf_counter() - t) * 1000)
+    return {"ms_peer": ms_peer, "ms_lines": ms_lines, "reads": reads}
+
+
+def run_engine(names: list[str], lines: list[str], passes: int) -> dict:
+    cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-child", json.dumps([names, lines, passes])]
+    out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
+                         capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    if out.returncode != 0:
+        raise RuntimeError(f"engine child failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**r, "p50_peer": p50(r["ms_peer"]), "p50_lines": p50(r["ms_lines"])}
+
+
+# -- the service ---------------------------------------------------------------------
+
+
+class ServeRun:
+    """`serve run` of a temporary copy of a config: a free port, a
+    temporary journal and compile cache; started in its own session."""
+
+    def __init__(self, config: Path, work: Path, cache_dir: Path):
+        import yaml
+
+        cfg = yaml.safe_load(config.read_text())
+        for app in cfg["applications"]:
+            args = app.setdefault("args", {})
+            if args.get("jobs", {}).get("journal"):
+                args["jobs"]["journal"] = str(work / "jobs.sqlite")
+            args.setdefault("engine", {}).setdefault("predictor", {})["cache_dir"] = str(cache_dir)
+        self.cfg = cfg
+        self.path = work / "config.yaml"
+        self.log_path = work / "serve.log"
+        self.url = ""
+        self.proc: Optional[subprocess.Popen] = None
+        self.pids: dict[int, Optional[int]] = {}  # pid -> its start time (clock ticks after boot)
+
+    def _remember(self, pids: list[int]) -> None:
+        for p in pids:
+            self.pids.setdefault(p, start_time(p))
+
+    def start(self, timeout_s: float) -> float:
+        """Seconds from `serve run` to /readyz 200, on a port of its own
+        (so nothing left of an earlier start can answer for it)."""
+        import yaml
+
+        from harness.service import free_port, wait_ready
+
+        port = free_port()
+        self.cfg.setdefault("http_options", {})["port"] = port
+        self.path.write_text(yaml.safe_dump(self.cfg))
+        self.url = f"http://127.0.0.1:{port}"
+        serve_bin = Path(sys.executable).parent / "serve"
+        log = open(self.log_path, "a")
+        t = time.perf_counter()
+        self.proc = subprocess.Popen([str(serve_bin), "run", str(self.path)], cwd=ROOT, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
+        log.close()
+        try:
+            wait_ready(self.url, timeout_s, proc=self.proc, every_s=0.1)
+        except Exception as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{self.log_path.read_text()[-3000:]}") from e
+        return time.perf_counter() - t
+
+    def processes(self) -> list[dict]:
+        from load_tests.procfs import cmdline
+
+        assert self.proc is not None
+        out = []
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
+        self._remember(pids)
+        for pid in pids:
+            m = pss_mb(pid)
+            if m:
+                cmd = cmdline(pid, 200)
+                out.append({"pid": pid, "cmd": cmd, "role": role(cmd), **m})
+        return out
+
+    def stop(self) -> None:
+        from harness.service import wait_ray_gone
+
+        if self.proc is None:
+            return
+        self._remember([self.proc.pid, *descendants(self.proc.pid)])
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # `serve run` stops the local Ray it started
+            self.proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+        # Ray's workers outlive the CLI by a few seconds: wait for every
+        # process this service had, then SIGKILL what is left of them.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(t is not None and start_time(p) == t for p, t in self.pids.items()):
+            time.sleep(0.2)
+        for p, started in self.pids.items():
+            if started is not None and start_time(p) == started:  # still that process, not a reused pid
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.pids = {}
+        wait_ray_gone()
+
+
+def start_time(pid: int) -> Optional[int]:
+    """A process's start time (/proc/<pid>/stat field 22), None if gone:
+    with the pid, it names one process (pids are reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[list[str]]]:
+    ctype = "image/png" if name.endswith(".png") else "image/jpeg"
+    t = time.perf_counter()
+    try:
+        r = session.post(f"{url}/v1/ocr", data=data, timeout=120,
+                         headers={"Content-Type": ctype, "Cache-Control": "no-cache"})
+        ms = (time.perf_counter() - t) * 1000
+        if r.status_code != 200:
+            return ms, None
+        return ms, [x["text"] for x in r.json()["results"]]
+    except Exception:
+        return (time.perf_counter() - t) * 1000, None
+
+
+def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, passes: int) -> dict:
+    """n_clients closed-loop clients, client k starting k/n of the way into
+    the list, until `passes` passes over it are done in all."""
+    import requests
+
+    todo = [names[(i + k * len(names) // n_clients) % len(names)]
+            for k in range(n_clients) for i in range(passes * len(names) // n_clients)]
+    per_client = [todo[k::n_clients] for k in range(n_clients)]
+    errors = [0] * n_clients
+
+    def work(k: int) -> None:
+        with requests.Session() as s:
+            for n in per_client[k]:
+                if post(s, url, n, data[n])[1] is None:
+                    errors[k] += 1
+
+    t = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_clients)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - t
+    return {"rate": len(todo) / seconds, "errors": sum(errors), "requests": len(todo)}
+
+
+def measure_config(name: str, config: Path, names: list[str], lines: list[str], passes: int,
+                   engine: dict, labels: dict, n_clients: int, timeout_s: float) -> dict:
+    import requests
+
+    from harness.peer import PEER
+
+    data = {n: (PEER / n).read_bytes() for n in names}
+    work = Path(tempfile.mkdtemp(prefix="ocr-footprint-"))
+    cache = work / "cache"
+    svc = ServeRun(config, work, cache)
+    out: dict = {"name": name, "config": str(config)}
+    try:
+        out["ready_first_s"] = svc.start(timeout_s)
+        with requests.Session() as s:
+            first_ms = post(s, svc.url, FIRST_IMAGE, data[FIRST_IMAGE])[0]
+            ms_peer, ms_lines, reads = [], [], {}
+            for n in names:
+                ms, texts = post(s, svc.url, n, data[n])
+                if texts is None:
+                    raise RuntimeError(f"{name}: {n} failed")
+                ms_peer.append(ms)
+                reads[n] = texts
+                if n in lines:
+                    ms_lines.append(ms)
+            for _ in range(passes):
+                for n in lines:
+                    ms_lines.append(post(s, svc.url, n, data[n])[0])
+        procs = svc.processes()
+        out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=p50(ms_peer),
+                   p50_lines=p50(ms_lines),
+                   ms_peer=ms_peer, reading=reading(reads, engine["reads"], labels), procs=procs,
+                   groups=group_pss(procs), pss_total=sum(p["pss"] for p in procs),
+                   rss_total=sum(p["rss"] for p in procs), n_procs=len(procs))
+        load = clients(svc.url, names, data, n_clients, 2)
+        out.update(rate_8=load["rate"], errors_8=load["errors"],
+                   pss_total_loaded=sum(p["pss"] for p in svc.processes()))
+        svc.stop()
+        out["ready_second_s"] = svc.start(timeout_s)
+    finally:
+        svc.stop()
+        shutil.rmtree(work, ignore_errors=True)  # its journal, compile cache and log: nothing left behind
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                    help="comma-separated Serve config files (relative to the repository); the first is the baseline")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds; the configs' order is reversed every other one")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--line-passes", type=int, default=2, help="extra passes over the text-line images")
+    ap.add_argument("--ready-timeout", type=float, default=240)
+    ap.add_argument("--json", type=Path, help="also write every figure here")
+    ap.add_argument("--engine-child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.engine_child:
+        print(json.dumps(engine_child(*json.loads(a.engine_child))))
+        return
+    from harness.peer import PEER, expected
+
+    names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    lines = text_lines(names)
+    labels = {n: e["expected_texts"] for n, e in expected().items() if e["kind"] == "ground-truth-label"}
+    configs = [(c.strip(), ROOT / c.strip()) for c in a.configs.split(",")]
+    for c, p in configs:
+        if not p.is_file():
+            sys.exit(f"config {c} not found")
+    started, load0 = time.time(), os.getloadavg()
+    engines, runs = [], []
+    for rnd in range(a.rounds):
+        eng = run_engine(names, lines, a.line_passes)
+        eng["reading"] = reading(eng["reads"], eng["reads"], labels)
+        engines.append(eng)
+        print(f"round {rnd}: engine p50 {eng['p50_peer']:.0f} ms (peer), {eng['p50_lines']:.0f} ms (lines)",
+              flush=True)
+        for name, path in (configs if rnd % 2 == 0 else configs[::-1]):
+            r = measure_config(name, path, names, lines, a.line_passes, eng, labels, a.clients, a.ready_timeout)
+            r["round"] = rnd
+            runs.append(r)
+            print(f"round {rnd} {name}: PSS {r['pss_total']:.0f} MB, ready {r['ready_first_s']:.1f}/"
+                  f"{r['ready_second_s']:.1f} s, p50 {r['p50_peer']:.0f}/{r['p50_lines']:.0f} ms, "
+                  f"{r['rate_8']:.2f} img/s, lines {r['reading']['lines']}", flush=True)
+    print(f"\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s; "
+          f"load average at start {tuple(round(x, 2) for x in load0)}, at end "
+          f"{tuple(round(x, 2) for x in os.getloadavg())}; {len(names)} peer images, {len(lines)} text-line "
+          f"images; engine per round: " + ", ".join(
+              f"p50 {e['p50_peer']:.0f} / {e['p50_lines']:.0f} ms" for e in engines) + "\n")
+    for rnd in range(a.rounds):
+        print(f"Round {rnd} (service p50 minus this round's engine p50 in brackets):\n")
+        print(table(engines[rnd], [r for r in runs if r["round"] == rnd]))
+        print()
+    if a.json:
+        a.json.write_text(json.dumps({"engines": engines, "runs": runs}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()

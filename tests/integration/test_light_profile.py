@@ -1,0 +1,106 @@
+"""deployments.light.yaml with real Ray, real models and real HTTP: one
+2-thread recogniser replica that also runs the direction classifier
+(classifier.beside_recognizer, serve_app/serving/cls_beside_rec.py) answers what
+the in-process engine answers, with both stages ready, batched and
+reconfigured in that one process."""
+
+from __future__ import annotations
+
+import copy
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from harness.peer import PEER
+from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
+
+LIGHT = REPO / "deployments.light.yaml"
+# Rotated lines (the classifier turns them), a dense photo, a receipt, a word crop, an empty image.
+IMAGES = ["rapidocr_text_cls_v3.jpg", "rapidocr_text_cls_v1.jpg", "rapidocr_ch_en_num.jpg",
+          "mmocr_wildreceipt_2.jpeg", "mmocr_word_1036169.jpg", "rapidocr_empty_black.jpg",
+          "paddleocr_00111002.jpg", "rapidocr_img_exif_orientation.jpg"]
+
+
+@pytest.fixture(scope="module")
+def light():
+    start_ray()
+    try:
+        config = load_config(LIGHT)
+        url = deploy_config(config, free_port())
+        yield url, config
+    finally:
+        stop_all()
+
+
+@pytest.fixture(scope="module")
+def engine_reads(engine):  # the session's engine (each one made keeps ~1 GB)
+    return {n: [line.to_dict() for line in engine.read(PEER / n).lines] for n in IMAGES}
+
+
+def post(url: str, name: str) -> requests.Response:
+    with open(PEER / name, "rb") as f:
+        return requests.post(f"{url}/v1/ocr", files={"file": (name, f)}, timeout=120,
+                             headers={"Cache-Control": "no-cache"})
+
+
+def stage_stats() -> dict:
+    """stage -> the stats() of its replicas, through the pipeline (as the
+    live view gathers them)."""
+    from ray import serve
+
+    pipeline = serve.get_deployment_handle("OcrPipeline", "ocr")
+    return pipeline.stats.remote({"det": 2, "cls": 2, "rec": 2}).result(timeout_s=60)
+
+
+def test_one_recogniser_process_holds_both_stages(light):
+    from ray import serve
+
+    url, _ = light
+    r = requests.get(f"{url}/readyz", timeout=10)
+    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True}
+    deployments = serve.status().applications["ocr"].deployments
+    assert "DirectionClassifier" not in deployments
+    assert deployments["TextRecognizer"].replica_states == {"RUNNING": 1}
+    stages = stage_stats()
+    (cls,), (rec,) = stages["cls"], stages["rec"]
+    assert (cls["stage"], rec["stage"]) == ("cls", "rec")
+    assert cls["pid"] == rec["pid"]  # one process
+    # Both predictors on both cores (building the classifier's first once narrowed the process to core 0).
+    assert rec["cpu_affinity"] == cls["cpu_affinity"] == [0, 1]
+    assert rec["ready_at"] and cls["ready_at"]
+
+
+def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
+    url, _ = light
+    names = IMAGES * 2
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: post(url, n), names))
+    for name, r in zip(names, answers):
+        assert r.status_code == 200, (name, r.text)
+        assert r.json()["results"] == engine_reads[name], name
+    assert [x["text"] for x in engine_reads["rapidocr_text_cls_v3.jpg"]]  # the rotated image has text to turn
+    stages = stage_stats()
+    assert sum(b["items"] for rep in stages["cls"] for b in rep["recent_batches"]) > 0
+
+
+def test_a_new_user_config_reaches_both_stages(light):
+    url, config = light
+    changed = copy.deepcopy(config)
+    for d in changed["applications"][0]["deployments"]:
+        if d["name"] == "TextRecognizer":
+            d["user_config"] = {"max_batch_size": 7, "batch_wait_timeout_s": 0.0}
+    apply_config(changed)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stages = stage_stats()
+            sizes = {s: [rep["max_batch_size"] for rep in stages[s]] for s in ("cls", "rec")}
+            if sizes == {"cls": [7], "rec": [7]}:
+                break
+            time.sleep(1)
+        assert sizes == {"cls": [7], "rec": [7]}
+        assert post(url, "rapidocr_ch_en_num.jpg").status_code == 200
+    finally:
+        apply_config(config)
