@@ -246,7 +246,10 @@ def test_a_shared_long_content_stream_is_bounded_in_characters():
         asyncio.run(pipe.read_document(data, OcrOptions(pdf_text_layer=True)))
     # under the page cap, the document's cap stops it
     small = shared_text_pdf(pages=30, chars=90_000)
-    cfg = EngineConfig(documents=DocumentLimits(max_document_chars=1_000_000))
+    # a pool of its own (3 workers): the first document's pages still in flight when page 1
+    # refused it finish in the shared pool's children (each within its page budget), and
+    # beside a busy core this document's pages waited past theirs for a free child (503)
+    cfg = EngineConfig(documents=DocumentLimits(max_document_chars=1_000_000, workers=3))
     with pytest.raises(TooLarge, match="passed 1000000 characters at page"):
         asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(
             small, OcrOptions(pdf_text_layer=True)))
