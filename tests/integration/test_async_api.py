@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from harness.jobs import submit_job, wait_jobs
 from harness.peer import PEER
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
 
@@ -58,29 +59,6 @@ def test_another_ray_job_submits_64_without_blocking(service, engine_texts):
     assert report["submitted_s"] < report["first_result_s"], report
     assert report["results"] == [engine_texts[n] for n in names]
     assert {int(k): v for k, v in report["mapped"].items()} == {i: engine_texts[names[i]] for i in range(8)}
-
-
-def submit_job(url: str, name: str, **headers) -> requests.Response:
-    return requests.post(f"{url}/v1/ocr/jobs", data=(PEER / name).read_bytes(),
-                         headers={"Content-Type": "application/octet-stream", **headers}, timeout=60)
-
-
-def wait_jobs(url: str, ids: list[str], timeout_s: float = 600) -> dict[str, dict]:
-    """Finished jobs' bodies; a poll answered 503 (the store restarting) is
-    polled again, any other error fails."""
-    done: dict[str, dict] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(done) < len(ids) and time.monotonic() < deadline:
-        for job_id in ids:
-            if job_id not in done:
-                r = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30)
-                if r.status_code == 503:
-                    break
-                assert r.status_code == 200, (r.status_code, r.text)
-                if r.json()["status"] in ("succeeded", "failed"):
-                    done[job_id] = r.json()
-        time.sleep(0.5)
-    return done
 
 
 def test_100_concurrent_jobs_all_succeed_then_expire(service, engine_texts):

@@ -10,8 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import requests
 
+from harness.jobs import submit_job, wait_jobs
 from harness.peer import PEER
 from harness.service import REPO, deploy_config, free_port, load_config, start_ray, stop_all
 
@@ -43,27 +43,6 @@ def engine_texts(engine):
     return {n: [l.to_dict() for l in engine.read(PEER / n).lines] for n in IMAGES}
 
 
-def submit(url: str, name: str, **headers) -> requests.Response:
-    return requests.post(f"{url}/v1/ocr/jobs", data=(PEER / name).read_bytes(),
-                         headers={"Content-Type": "application/octet-stream", **headers}, timeout=60)
-
-
-def wait_jobs(url: str, ids: list[str], timeout_s: float = 600) -> dict[str, dict]:
-    done: dict[str, dict] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(done) < len(ids) and time.monotonic() < deadline:
-        for job_id in ids:
-            if job_id not in done:
-                r = requests.get(f"{url}/v1/ocr/jobs/{job_id}", timeout=30)
-                if r.status_code == 503:
-                    break
-                assert r.status_code == 200, (r.status_code, r.text)
-                if r.json()["status"] in ("succeeded", "failed"):
-                    done[job_id] = r.json()
-        time.sleep(0.5)
-    return done
-
-
 def test_two_store_replicas_share_the_book_and_a_killed_one_loses_no_job(service, engine_texts, redis_server):
     import ray
     import redis
@@ -73,7 +52,7 @@ def test_two_store_replicas_share_the_book_and_a_killed_one_loses_no_job(service
     assert len(stores) == 2, stores
     names = [IMAGES[i % len(IMAGES)] for i in range(20)]
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda n: submit(url, n), names))
+        answers = list(pool.map(lambda n: submit_job(url, n), names))
     assert [a.status_code for a in answers] == [202] * 20
     ids = [a.json()["job_id"] for a in answers]
     # Jobs run on both replicas (each claims from the one book): wait until
@@ -99,7 +78,7 @@ def test_two_store_replicas_share_the_book_and_a_killed_one_loses_no_job(service
 def test_an_idempotency_key_gives_one_job_across_replicas(service):
     url = service
     with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda _: submit(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "same"}),
+        answers = list(pool.map(lambda _: submit_job(url, "rapidocr_issue_170.png", **{"Idempotency-Key": "same"}),
                                 range(8)))
     assert {a.status_code for a in answers} == {202}
     assert len({a.json()["job_id"] for a in answers}) == 1
