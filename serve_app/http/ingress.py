@@ -39,7 +39,7 @@ from serve_app.flow.upload import Upload, upload_of
 # class below (@serve.ingress takes a frozen copy of the app).
 from serve_app.http.api import api, unwrap, downstream
 from serve_app.http.jobs_api import JobRoutes
-from serve_app.http.page import PageRoutes
+from serve_app.http.page import PageRoutes, Reused
 from serve_app.http.paddlex_api import PaddleXRoutes
 from serve_app.http.v1 import V1Routes
 
@@ -107,11 +107,9 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, CacheMetrics(), downstream)
-        self._ready: Optional[tuple[float, dict]] = None  # (when, stages) of the last probe
-        self._ready_probe: Optional[asyncio.Task] = None
+        self._ready = Reused(self._probe_ready)  # the stages' readiness, one probe at a time
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
-        self._stats: Optional[tuple[float, dict]] = None  # (when, body) of the last gathering
-        self._stats_probe: Optional[asyncio.Task] = None
+        self._stats = Reused(self._gather_stats)  # the live figures, one gathering at a time
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")

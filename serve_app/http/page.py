@@ -4,6 +4,7 @@ OcrIngress (serve_app/http/ingress.py), on the one FastAPI app."""
 
 import asyncio
 import time
+from typing import Any, Optional
 
 from fastapi.responses import JSONResponse, Response
 from ray import serve
@@ -12,6 +13,25 @@ from serve_app.core.errors import NotFound
 from serve_app.serving.live_stats import deployment_summary, stage_summary
 from serve_app.http.ui import page_config, static_file
 from serve_app.http.api import PAGE_HEADERS, V1, api, log
+
+
+class Reused:
+    """A value made by one call at a time and reused for `ttl_s` seconds
+    (readiness, the live figures): cheap under any polling. A caller that
+    goes away does not cancel the call the others wait on."""
+
+    def __init__(self, make):
+        self.make = make
+        self.last: Optional[tuple[float, Any]] = None  # (when, value) of the last call
+        self.call: Optional[asyncio.Future] = None
+
+    async def get(self, ttl_s: float) -> Any:
+        if self.last is None or time.monotonic() - self.last[0] > ttl_s:
+            if self.call is None or self.call.done():
+                self.call = asyncio.ensure_future(self.make())
+            value = await asyncio.shield(self.call)
+            self.last = (time.monotonic(), value)
+        return self.last[1]
 
 
 class PageRoutes:
@@ -31,13 +51,7 @@ class PageRoutes:
     async def readyz(self):
         """Open (for probes), but cheap: one probe of the stages at a time,
         its answer reused for ingress.ready_cache_s."""
-        now = time.monotonic()
-        if self._ready is None or now - self._ready[0] > self.args.ready_cache_s:
-            if self._ready_probe is None or self._ready_probe.done():
-                self._ready_probe = asyncio.ensure_future(self._probe_ready())
-            stages = await asyncio.shield(self._ready_probe)
-            self._ready = (time.monotonic(), stages)
-        stages = self._ready[1]
+        stages = await self._ready.get(self.args.ready_cache_s)
         ready = bool(stages) and all(stages.values())
         return JSONResponse({"ready": ready, "stages": stages}, status_code=200 if ready else 503)
 
@@ -104,10 +118,4 @@ class PageRoutes:
         """What the page's live view draws. Cheap under any polling: one
         gathering at a time, its answer reused for ingress.stats_cache_s.
         The history is this ingress replica's (one by default)."""
-        now = time.monotonic()
-        if self._stats is None or now - self._stats[0] > self.args.stats_cache_s:
-            if self._stats_probe is None or self._stats_probe.done():
-                self._stats_probe = asyncio.ensure_future(self._gather_stats())
-            body = await asyncio.shield(self._stats_probe)
-            self._stats = (time.monotonic(), body)
-        return JSONResponse(self._stats[1])
+        return JSONResponse(await self._stats.get(self.args.stats_cache_s))

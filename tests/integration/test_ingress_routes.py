@@ -24,6 +24,7 @@ from serve_app.serving.cost import Size
 from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.http.paddlex import PaddleXDefaults
 from serve_app.http.body import BodyBudget
+from serve_app.http.page import Reused
 from serve_app.serving.live_stats import RollingHistory
 from serve_app.core.errors import BadImage, BadRequest, Overloaded
 from serve_app.core.request_options import OcrOptions
@@ -116,8 +117,7 @@ def app():
     obj.in_flight = obj.submitting = obj.bulk_in_flight = 0
     obj.lanes = LaneArgs(bulk_max_in_flight=1)
     obj.bodies = BodyBudget(obj.args.max_body_bytes)
-    obj._ready, obj._ready_probe = None, None
-    obj._stats, obj._stats_probe = None, None
+    obj._ready, obj._stats = Reused(obj._probe_ready), Reused(obj._gather_stats)
     obj.history = RollingHistory(obj.args.stats_bucket_s, obj.args.stats_span_s)
     obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
     obj.token = None
