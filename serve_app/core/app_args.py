@@ -63,6 +63,15 @@ class RecognizerArgs(ModelArgs):
     # Crop widths (at height 48) warmed when the width set is open
     # (rec.batch_padding "batch_max"); with the width ladder every shape is.
     warm_widths: list[int] = [480, 640, 960]
+    # Which input shapes a replica runs before it is ready. "full": all of
+    # them (71 by default). "core": every width of the ladder at batch size
+    # 1 (15); the rest are built after ready on the predictor's thread, one
+    # at a time and only while no batch is queued, and until then a batch at
+    # a shape not built yet runs as batches of built shapes of its width:
+    # the same text, no request waits for the rest
+    # (serve_app/serving/deferred_shapes.py). Applies with bucket padding
+    # and without TensorRT; otherwise every shape is warmed.
+    warm: Literal["full", "core"] = "core"
     # An image with at least `fan_out_min_items` crops is sent as up to
     # `fan_out` calls (crops dealt out in width order), so that several
     # replicas read one text-dense page at once. 1 = one call per image.

@@ -134,13 +134,20 @@ class TextRecognizer:
         fracs = [min(1.0, math.ceil(self.opts.image_height * r) / width) for r in ratios]
         return ctc_decode(self.predictor.run(batch), self.charset, fracs)
 
-    def warm_calls(self, open_widths: list[int]) -> list[tuple[Callable, list]]:
-        """A call for every input shape a predictor batch can have: each
-        batch size at each width of the ladder (batches mix requests, so any
-        size meets any width). Without a ladder ("batch_max" padding) the set
-        is open: `open_widths` at every batch size."""
+    def warm_shapes(self, open_widths: list[int]) -> list[tuple[int, int]]:
+        """Every (batch size, width) a predictor batch can have: each batch
+        size at each width of the ladder (batches mix requests, so any size
+        meets any width). Without a ladder ("batch_max" padding) the set is
+        open: `open_widths` at every batch size."""
         opts = self.opts
         shapes = input_shapes(opts) if opts.batch_padding == "bucket" else []
-        if not shapes:
-            shapes = [(n, w) for w in [opts.image_width, *open_widths] for n in range(1, opts.batch_size + 1)]
-        return [(self.recognize_batch, [np.full((opts.image_height, w, 3), 255, np.uint8)] * n) for n, w in shapes]
+        return shapes or [(n, w) for w in [opts.image_width, *open_widths] for n in range(1, opts.batch_size + 1)]
+
+    def warm_call(self, shape: tuple[int, int]) -> tuple[Callable, list]:
+        """The call that runs one (batch size, width) input."""
+        n, w = shape
+        return self.recognize_batch, [np.full((self.opts.image_height, w, 3), 255, np.uint8)] * n
+
+    def warm_calls(self, open_widths: list[int]) -> list[tuple[Callable, list]]:
+        """A call for every input shape a predictor batch can have (warm_shapes)."""
+        return [self.warm_call(s) for s in self.warm_shapes(open_widths)]

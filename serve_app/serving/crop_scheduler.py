@@ -103,6 +103,14 @@ class CropScheduler:
         self._ids = itertools.count()
         self._fresh_led = False  # the last batch was led by a newcomer
         self._worker: Optional[asyncio.Task] = None
+        # True from a submit until the worker has nothing queued or running;
+        # read from the predictor's thread too (serve_app.serving.deferred_shapes).
+        self.active = False
+
+    async def wait_idle(self) -> None:
+        """Return once nothing is queued here or running on the predictor."""
+        while self.active and self._worker is not None and not self._worker.done():
+            await asyncio.wait({self._worker})
 
     @property
     def pending_items(self) -> int:
@@ -126,6 +134,7 @@ class CropScheduler:
         fut = asyncio.get_running_loop().create_future()
         req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline, lane)
         self.queue.append(req)
+        self.active = True
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._work())
         try:
@@ -217,6 +226,8 @@ class CropScheduler:
             for req in list(self.queue):
                 self._finish(req, e if isinstance(e, Exception) else RuntimeError("recogniser stopped"))
             raise
+        finally:
+            self.active = False
 
     async def _loop(self) -> None:
         """Keeps `depth` batches handed to the predictor's thread, so it

@@ -22,6 +22,7 @@ from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
 from serve_app.core.engine_config import EngineConfig
 from serve_app.serving.crop_scheduler import CropScheduler
+from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes
 from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
@@ -206,7 +207,27 @@ class TextRecognizerDeployment(_Replica):
             self.scheduler.metrics = LaneMetrics("rec")
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
         self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
-        self.replica.warm(self.recognizer.warm_calls(args.warm_widths))
+        shapes = self.recognizer.warm_shapes(args.warm_widths)
+        if (args.warm == "core" and self.scheduler is not None
+                and self.replica.predictor.options.tensorrt is None):
+            # Every width at batch size 1 now; the rest after ready, between
+            # batches, split into built shapes meanwhile (serve_app/serving/deferred_shapes.py).
+            now, later = core_shapes(shapes)
+            deferred = self.replica.deferred = DeferredShapes(
+                now, [(s, *self.recognizer.warm_call(s)) for s in later])
+            self.scheduler.run_batch = deferred.batches(
+                self.replica.predictor.call_async, self.recognizer.recognize_batch,
+                lambda crops: batch_width([c.shape[1] / c.shape[0] for c in crops], opts))
+            shapes = now
+        self.replica.warm([self.recognizer.warm_call(s) for s in shapes])
+        self._build_later()
+
+    def _build_later(self) -> None:
+        """Start the background build of the shapes left (once; from the
+        first call that finds an event loop running)."""
+        d = self.replica.deferred
+        if d is not None and d.task is None and self.scheduler is not None:
+            d.start(self.replica.predictor.call_async, self.scheduler)
 
     def reconfigure(self, user_config: dict) -> None:
         knobs = self.replica.reconfigure(user_config, self._recognize_batch)
@@ -218,8 +239,13 @@ class TextRecognizerDeployment(_Replica):
         """One call per image with all its crops. Crops not yet read when
         the deadline (time.time()) passes are dropped by the scheduler,
         which also puts the interactive lane's crops first."""
+        self._build_later()
         c = self.replica.crops(crops)
         return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
+
+    async def check_health(self) -> None:
+        self._build_later()
+        await super().check_health()
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
         return {**self.replica.stats(),

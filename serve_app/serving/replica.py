@@ -95,6 +95,8 @@ class ModelReplica:
         self.gate: Optional[PriorityGate] = None
         self.precision_check: Optional[dict] = None  # fp16/int8 vs fp32 at start (check_precision)
         self._model: Any = None
+        # Shapes built after ready (`warm: core`, serve_app.serving.deferred_shapes); None: all before.
+        self.deferred: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -295,6 +297,7 @@ class ModelReplica:
             "openvino_precision": opts.openvino_precision,
             "compile_cache": getattr(self.predictor, "cache", None),
             "precision_check": self.precision_check,
+            "deferred_shapes": self.deferred.stats() if self.deferred is not None else None,
             **gpu_stats(self.predictor),
         }
 

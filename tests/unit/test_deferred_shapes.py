@@ -1,0 +1,209 @@
+"""`recognizer.warm: core` (serve_app.serving.deferred_shapes): a batch at a
+shape not built yet runs as built shapes of its width and reads the same;
+the rest are built on the predictor's one thread, only while the crop
+scheduler is idle, yielding to every queued batch. Stand-in predictors with
+a real single-thread executor; explicit steps (threading events), no sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from serve_app.core.engine_config import RecOptions
+from serve_app.inference.runners import TextRecognizer
+from serve_app.ocr.recognition import batch_width, input_shapes
+from serve_app.serving.crop_scheduler import CropScheduler
+from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes
+
+CHARSET = ["blank"] + list("abcdefghij") + [" "]
+
+
+class ThreadPredictor:
+    """Like PaddlePredictor: one thread runs everything (`call_async`, FIFO);
+    `run` records each input shape (batch, width) and reads each row from its
+    own pixels only (as the recogniser does with bucket padding). A call made
+    while `gate` is clear blocks the thread until it is set."""
+
+    name = "stand-in"
+
+    def __init__(self):
+        self.executor = ThreadPoolExecutor(max_workers=1)
+        self.calls: list[tuple] = []  # ("run", (n, w), warm input?) and ("job", label), in the thread's order
+        self.submitted: list[str] = []  # what was handed to the thread, in order
+        self.gate = threading.Event()
+        self.gate.set()
+        self.thread_ids: set[int] = set()
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        self.thread_ids.add(threading.get_ident())
+        self.gate.wait(30)
+        n, _, _, w = x.shape
+        self.calls.append(("run", (n, w), bool((x == 1.0).all(axis=(1, 2))[:, :8].all())))  # white: a warm-up input
+        steps = w // 8
+        probs = np.full((n, steps, len(CHARSET)), 0.01, np.float32)
+        for i in range(n):
+            filled = int((x[i, 0] > -1).any(axis=0).sum())  # the crop's columns, padding excluded
+            code = 1 + (filled * 7 + int(x[i].sum() * 1000)) % (len(CHARSET) - 2)
+            probs[i, : max(1, filled // 16), code] = 0.9
+        return probs
+
+    def job(self, label: str, gate: threading.Event | None = None):
+        def fn():
+            if gate is not None:
+                gate.wait(30)
+            self.calls.append(("job", label))
+        return fn
+
+    async def call_async(self, fn, *args):
+        self.submitted.append(getattr(fn, "__name__", "?"))
+        return await asyncio.wrap_future(self.executor.submit(fn, *args))
+
+    def shapes_run(self) -> list[tuple[int, int]]:
+        return [c[1] for c in self.calls if c[0] == "run"]
+
+
+def crops(widths: list[int], seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 255, (48, w, 3), dtype=np.uint8) for w in widths]
+
+
+def setup(built_sizes=(1,), opts=RecOptions()):
+    pred = ThreadPredictor()
+    rec = TextRecognizer(pred, opts, CHARSET)
+    shapes = input_shapes(opts)
+    built = [s for s in shapes if s[0] in built_sizes]
+    later = [(s, *rec.warm_call(s)) for s in shapes if s[0] not in built_sizes]
+    deferred = DeferredShapes(built, later)
+    sched = CropScheduler(
+        deferred.batches(pred.call_async, rec.recognize_batch,
+                         lambda cs: batch_width([c.shape[1] / c.shape[0] for c in cs], opts)),
+        lambda c: batch_width([c.shape[1] / c.shape[0]], opts), 6)
+    return pred, rec, deferred, sched
+
+
+def test_the_core_set_is_every_width_at_batch_size_one():
+    shapes = input_shapes(RecOptions())
+    now, later = core_shapes(shapes)
+    assert len(shapes) == 71 and len(now) == 15 and len(later) == 56
+    assert sorted(w for _, w in now) == sorted(RecOptions().width_ladder)
+    assert all(n == 1 for n, _ in now) and all(n > 1 for n, _ in later)
+
+
+@pytest.mark.parametrize("built, n, want", [
+    ({1}, 5, [1, 1, 1, 1, 1]),
+    ({1, 2}, 5, [2, 2, 1]),
+    ({1, 2, 4}, 5, [4, 1]),
+    ({1, 2, 4}, 4, [4]),
+    ({1, 3}, 6, [3, 3]),
+    (set(), 2, [1, 1]),  # nothing built at this width: size 1 (built by that batch)
+])
+def test_a_batch_at_an_unbuilt_shape_is_split_into_the_largest_built_sizes(built, n, want):
+    d = DeferredShapes([(k, 320) for k in built], [])
+    assert d.sizes(n, 320) == want
+    assert sum(d.sizes(n, 320)) == n
+
+
+def test_a_split_batch_reads_the_same_text_in_the_same_order():
+    pred, rec, deferred, _ = setup(built_sizes=(1,))
+    batch = crops([300, 310, 280, 320, 305])  # one bucket (320)
+    assert batch_width([c.shape[1] / c.shape[0] for c in batch], rec.opts) == 320
+    whole = rec.recognize_batch(batch)  # one predictor call of 5
+    split = deferred.run_split(rec.recognize_batch, batch, 320)
+    assert [r.text for r in split] == [r.text for r in whole] and all(r.text for r in whole)
+    assert [round(r.score, 6) for r in split] == [round(r.score, 6) for r in whole]
+    assert pred.shapes_run() == [(5, 320)] + [(1, 320)] * 5
+    assert deferred.split_batches == 1
+
+
+def test_a_request_never_waits_for_a_build_and_builds_run_once_it_is_idle():
+    async def go():
+        pred, rec, deferred, sched = setup()
+        reference = [r.text for r in TextRecognizer(ThreadPredictor(), rec.opts, CHARSET).recognize(
+            crops([300, 310, 280, 320, 305, 600, 610]))]
+        pred.gate.clear()  # the thread blocks on the first run: the request is in flight
+        got = asyncio.ensure_future(sched.submit(crops([300, 310, 280, 320, 305, 600, 610])))
+        await asyncio.sleep(0)  # let the scheduler hand its batches to the thread
+        assert sched.active
+        assert deferred.start(pred.call_async, sched)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert pred.submitted == ["run_split", "run_split"]  # its two batches; no build handed over while busy
+        pred.gate.set()
+        texts = [r.text for r in await got]
+        await deferred.task
+        assert texts == reference
+        runs = pred.shapes_run()
+        # The request's batches (5 crops at 320, 2 at 640) ran as built shapes (size 1) before any build.
+        assert runs[:7] == [(1, 320)] * 5 + [(1, 640)] * 2
+        assert sorted(runs[7:]) == sorted(s for s in input_shapes(rec.opts) if s[0] > 1)
+        assert deferred.stats()["left"] == 0 and deferred.stats()["built"] == 71
+        assert len(pred.thread_ids) == 1  # everything on the predictor's one thread
+        pred.calls.clear()
+        assert [r.text for r in await sched.submit(crops([300, 310, 280, 320, 305, 600, 610]))] == reference
+        assert pred.shapes_run() == [(5, 320), (2, 640)]  # all built: no split
+    asyncio.run(go())
+
+
+def test_a_build_already_handed_to_the_thread_gives_way_to_a_batch_queued_after_it():
+    async def go():
+        pred, rec, deferred, sched = setup()
+        hold = threading.Event()
+        blocker = asyncio.ensure_future(pred.call_async(pred.job("canary", hold)))  # the thread is busy
+        assert deferred.start(pred.call_async, sched)
+        await asyncio.sleep(0)  # the scheduler is idle: the builder hands its first build over
+        assert pred.submitted == ["fn", "build_next"]
+        got = asyncio.ensure_future(sched.submit(crops([300, 310])))  # a request queued behind that build
+        await asyncio.sleep(0)
+        hold.set()
+        await blocker
+        await got
+        await deferred.task
+        calls = pred.calls
+        assert calls[0] == ("job", "canary")
+        assert calls[1] == ("run", (1, 320), False) and calls[2] == ("run", (1, 320), False)  # the request first
+        assert deferred.yielded >= 1  # the build saw the queued batch and gave way
+        assert deferred.stats()["built"] == 71
+    asyncio.run(go())
+
+
+def test_a_stream_of_requests_holds_every_build_back_until_it_stops():
+    """The hostile case: a stranger keeping the recogniser busy waits for
+    at most the one build already running when it came; every batch of its
+    runs before any other build (builds only fill idle moments)."""
+    async def go():
+        pred, rec, deferred, sched = setup()
+        pred.gate.clear()
+        assert deferred.start(pred.call_async, sched)
+        await asyncio.sleep(0)  # idle: one build handed over (blocked on the gate)
+        assert pred.submitted == ["build_next"]
+        reqs = []
+        for k in range(7):  # queued while that build is still on the thread
+            reqs.append(asyncio.ensure_future(sched.submit(crops([300, 310, 280, 600, 610, 620], seed=k))))
+            await asyncio.sleep(0)
+        pred.gate.set()
+        await asyncio.gather(*reqs)
+        await deferred.task
+        warm = [c[2] for c in pred.calls]
+        served = warm.index(True, 1)  # the first build after the one that was running
+        assert warm[0] is True and not any(warm[1:served])
+        assert all(warm[served:]) and len(warm[served:]) == 55  # the rest of the 56, after every request
+        assert sum(n for n, _ in pred.shapes_run()[1:served]) == 7 * 6  # every crop of every request
+        assert deferred.stats()["left"] == 0
+    asyncio.run(go())
+
+
+def test_a_shape_whose_build_fails_stays_split():
+    d = DeferredShapes([(1, 320)], [((2, 320), lambda _: (_ for _ in ()).throw(RuntimeError("boom")), None)])
+    assert d.build_next(lambda: False) is True
+    assert d.stats()["failed"] == 1 and d.left == 0 and d.sizes(2, 320) == [1, 1]
+
+
+def test_a_build_yields_on_the_thread_when_a_batch_is_waiting():
+    d = DeferredShapes([(1, 320)], [((2, 320), lambda _: None, None)])
+    assert d.build_next(lambda: True) is False
+    assert d.yielded == 1 and d.left == 1 and (2, 320) not in d.built
+    assert d.build_next(lambda: False) is True and (2, 320) in d.built
