@@ -77,7 +77,14 @@ def child(stage: str, cache_dir: str | None) -> dict:
         calls = DirectionClassifier(predictor, engine.cls).warm_calls()
     else:
         charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
-        calls = TextRecognizer(predictor, engine.rec, charset).warm_calls(args.recognizer.warm_widths)
+        rec = TextRecognizer(predictor, engine.rec, charset)
+        shapes = rec.warm_shapes(args.recognizer.warm_widths)
+        warm = os.environ.get("COLD_START_REC_WARM") or args.recognizer.warm  # --rec-warm, else the config's
+        if warm == "core" and engine.rec.batch_padding == "bucket":  # what a replica runs before ready
+            from serve_app.serving.deferred_shapes import core_shapes
+
+            shapes = core_shapes(shapes)[0]
+        calls = [rec.warm_call(s) for s in shapes]
         if os.environ.get("COLD_START_REC_BATCH_SIZES"):  # --rec-batch-sizes: a what-if, not what replicas warm
             keep = {int(x) for x in os.environ["COLD_START_REC_BATCH_SIZES"].split(",")}
             widths: dict[int, int] = {}
@@ -144,7 +151,11 @@ def main() -> None:
     ap.add_argument("--rec-batch-sizes", help="what-if: the recogniser warms only these batch sizes (and each "
                     "width's largest), e.g. 1,2,4; replicas do not do this")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--rec-warm", choices=("full", "core"),
+                    help="the recogniser's shapes before ready (recognizer.warm; default: deployments.yaml's)")
     a = ap.parse_args()
+    if a.rec_warm:
+        os.environ["COLD_START_REC_WARM"] = a.rec_warm
     if a.rec_batch_sizes:
         os.environ["COLD_START_REC_BATCH_SIZES"] = a.rec_batch_sizes
     if a.child:

@@ -3,8 +3,13 @@ process and in total, `serve run` to ready (first and second start), one
 client's p50 over the in-process engine, img/s at 8 clients, lines read and
 CER, in one run.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests footprint
+    flock -w 1200 /tmp/ray-tests.lock timeout 1200 .venv/bin/python -m load_tests footprint
     ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
+
+A config is a file, optionally with `+key.path=value` overrides of its
+application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
+the default set is both profiles with `recognizer.warm` full and core (the
+default, serve_app/serving/deferred_shapes.py).
 
 Each round: the in-process engine in a child process (2 threads on both
 cores, warmed) reads the 60 peer images once and the text-line images twice
@@ -42,7 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 from load_tests.hop_budget import process_group  # noqa: E402
 from load_tests.procfs import descendants, pss_mb  # noqa: E402
 
-DEFAULT_CONFIGS = ("deployments.yaml", "deployments.light.yaml")
+DEFAULT_CONFIGS = ("deployments.yaml+recognizer.warm=full", "deployments.yaml",
+                   "deployments.light.yaml+recognizer.warm=full", "deployments.light.yaml")
 FIRST_IMAGE = "rapidocr_en.jpg"  # a short page: read first after ready, then again in the peer pass
 # One line of text each: word crops and text-line images of the peer set.
 TEXT_LINE_PREFIXES = ("mmocr_word_", "paddleocr_en_word_", "paddleocr_word_", "rapidocr_text_rec",
@@ -77,6 +83,28 @@ def group_pss(procs: list[dict]) -> dict[str, dict]:
         g["max"] = max(g["max"], p["pss"])
     rank = {r: i for i, r in enumerate(order)}
     return dict(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0])))
+
+
+def parse_config(spec: str) -> tuple[str, list[tuple[list[str], object]]]:
+    """`FILE+a.b=v+...` -> (FILE, [(["a", "b"], v), ...]), v read as YAML."""
+    import yaml
+
+    path, *rest = spec.strip().split("+")
+    out = []
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} of {spec!r}: write key.path=value")
+        out.append((key.split("."), yaml.safe_load(value)))
+    return path, out
+
+
+def apply_overrides(args: dict, overrides: list[tuple[list[str], object]]) -> None:
+    for keys, value in overrides:
+        node = args
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
 
 
 def text_lines(names: list[str]) -> list[str]:
@@ -185,12 +213,13 @@ class ServeRun:
     """`serve run` of a temporary copy of a config: a free port, a
     temporary journal and compile cache; started in its own session."""
 
-    def __init__(self, config: Path, work: Path, cache_dir: Path):
+    def __init__(self, config: Path, work: Path, cache_dir: Path, overrides: Optional[list] = None):
         import yaml
 
         cfg = yaml.safe_load(config.read_text())
         for app in cfg["applications"]:
             args = app.setdefault("args", {})
+            apply_overrides(args, overrides or [])
             if args.get("jobs", {}).get("journal"):
                 args["jobs"]["journal"] = str(work / "jobs.sqlite")
             args.setdefault("engine", {}).setdefault("predictor", {})["cache_dir"] = str(cache_dir)
@@ -325,7 +354,8 @@ def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, 
 
 
 def measure_config(name: str, config: Path, names: list[str], lines: list[str], passes: int,
-                   engine: dict, labels: dict, n_clients: int, timeout_s: float) -> dict:
+                   engine: dict, labels: dict, n_clients: int, timeout_s: float,
+                   overrides: Optional[list] = None) -> dict:
     import requests
 
     from harness.peer import PEER
@@ -333,7 +363,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
     data = {n: (PEER / n).read_bytes() for n in names}
     work = Path(tempfile.mkdtemp(prefix="ocr-footprint-"))
     cache = work / "cache"
-    svc = ServeRun(config, work, cache)
+    svc = ServeRun(config, work, cache, overrides)
     out: dict = {"name": name, "config": str(config)}
     try:
         out["ready_first_s"] = svc.start(timeout_s)
@@ -387,10 +417,12 @@ def main() -> None:
     names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
     lines = text_lines(names)
     labels = {n: e["expected_texts"] for n, e in expected().items() if e["kind"] == "ground-truth-label"}
-    configs = [(c.strip(), ROOT / c.strip()) for c in a.configs.split(",")]
-    for c, p in configs:
-        if not p.is_file():
-            sys.exit(f"config {c} not found")
+    configs = []
+    for spec in a.configs.split(","):
+        path, overrides = parse_config(spec)
+        if not (ROOT / path).is_file():
+            sys.exit(f"config {path} not found")
+        configs.append((spec.strip(), ROOT / path, overrides))
     started, load0 = time.time(), os.getloadavg()
     engines, runs = [], []
     for rnd in range(a.rounds):
@@ -399,8 +431,9 @@ def main() -> None:
         engines.append(eng)
         print(f"round {rnd}: engine p50 {eng['p50_peer']:.0f} ms (peer), {eng['p50_lines']:.0f} ms (lines)",
               flush=True)
-        for name, path in (configs if rnd % 2 == 0 else configs[::-1]):
-            r = measure_config(name, path, names, lines, a.line_passes, eng, labels, a.clients, a.ready_timeout)
+        for name, path, overrides in (configs if rnd % 2 == 0 else configs[::-1]):
+            r = measure_config(name, path, names, lines, a.line_passes, eng, labels, a.clients, a.ready_timeout,
+                               overrides)
             r["round"] = rnd
             runs.append(r)
             print(f"round {rnd} {name}: PSS {r['pss_total']:.0f} MB, ready {r['ready_first_s']:.1f}/"

@@ -85,6 +85,27 @@ def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
     assert sum(b["items"] for rep in stages["cls"] for b in rep["recent_batches"]) > 0
 
 
+def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(light, engine_reads):
+    """recognizer.warm: core (the default): ready with every width at batch
+    size 1; the other 56 shapes are built in the replica's idle moments
+    (serve_app/serving/deferred_shapes.py), and what it reads is the
+    engine's before (the test above), meanwhile and after."""
+    url, _ = light
+    deadline = time.monotonic() + 120
+    while True:
+        (rec,) = stage_stats()["rec"]
+        shapes = rec["deferred_shapes"]
+        if shapes["left"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert (shapes["total"], shapes["built"], shapes["left"], shapes["failed"]) == (71, 71, 0, 0), shapes
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: post(url, n), IMAGES))
+    for name, r in zip(IMAGES, answers):
+        assert r.status_code == 200, (name, r.text)
+        assert r.json()["results"] == engine_reads[name], name
+
+
 def test_a_new_user_config_reaches_both_stages(light):
     url, config = light
     changed = copy.deepcopy(config)

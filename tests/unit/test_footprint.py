@@ -90,3 +90,15 @@ def test_the_table_puts_configs_side_by_side_with_the_engine_as_baseline():
     assert row["CER on labels (engine 0.0956)"] == ["0.0956", "0.0956 |"]
     assert row["images read as the engine reads them"] == ["60/60", "60/60 |"]
     assert all(len(line.split(" | ")) == 3 for line in lines[2:])  # every row has both columns
+
+
+def test_a_config_variant_is_a_file_with_overrides_of_its_args():
+    path, overrides = footprint.parse_config("deployments.yaml+recognizer.warm=full+detector.threads=1")
+    assert path == "deployments.yaml"
+    assert overrides == [(["recognizer", "warm"], "full"), (["detector", "threads"], 1)]
+    args = {"detector": {"cpu_cores": [0, 1], "threads": 2}}
+    footprint.apply_overrides(args, overrides)
+    assert args == {"detector": {"cpu_cores": [0, 1], "threads": 1}, "recognizer": {"warm": "full"}}
+    assert footprint.parse_config("deployments.light.yaml") == ("deployments.light.yaml", [])
+    with pytest.raises(ValueError, match="key.path=value"):
+        footprint.parse_config("deployments.yaml+recognizer.warm")
