@@ -157,6 +157,8 @@ def table(engine: dict, runs: list[dict]) -> str:
          [f"{_f(r['p50_lines'])} ({_f(r['p50_lines'] - engine['p50_lines'], plus=True)})" for r in runs]),
         (f"first request after ready ms ({FIRST_IMAGE}; in the peer pass after it)",
          [f"{_f(r['first_ms'])} ({_f(r['steady_ms'])})" for r in runs]),
+        ("recogniser shapes left to build: after the first request / at the PSS reading",
+         [f"{_f(r.get('shapes_left_ready'))} / {_f(r.get('shapes_left_pss'))}" for r in runs]),
         ("img/s at 8 clients", [_f(r["rate_8"], 2) for r in runs]),
         ("errors at 8 clients", [str(r["errors_8"]) for r in runs]),
         (f"lines read (engine {engine['reading']['lines']})", [str(r["reading"]["lines"]) for r in runs]),
@@ -327,6 +329,17 @@ def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[lis
         return (time.perf_counter() - t) * 1000, None
 
 
+def shapes_left(url: str) -> Optional[int]:
+    """The recogniser's input shapes still to build after ready (the live
+    view's figure, /v1/stats): None when every one was warmed before ready."""
+    import requests
+
+    try:
+        return requests.get(f"{url}/v1/stats", timeout=30).json()["stages"]["rec"].get("shapes_left")
+    except Exception:
+        return None
+
+
 def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, passes: int) -> dict:
     """n_clients closed-loop clients, client k starting k/n of the way into
     the list, until `passes` passes over it are done in all."""
@@ -369,6 +382,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
         out["ready_first_s"] = svc.start(timeout_s)
         with requests.Session() as s:
             first_ms = post(s, svc.url, FIRST_IMAGE, data[FIRST_IMAGE])[0]
+            out["shapes_left_ready"] = shapes_left(svc.url)
             ms_peer, ms_lines, reads = [], [], {}
             for n in names:
                 ms, texts = post(s, svc.url, n, data[n])
@@ -382,6 +396,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                 for n in lines:
                     ms_lines.append(post(s, svc.url, n, data[n])[0])
         procs = svc.processes()
+        out["shapes_left_pss"] = shapes_left(svc.url)
         out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=p50(ms_peer),
                    p50_lines=p50(ms_lines),
                    ms_peer=ms_peer, reading=reading(reads, engine["reads"], labels), procs=procs,

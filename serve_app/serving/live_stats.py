@@ -140,6 +140,7 @@ def stage_summary(replicas: list[dict], now: float, window_s: float = 60.0) -> d
     queued calls (and, for the recogniser, crops waiting in its scheduler),
     the batch knobs, and the batches formed recently."""
     pending = [r.get("pending_crops") for r in replicas if r.get("pending_crops") is not None]
+    deferred = [r["deferred_shapes"] for r in replicas if r.get("deferred_shapes")]
     return {
         "replicas_answered": len(replicas),
         "queue_depth": sum(int(r.get("queue_depth") or 0) for r in replicas),
@@ -148,6 +149,8 @@ def stage_summary(replicas: list[dict], now: float, window_s: float = 60.0) -> d
         "batch_wait_timeout_s": max((r.get("batch_wait_timeout_s") or 0 for r in replicas), default=None),
         "rss_mb": [round(r["rss_mb"], 1) for r in replicas if r.get("rss_mb") is not None],
         "device": sorted({r["device"] for r in replicas if r.get("device")}),
+        # recognizer.warm core: input shapes still to build after ready (None: all built before).
+        "shapes_left": sum(d["left"] for d in deferred) if deferred else None,
         "recent": batch_summary([b for r in replicas for b in r.get("recent_batches", ())], now, window_s),
     }
 

@@ -82,6 +82,8 @@ def test_a_stage_sums_its_replicas_queues_and_pools_their_batches():
     assert s["recent"]["batches"] == 2 and s["recent"]["sizes"] == {"8": 1, "24": 1}
     assert stage_summary([{"queue_depth": 0}], 0)["pending_crops"] is None  # det and cls have no scheduler
     assert stage_summary([], 0)["replicas_answered"] == 0
+    assert stage_summary([{"deferred_shapes": {"left": 3}}, {"deferred_shapes": {"left": 0}}], 0)["shapes_left"] == 3
+    assert stage_summary([{"deferred_shapes": None}], 0)["shapes_left"] is None  # every shape warmed before ready
 
 
 def test_serve_status_becomes_replica_counts():
