@@ -8,8 +8,10 @@ CER, in one run.
 
 A config is a file, optionally with `+key.path=value` overrides of its
 application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
-the default set is both profiles with `recognizer.warm` full and core (the
-default, serve_app/serving/deferred_shapes.py).
+the default set is both profiles with `recognizer.warm` full and core (core
+is the default: serve_app/serving/deferred_shapes.py). A replica added by
+autoscaling is not started here: `python -m load_tests cold_start` times a
+replica's own start on an idle core (`--rec-warm full|core`).
 
 Each round: the in-process engine in a child process (2 threads on both
 cores, warmed) reads the 60 peer images once and the text-line images twice

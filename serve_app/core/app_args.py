@@ -68,9 +68,11 @@ class RecognizerArgs(ModelArgs):
     # 1 (15); the rest are built after ready on the predictor's thread, one
     # at a time and only while no batch is queued, and until then a batch at
     # a shape not built yet runs as batches of built shapes of its width:
-    # the same text, no request waits for the rest
-    # (serve_app/serving/deferred_shapes.py). Applies with bucket padding
-    # and without TensorRT; otherwise every shape is warmed.
+    # the same text, and no request waits on the predictor for more than
+    # the one build running when it came; but the builds take CPU from the
+    # other stages, so the first requests after ready are slower
+    # (serve_app/serving/deferred_shapes.py, docs/performance.md). Applies
+    # with bucket padding and without TensorRT; otherwise every shape is warmed.
     warm: Literal["full", "core"] = "core"
     # An image with at least `fan_out_min_items` crops is sent as up to
     # `fan_out` calls (crops dealt out in width order), so that several

@@ -10,7 +10,8 @@ the recogniser's (its name, resources, replicas and user_config come from
 the `TextRecognizer` block of the Serve config) and also answers
 `classify`. The classifier's predictor runs on the recogniser's cores
 (its block's `cpu_cores` and `threads` are not used). Both predictors are
-loaded and every shape of both warmed before the replica is ready; each keeps its own batch queue, lanes,
+loaded and warmed before the replica is ready (every classifier shape; the
+recogniser's per `recognizer.warm`); each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments)."""
 
 from __future__ import annotations
