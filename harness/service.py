@@ -210,6 +210,31 @@ def config_key(config: dict) -> str:
     return json.dumps(cfg, sort_keys=True)
 
 
+HARDENED = "deployments.yaml, hardened"
+HARDENED_TOKEN = "hardened-test-token"
+HARDENED_LIMITS = {"max_in_flight": 16, "body_timeout_s": 3.0, "page_timeout_s": 2.0,
+                   "jobs_capacity": 100, "jobs_max_finished": 200}
+
+
+def hardened_config() -> dict:
+    """deployments.yaml behind a bearer token (HARDENED_TOKEN), with limits
+    tight enough that each hostile case bites quickly (HARDENED_LIMITS: 16
+    in-flight slots, a 3 s body deadline, a 2 s page budget, 100 queued and
+    200 finished jobs). The hostile-client, hostile-cost and reliability
+    modules share it as SharedServices' HARDENED (one start instead of three)."""
+    cfg = load_config()
+    app = cfg["applications"][0]
+    lim = HARDENED_LIMITS
+    app["runtime_env"] = {"env_vars": {"OCR_TEST_TOKEN": HARDENED_TOKEN}}
+    app["args"]["ingress"] = {**app["args"].get("ingress", {}), "auth_token_env": "OCR_TEST_TOKEN",
+                              "max_in_flight": lim["max_in_flight"], "body_timeout_s": lim["body_timeout_s"]}
+    app["args"]["jobs"] = {**app["args"]["jobs"], "capacity": lim["jobs_capacity"],
+                           "max_finished": lim["jobs_max_finished"]}
+    engine = app["args"].setdefault("engine", {})
+    engine["documents"] = {**engine.get("documents", {}), "page_timeout_s": lim["page_timeout_s"]}
+    return cfg
+
+
 class SharedServices:
     """Started services by name, one at a time, for test modules that can
     share one: `get(name, config)` answers the running service when it was

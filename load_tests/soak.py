@@ -151,9 +151,14 @@ async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120
         async def send(img, t_send=None):
             return await http_sync(session, url, img, timeout_s, t_send)
 
-        for _ in range(2):  # every shape seen
-            for img in images:
-                await send(img)
+        for _ in range(2):  # every shape seen: each image twice, four at a time (as the soak's clients send)
+            lane = asyncio.Semaphore(4)
+
+            async def once(img):
+                async with lane:
+                    await send(img)
+
+            await asyncio.gather(*(once(img) for img in images))
         recs, window, _ = await closed_loop(send, images, 4, 0.0, min(30.0, seconds / 4), "saturation")
         saturation = summarize(recs, window)["throughput"]
         rate = fraction * saturation

@@ -8,8 +8,6 @@ served, and the memory the ingress (and the Serve proxy in front of it) paid."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import select
 import socket
@@ -23,28 +21,23 @@ import requests
 
 from harness.peer import PEER
 from harness.service import replica_pids
-from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.service import HARDENED, HARDENED_LIMITS, HARDENED_TOKEN, hardened_config
 
-TOKEN = "hostile-test-token"
+TOKEN = HARDENED_TOKEN
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-BODY_TIMEOUT_S = 3
+BODY_TIMEOUT_S = HARDENED_LIMITS["body_timeout_s"]
 SMALL = (PEER / "mmocr_word_1036169.jpg").read_bytes()  # one word
 DENSE = (PEER / "paddleocr_00018069.jpg").read_bytes()  # a dense page
 
 
+# deployments.yaml behind a token with tight limits, shared with test_hostile_costs and
+# test_reliability (harness.service.hardened_config; tests/conftest.py runs the three together).
+SHARED_SERVICE = HARDENED
+
+
 @pytest.fixture(scope="module")
-def service():
-    start_ray()
-    cfg = load_config()
-    app = cfg["applications"][0]
-    app["runtime_env"] = {"env_vars": {"OCR_HOSTILE_TOKEN": TOKEN}}
-    app["args"]["ingress"] = {**app["args"].get("ingress", {}), "auth_token_env": "OCR_HOSTILE_TOKEN", "max_in_flight": 16,
-                              "body_timeout_s": BODY_TIMEOUT_S}
-    app["args"]["jobs"] = {**app["args"]["jobs"], "capacity": 100, "max_finished": 200}
-    try:
-        yield deploy_config(cfg, free_port())
-    finally:
-        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
+def service(shared_services):
+    return shared_services.get(SHARED_SERVICE, hardened_config())[0]
 
 
 def ocr(url, body=SMALL, ctype="image/jpeg", headers=AUTH, timeout=120):
@@ -270,7 +263,7 @@ def test_a_burst_of_expired_dense_pages_is_dropped_before_the_detector_runs_it(s
         return sum(b["items"] for st in det_stats(det).values() for b in st["recent_batches"])
 
     before = detected()
-    n = 16  # the ingress's in-flight slots (the fixture's max_in_flight): all admitted
+    n = HARDENED_LIMITS["max_in_flight"]  # the ingress's in-flight slots: all admitted
     with ThreadPoolExecutor(n) as pool:
         burst = list(pool.map(lambda _: ocr(url, DENSE, headers={**AUTH, "X-Request-Timeout": "0.5"}), range(n)))
     small = ocr(url)

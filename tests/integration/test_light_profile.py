@@ -31,7 +31,7 @@ def light():
         url = deploy_config(config, free_port())
         yield url, config
     finally:
-        stop_all()
+        stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10 s Serve drain
 
 
 @pytest.fixture(scope="module")
