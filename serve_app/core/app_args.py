@@ -72,7 +72,8 @@ class RecognizerArgs(ModelArgs):
     # the one build running when it came; but the builds take CPU from the
     # other stages, so the first requests after ready are slower
     # (serve_app/serving/deferred_shapes.py, docs/performance.md). Applies
-    # with bucket padding and without TensorRT; otherwise every shape is warmed.
+    # with bucket padding unless TensorRT is on (it builds an engine per
+    # shape; a replica on the CPU fallback defers); otherwise every shape is warmed.
     warm: Literal["full", "core"] = "core"
     # An image with at least `fan_out_min_items` crops is sent as up to
     # `fan_out` calls (crops dealt out in width order), so that several

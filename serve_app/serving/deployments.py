@@ -208,8 +208,8 @@ class TextRecognizerDeployment(_Replica):
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
         self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
         shapes = self.recognizer.warm_shapes(args.warm_widths)
-        if (args.warm == "core" and self.scheduler is not None
-                and self.replica.predictor.options.tensorrt is None):
+        trt_on = (getattr(self.replica.predictor, "tensorrt_status", None) or {}).get("on")
+        if args.warm == "core" and self.scheduler is not None and not trt_on:  # TensorRT: engines per shape, all now
             # Every width at batch size 1 now; the rest after ready, between
             # batches, split into built shapes meanwhile (serve_app/serving/deferred_shapes.py).
             now, later = core_shapes(shapes)
