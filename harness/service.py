@@ -220,8 +220,11 @@ def hardened_config() -> dict:
     """deployments.yaml behind a bearer token (HARDENED_TOKEN), with limits
     tight enough that each hostile case bites quickly (HARDENED_LIMITS: 16
     in-flight slots, a 3 s body deadline, a 2 s page budget, 100 queued and
-    200 finished jobs). The hostile-client, hostile-cost and reliability
-    modules share it as SharedServices' HARDENED (one start instead of three)."""
+    200 finished jobs). The hostile-client and reliability modules share it
+    as SharedServices' HARDENED (one start instead of two). test_hostile_costs
+    keeps a service of its own: its cases are priced by admission, and a
+    cost model taught by the hostile clients' bursts refused some of them
+    with 503 at the door before the check that gives their 4xx."""
     cfg = load_config()
     app = cfg["applications"][0]
     lim = HARDENED_LIMITS

@@ -66,6 +66,7 @@ import numpy as np
 
 from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
 from serve_app.flow.upload import upload_of
+from serve_app.ocr.decode import check_aspect
 from serve_app.serving.cost import (
     Size, image_size, CostModel, DrainMeter, Decision, retry_after, expected_seconds, decide, Calibration,
 )
@@ -289,6 +290,10 @@ class Gate:
             # Over the pixel limit: what the decoder would answer, at once (a
             # decompression bomb is a 413, not work too big to take).
             raise TooLarge(f"image is {size.pixels} pixels, over the limit of {self.limits.max_pixels}")
+        if self.limits is not None and not upload.is_document and size.known and size.width and size.height:
+            # Over max_aspect: the decoder's 400, whatever the load; never a 503 for
+            # input that no amount of waiting makes readable (a 1 x 40,000,000 px strip).
+            check_aspect(size.width, size.height, self.limits)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left, self.client)
 

@@ -37,6 +37,8 @@ class Size:
     pages: int = 1
     tiles: int = 1  # detector calls per page (a long image's tiles)
     known: bool = True  # False: read from no header (costed as UNKNOWN_PIXELS)
+    width: int = 0  # an image's (or an array's) pixels across and down, when read; 0 for documents
+    height: int = 0
 
     @property
     def megapixels(self) -> float:
@@ -56,7 +58,7 @@ def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024)
             if data.ndim < 2:
                 return Size(UNKNOWN_PIXELS, known=False)
             h, w = int(data.shape[0]), int(data.shape[1])
-            return Size(max(1, h * w), tiles=_tiles(h, w))
+            return Size(max(1, h * w), tiles=_tiles(h, w), width=w, height=h)
         if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
             with open_document(bytes(data), documents) as pdf:
                 g = pdf.geometry(0)
@@ -73,7 +75,7 @@ def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024)
             with Image.open(io.BytesIO(head)) as img:
                 found = img.size
         w, h = found
-        return Size(max(1, w * h), tiles=_tiles(h, w))
+        return Size(max(1, w * h), tiles=_tiles(h, w), width=w, height=h)
     except Exception:
         return Size(UNKNOWN_PIXELS, known=False)
 

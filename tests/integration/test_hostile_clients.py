@@ -30,8 +30,8 @@ SMALL = (PEER / "mmocr_word_1036169.jpg").read_bytes()  # one word
 DENSE = (PEER / "paddleocr_00018069.jpg").read_bytes()  # a dense page
 
 
-# deployments.yaml behind a token with tight limits, shared with test_hostile_costs and
-# test_reliability (harness.service.hardened_config; tests/conftest.py runs the three together).
+# deployments.yaml behind a token with tight limits, shared with test_reliability
+# (harness.service.hardened_config; tests/conftest.py runs the two together, this one first).
 SHARED_SERVICE = HARDENED
 
 

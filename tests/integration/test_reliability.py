@@ -26,8 +26,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STAGES = ["TextDetector", "DirectionClassifier", "TextRecognizer"]
 
 
-# deployments.yaml behind a token, shared with the hostile modules (harness.service.hardened_config);
-# this module runs last of the three (the kill test last of all).
+# deployments.yaml behind a token, shared with test_hostile_clients (harness.service.hardened_config);
+# this module runs after it (the kill test last of all).
 SHARED_SERVICE = HARDENED
 
 

@@ -64,8 +64,8 @@ class FakeMetrics:
 
 
 def test_size_comes_from_headers_arrays_and_pdf_pages_and_junk_gets_a_default():
-    assert image_size(png(640, 480)) == Size(640 * 480)
-    assert image_size(np.zeros((30, 40, 3), np.uint8)) == Size(1200)
+    assert image_size(png(640, 480)) == Size(640 * 480, width=640, height=480)
+    assert image_size(np.zeros((30, 40, 3), np.uint8)) == Size(1200, width=40, height=30)
     assert image_size(b"not an image") == Size(UNKNOWN_PIXELS, known=False)
     pdf = blank_pdf(3)
     # open_timeout_s raised: a PDF child's start beside a busy core is not what this checks
@@ -394,7 +394,7 @@ def test_a_png_of_empty_chunks_is_sized_from_a_capped_header_and_refused_by_the_
     assert image_size(data) == Size(UNKNOWN_PIXELS, known=False)  # at most 256 chunk headers walked
     with pytest.raises(BadImage, match="over 256 chunks before its image data"):
         decode_image(data, ImageLimits(max_bytes=32 * 1024 * 1024))
-    assert image_size(empty_chunks_png(0.0001)) == Size(1)  # a few chunks: fine
+    assert image_size(empty_chunks_png(0.0001)) == Size(1, width=1, height=1)  # a few chunks: fine
 
 
 def test_a_long_image_s_tiles_are_part_of_its_cost():
@@ -482,6 +482,45 @@ def test_an_image_over_the_pixel_limit_is_a_413_at_the_door_never_priced():
         with Gate(a, png(900, 1000), 10.0, DocumentLimits(), clock=clock,
                   limits=ImageLimits(max_pixels=1_000_000)) as gate:  # under it: priced as before
             await gate.admit()
+            assert gate.ticket is not None
+
+    asyncio.run(go())
+
+
+def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
+    """A 1 x 40,000,000 px PNG (78 kB) is bad input: the decoder's 400
+    (limits.max_aspect), answered from its header before it is priced, even
+    when the cost model has learned a rate that prices it far over one
+    request's share (seen: a 503 "submit it as a job", whose job would then
+    fail with the same 400)."""
+    from serve_app.core.engine_config import ImageLimits
+    from serve_app.core.errors import BadImage
+
+    import struct
+    import zlib
+
+    from serve_app.serving.cost import Size
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    # The header of a 1 x 40,000,000 px PNG (no pixel data is needed to price it).
+    strip = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 40_000_000, 8, 2, 0, 0, 0)) \
+        + chunk(b"IEND", b"")
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    limits = ImageLimits(max_pixels=50_000_000, max_aspect=500.0)
+    for _ in range(60):  # a slow service: about 3 s a megapixel
+        a.model.observe(Size(1_000_000), 60, 3.0)
+    assert a.model.estimate(Size(40_000_000)) > 30  # priced over one request's share: a 503 if priced
+
+    async def go():
+        with pytest.raises(BadImage, match="max_aspect"):
+            with Gate(a, strip, 10.0, DocumentLimits(), clock=clock, limits=limits) as gate:
+                await gate.admit()
+        assert a.queued_s == 0 and a.refused == {}
+        with Gate(a, png(400, 1000), 10.0, DocumentLimits(), clock=clock, limits=limits) as gate:
+            await gate.admit()  # a page of an ordinary shape: priced as before
             assert gate.ticket is not None
 
     asyncio.run(go())
