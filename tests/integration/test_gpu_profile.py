@@ -30,10 +30,20 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(monkeypatch_module):
+    # A replica that cannot start fails its deployment after one try, not Serve's
+    # three per replica (each a process start and a paddle import here): the first
+    # test waits for DEPLOY_FAILED. Read by the controller, which inherits this env.
+    monkeypatch_module.setenv("RAY_SERVE_MAX_PER_REPLICA_RETRY_COUNT", "1")
     start_ray(num_cpus=8, num_gpus=1)  # logical where there is no GPU: Ray only counts them
     yield
     stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10-40 s Serve drain
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
 
 
 def gpu_config(fallback: bool, rec_replicas: int) -> dict:
