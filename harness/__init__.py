@@ -11,5 +11,7 @@ the working directory). Nothing here imports pytest.
   agreement / CER metrics.
 - `pdfs`, `pages`: the PDF and page makers (documents, hostile PDFs, layouts).
 - `redis_server`: a real redis-server in a temporary folder.
+- `netns_cluster`: a Ray cluster whose nodes have their own addresses (one
+  network namespace each, on a bridge; needs root and iproute2).
 - `xml_checks`, `readme_blocks`: ALTO/hOCR checks; the README's commands.
 """

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Optional
 
 INSTALL = "install it: `make test-system` (Debian's redis-server, tests/system/packages.txt)"
 
@@ -23,12 +24,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class RedisServer:
-    def __init__(self, folder: Path, host: str = "127.0.0.1", fsync: str = "always", appendonly: str = "yes"):
+    def __init__(self, folder: Path, host: str = "127.0.0.1", fsync: str = "always", appendonly: str = "yes",
+                 password: Optional[str] = None):
+        """password: required of every client (`requirepass`), e.g. when host
+        is not a loopback address: Redis's protected mode answers only
+        loopback clients of a server without one, and stays on here."""
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError(f"redis-server is not on PATH; the job-book tests run against a real one: {INSTALL}")
         self.exe, self.folder, self.host = exe, Path(folder), host
-        self.fsync, self.appendonly = fsync, appendonly
+        self.fsync, self.appendonly, self.password = fsync, appendonly, password
         self.folder.mkdir(parents=True, exist_ok=True)
         self.port = free_port(host)
         self.proc = None
@@ -36,14 +41,16 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/0"
 
     def start(self) -> None:
         """(Again, after stop(): the same port and folder, so the AOF is read back.)"""
         self.proc = subprocess.Popen(
             [self.exe, "--port", str(self.port), "--bind", self.host, "--dir", str(self.folder),
              "--appendonly", self.appendonly, "--appendfsync", self.fsync, "--save", "",
-             "--daemonize", "no", "--protected-mode", "yes", "--logfile", str(self.folder / "redis.log")],
+             "--daemonize", "no", "--protected-mode", "yes", "--logfile", str(self.folder / "redis.log"),
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -52,8 +59,15 @@ class RedisServer:
                                    f"{self.proc.stderr.read().decode()[-2000:]} {self.log()}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    auth = f"AUTH {self.password}\r\n".encode() if self.password else b""
+                    s.sendall(auth + b"PING\r\n")
+                    got = b""
+                    while b"+PONG" not in got and b"-" not in got and len(got) < 256:
+                        chunk = s.recv(64)  # (a timeout is an OSError: tried again)
+                        if not chunk:
+                            break
+                        got += chunk
+                    if b"+PONG" in got:
                         return
             except OSError:
                 pass
@@ -79,5 +93,5 @@ class RedisServer:
     def flush(self) -> None:
         import redis
 
-        with redis.Redis(host=self.host, port=self.port) as r:
+        with redis.Redis.from_url(self.url) as r:
             r.flushall()

@@ -73,3 +73,20 @@ def test_no_sys_path_edits_in_tests_or_load_tests():
     found = [f"{p.relative_to(REPO)}:{n}" for folder in ("tests", "load_tests", "harness")
              for p in sorted((REPO / folder).rglob("*.py")) for n in sys_path_edits(p.read_text())]
     assert found == []
+
+
+def test_the_netns_cluster_fails_naming_what_is_missing(monkeypatch):
+    """Without root or iproute2's `ip` the separate-address cluster test fails
+    (the fixture turns this RuntimeError into a failure), saying what to get;
+    nothing is created first."""
+    import harness.netns_cluster as nc
+
+    monkeypatch.setattr(nc.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(nc.shutil, "which", lambda name: None)
+    monkeypatch.setattr(nc, "_ip", lambda *a, **k: pytest.fail(f"ip {a} run before the check"))
+    with pytest.raises(RuntimeError) as e:
+        nc.setup()
+    assert "root (running as uid 1000" in str(e.value) and "apt-get install iproute2" in str(e.value)
+    monkeypatch.setattr(nc.os, "geteuid", lambda: 0)
+    with pytest.raises(RuntimeError, match=r"needs iproute2's `ip`"):
+        nc.setup()
