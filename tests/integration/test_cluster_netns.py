@@ -42,6 +42,7 @@ from harness.service import REPO, load_config
 
 IMAGE = "rapidocr_ch_en_num.jpg"
 JOB_IMAGES = ["rapidocr_issue_170.png", "rapidocr_ch_en_num.jpg", "mmocr_word_1036169.jpg"]
+BURST_IMAGE = "paddleocr_00018069.jpg"  # a dense page: a job of seconds, so a store still holds it at the kill
 DEPLOYMENTS = ("OcrIngress", "JobStore", "OcrPipeline", "TextDetector", "DirectionClassifier", "TextRecognizer")
 HERE = Path(__file__).resolve().parent
 LEASE_S = 5
@@ -132,7 +133,7 @@ def wait_all_running(cluster, timeout_s: float) -> None:
 
 @pytest.fixture(scope="module")
 def expected(engine):
-    return {n: [line.to_dict() for line in engine.read(PEER / n).lines] for n in {IMAGE, *JOB_IMAGES}}
+    return {n: [line.to_dict() for line in engine.read(PEER / n).lines] for n in {IMAGE, *JOB_IMAGES, BURST_IMAGE}}
 
 
 def post(node: str, name: str, path: str = "/v1/ocr", timeout: float = 120) -> requests.Response:
@@ -267,19 +268,20 @@ def test_a_worker_crashed_under_load(cluster, expected):
                    "a 200 through the head's and w1's proxies")
         # A burst of jobs, then the kill while both JobStore replicas (one per worker) hold leases.
         with ThreadPoolExecutor(8) as pool:
-            burst = list(pool.map(lambda i: post(("head", "w1")[i % 2], JOB_IMAGES[i % 3], "/v1/ocr/jobs"), range(8)))
+            burst = list(pool.map(lambda i: post(("head", "w1")[i % 2], BURST_IMAGE, "/v1/ocr/jobs"), range(8)))
         assert [r.status_code for r in burst] == [202] * 8, [r.text[:200] for r in burst]
-        accepted = {r.json()["job_id"]: JOB_IMAGES[i % 3] for i, r in enumerate(burst)}
+        accepted = {r.json()["job_id"]: BURST_IMAGE for r in burst}
         owners = lambda: {j: o for j in accepted if (o := book.hget(f"{job_key}{j}", "owner"))}  # noqa: E731
         deadline = time.monotonic() + 120
-        while len(set(owners().values())) < 2:  # (tight: a job can finish within a second)
+        while len(set((held := owners()).values())) < 2:  # the running jobs (a finished job has no owner)
             assert time.monotonic() < deadline, "the two JobStore replicas never held a job each at once"
             time.sleep(0.02)
+        # `held`, read just before the kill: each store holds a dense page's job of seconds, so
+        # the one on w2 still holds its job when it dies (read after the kill, a job of the
+        # live store could have finished meanwhile and left one owner).
         killed_at = time.time()
         killed = cluster.crash("w2")
-        held = owners()  # the running jobs at the kill (a finished job has no owner)
         assert killed, "no process in w2's namespace"
-        assert len(set(held.values())) == 2, f"not both stores holding a job at the kill: {held}"
         # Load goes on until every client has had 4 good answers in a row after the kill.
         wait_until(lambda: all(recovered(c.outcomes, killed_at, lambda o: o[1] == 200) for c in clients)
                    and recovered(jobs.outcomes, killed_at, lambda o: o[1] == 202)
