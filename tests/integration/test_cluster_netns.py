@@ -268,8 +268,8 @@ def test_a_worker_crashed_under_load(cluster, expected):
                    "a 200 through the head's and w1's proxies")
         # A burst of jobs, then the kill while both JobStore replicas (one per worker) hold leases.
         with ThreadPoolExecutor(8) as pool:
-            burst = list(pool.map(lambda i: post(("head", "w1")[i % 2], BURST_IMAGE, "/v1/ocr/jobs"), range(8)))
-        assert [r.status_code for r in burst] == [202] * 8, [r.text[:200] for r in burst]
+            burst = list(pool.map(lambda i: post(("head", "w1")[i % 2], BURST_IMAGE, "/v1/ocr/jobs"), range(4)))
+        assert [r.status_code for r in burst] == [202] * 4, [r.text[:200] for r in burst]
         accepted = {r.json()["job_id"]: BURST_IMAGE for r in burst}
         owners = lambda: {j: o for j in accepted if (o := book.hget(f"{job_key}{j}", "owner"))}  # noqa: E731
         deadline = time.monotonic() + 120
