@@ -314,6 +314,28 @@ def replica_stats(handle, n: int, tries: int = 200) -> dict:
     return seen
 
 
+def wait_shapes_built(timeout_s: float = 180.0, app: str = "ocr") -> None:
+    """Wait until every recogniser replica has built the shapes it left for
+    after ready (recognizer.warm: core, serve_app/serving/deferred_shapes.py;
+    stats()["deferred_shapes"]["finished_at"]). Until then the builds take
+    CPU from every other process: a module whose tests hold the service to
+    tight deadlines (a 3 s body deadline) starts from a built service, as
+    with warm: full. TimeoutError after timeout_s."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle("TextRecognizer", app_name=app)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        n = serve.status().applications[app].deployments["TextRecognizer"].replica_states.get("RUNNING", 1)
+        building = {pid: s["deferred_shapes"] for pid, s in replica_stats(handle, n).items()
+                    if s.get("deferred_shapes") and s["deferred_shapes"].get("finished_at") is None}
+        if not building:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"recogniser shapes still building after {timeout_s:.0f}s: {building}")
+        time.sleep(1)
+
+
 def replica_pids(deployments: list[str]) -> dict[str, list[int]]:
     """deployment name -> pids of its live replica actors (any application)."""
     import os

@@ -21,7 +21,7 @@ import requests
 
 from harness.peer import PEER
 from harness.service import replica_pids
-from harness.service import HARDENED, HARDENED_LIMITS, HARDENED_TOKEN, hardened_config
+from harness.service import HARDENED, HARDENED_LIMITS, HARDENED_TOKEN, hardened_config, wait_shapes_built
 
 TOKEN = HARDENED_TOKEN
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -37,7 +37,9 @@ SHARED_SERVICE = HARDENED
 
 @pytest.fixture(scope="module")
 def service(shared_services):
-    return shared_services.get(SHARED_SERVICE, hardened_config())[0]
+    url = shared_services.get(SHARED_SERVICE, hardened_config())[0]
+    wait_shapes_built()  # the tight deadlines here hold from a built service (at once when already built)
+    return url
 
 
 def ocr(url, body=SMALL, ctype="image/jpeg", headers=AUTH, timeout=120):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from harness.peer import PEER
-from harness.service import HARDENED, HARDENED_TOKEN, hardened_config, load_config, wait_ready
+from harness.service import HARDENED, HARDENED_TOKEN, hardened_config, load_config, wait_ready, wait_shapes_built
 from harness.service import replica_stats as all_replica_stats
 
 TOKEN = HARDENED_TOKEN
@@ -33,7 +33,9 @@ SHARED_SERVICE = HARDENED
 
 @pytest.fixture(scope="module")
 def service(shared_services):
-    return shared_services.get(SHARED_SERVICE, hardened_config())[0]
+    url = shared_services.get(SHARED_SERVICE, hardened_config())[0]
+    wait_shapes_built()  # the tight deadlines here hold from a built service (at once when already built)
+    return url
 
 
 def replica_stats() -> dict[str, dict[int, dict]]:
