@@ -12,7 +12,7 @@ import numpy as np
 
 import pytest
 
-from jobfakes import FakePipeline, settle
+from jobfakes import FakePipeline, settle, until
 from serve_app.core.errors import IdempotencyConflict
 from serve_app.jobs.book import JobBook
 from serve_app.jobs.journal import JobJournal
@@ -36,6 +36,10 @@ def test_a_restarted_store_runs_the_unfinished_jobs_and_keeps_the_results(tmp_pa
         done = (await book.submit(b"early", chars, "key-1"))["job_id"]
         failed = (await book.submit(b"bad", OcrOptions()))["job_id"]
         await settle(book, [done, failed])
+        # Their "finished" rows are written on the journal's thread after the status
+        # changes in memory: wait for the file (else the next store may recover them
+        # as unfinished and run them again, which the last assertion below counts).
+        await until(lambda: {j.job_id for j in JobJournal(path).load() if j.finished} >= {done, failed})
         stuck = FakePipeline(open_gate=False)  # the pipeline stops answering: these stay queued or running
         book.run = stuck.run
         pending = [(await book.submit(f"late-{i}".encode(), OcrOptions(det=i % 2 == 0)))["job_id"]
@@ -64,6 +68,8 @@ def test_a_restarted_store_runs_the_unfinished_jobs_and_keeps_the_results(tmp_pa
         # Each run again, once, with the options it was submitted with.
         assert sorted(pipeline.calls, key=lambda c: c[0]) == [
             (f"late-{i}".encode(), OcrOptions(det=i % 2 == 0)) for i in range(5)]
+        # As above: the last "finished" rows reach the file on the journal's thread.
+        await until(lambda: {j.job_id for j in JobJournal(path).load() if j.finished} >= {done, failed, *pending})
         book.close()
 
     asyncio.run(second_life())
