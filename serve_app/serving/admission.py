@@ -285,15 +285,14 @@ class Gate:
             size = image_size(upload)
         else:  # a header, from its first header_bytes: off the event loop all the same
             size = await asyncio.to_thread(image_size, upload, None, header_bytes)
-        if (self.limits is not None and not upload.is_document and size.known
-                and size.pixels > self.limits.max_pixels):
-            # Over the pixel limit: what the decoder would answer, at once (a
-            # decompression bomb is a 413, not work too big to take).
-            raise TooLarge(f"image is {size.pixels} pixels, over the limit of {self.limits.max_pixels}")
-        if self.limits is not None and not upload.is_document and size.known and size.width and size.height:
-            # Over max_aspect: the decoder's 400, whatever the load; never a 503 for
-            # input that no amount of waiting makes readable (a 1 x 40,000,000 px strip).
-            check_aspect(size.width, size.height, self.limits)
+        if self.limits is not None and not upload.is_document and size.known:
+            # What the decoder would answer, at once and whatever the load: over the
+            # pixel limit a 413 (a decompression bomb is not work too big to take),
+            # over max_aspect a 400 (no waiting makes a 1 x 40,000,000 px strip readable).
+            if size.pixels > self.limits.max_pixels:
+                raise TooLarge(f"image is {size.pixels} pixels, over the limit of {self.limits.max_pixels}")
+            if size.width and size.height:
+                check_aspect(size.width, size.height, self.limits)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left, self.client)
 

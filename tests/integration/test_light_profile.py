@@ -15,6 +15,7 @@ import requests
 
 from harness.peer import PEER
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.service import wait_shapes_built
 
 LIGHT = REPO / "deployments.light.yaml"
 # Rotated lines (the classifier turns them), a dense photo, a receipt, a word crop, an empty image.
@@ -91,13 +92,9 @@ def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(l
     (serve_app/serving/deferred_shapes.py), and what it reads is the
     engine's before (the test above), meanwhile and after."""
     url, _ = light
-    deadline = time.monotonic() + 120
-    while True:
-        (rec,) = stage_stats()["rec"]
-        shapes = rec["deferred_shapes"]
-        if shapes["finished_at"] is not None or time.monotonic() > deadline:  # (left 0: the last one may be building)
-            break
-        time.sleep(1)
+    wait_shapes_built()
+    (rec,) = stage_stats()["rec"]
+    shapes = rec["deferred_shapes"]
     assert (shapes["total"], shapes["built"], shapes["left"], shapes["failed"]) == (71, 71, 0, 0), shapes
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda n: post(url, n), IMAGES))
