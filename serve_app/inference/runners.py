@@ -62,8 +62,11 @@ class TextDetector:
     def warm_calls(self, open_shapes: list[tuple[int, int]]) -> list[tuple[Callable, list]]:
         """A call for every input the detector can be given: each batch size
         at each shape of the closed set (or, in the open "max"/"min" modes,
-        at `open_shapes`)."""
-        shapes = det_input_shapes(self.opts) or [tuple(s) for s in open_shapes]
+        at `open_shapes`), largest first: each later, smaller shape's buffers
+        fit in what the first one freed, instead of the heap growing shape by
+        shape (297 MB less at ready in one process, docs/performance.md, "Heap")."""
+        shapes = sorted(det_input_shapes(self.opts) or [tuple(s) for s in open_shapes],
+                        key=lambda hw: hw[0] * hw[1], reverse=True)
         return [(self.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
                 for h, w in shapes for n in range(1, self.opts.batch_size + 1)]
 

@@ -35,8 +35,10 @@ class RecognizerWithClassifier(_Recognizer):
         # One process has one CPU affinity: building a predictor pins the whole
         # process to its cores (serve_app.inference.predictor.pin_process, within what the
         # process already has), so the classifier takes the recogniser's cores
-        # (else the one built last would narrow both to its own).
-        cls_args = cls_args.model_copy(update={"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads})
+        # (else the one built last would narrow both to its own); the malloc
+        # threshold is the process's too.
+        cls_args = cls_args.model_copy(update={"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
+                                               "malloc_mmap_threshold": rec_args.malloc_mmap_threshold})
         # The classifier first: a replica is ready only once both have warmed.
         self.classifier_part = _Classifier(engine, cls_args, lanes)
         super().__init__(engine, rec_args, lanes)

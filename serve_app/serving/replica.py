@@ -61,6 +61,26 @@ def placed_options(options: PredictorOptions, cores: Optional[list[int]],
     return options.model_copy(update=update) if update else options
 
 
+def set_mmap_threshold(nbytes: Optional[int], libc: Any = None) -> bool:
+    """glibc's mmap threshold for this process (mallopt M_MMAP_THRESHOLD):
+    allocations above `nbytes` are mapped and unmapped when freed, instead
+    of coming from a heap that keeps the peak of every shape's buffers.
+    Also stops glibc raising the threshold by itself. None, or a C library
+    without mallopt (not glibc): nothing is changed, False."""
+    if nbytes is None:
+        return False
+    try:
+        if libc is None:
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_MMAP_THRESHOLD = -3
+    return mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
+
+
 def hide_gpus_without_share(gpu_share: Optional[float], environ=os.environ) -> bool:
     """A replica Ray gave no GPU share (num_gpus: 0) sees no GPU: Ray 2.60
     leaves CUDA_VISIBLE_DEVICES as the node has it for such a process, so
@@ -115,6 +135,7 @@ class ModelReplica:
 
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
+        set_mmap_threshold(args.malloc_mmap_threshold)  # before the predictor's first buffers
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
         predictor = PaddlePredictor(model_files(stage, model_dir), options, stage, int8_inputs=int8_inputs)
         trt = predictor.options.tensorrt

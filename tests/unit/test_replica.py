@@ -11,7 +11,7 @@ from serve_app.core.engine_config import PredictorOptions
 from serve_app.core.errors import ConfigError
 from serve_app.serving.isolation import run_isolated
 from serve_app.serving.replica import (
-    Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores,
+    Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores, set_mmap_threshold,
 )
 from serve_app.core.app_args import BatchKnobs, ModelArgs
 
@@ -188,3 +188,54 @@ def test_a_stage_without_a_gpu_share_sees_no_gpu(share, before, after, hidden):
     env = {} if before is None else {"CUDA_VISIBLE_DEVICES": before}
     assert hide_gpus_without_share(share, env) is hidden
     assert env.get("CUDA_VISIBLE_DEVICES") == after
+
+
+# -- the malloc threshold (ModelArgs.malloc_mmap_threshold) ---------------------------
+
+MMAP_PROBE = """
+import ctypes, sys
+from serve_app.serving.replica import set_mmap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "set":
+    assert set_mmap_threshold(131072)
+libc.free(libc.malloc(4 << 20))  # a big buffer freed: glibc's own threshold rises past it
+before = libc.mallinfo2().hblkhd
+held = libc.malloc(1 << 20)  # a 1 MB buffer, as a shape's activation
+print(libc.mallinfo2().hblkhd - before)  # bytes mapped for it
+"""
+
+
+@pytest.mark.parametrize("mode, mapped", [("set", True), ("default", False)])
+def test_with_the_threshold_a_big_buffer_after_a_big_free_is_mapped_not_kept_in_the_heap(mode, mapped):
+    """glibc raises its mmap threshold after a mapped buffer is freed, so the
+    next buffers of that size come from the heap, which keeps their peak
+    (the detector held ~300 MB of freed buffers that way); the threshold set
+    keeps them mapped, so they go back to the OS when freed."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MMAP_PROBE, mode], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (int(out.stdout) >= 1 << 20) is mapped, out.stdout
+
+
+def test_the_threshold_is_left_alone_when_none_or_without_mallopt():
+    calls = []
+
+    class Libc:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    assert set_mmap_threshold(None, Libc()) is False and calls == []
+    assert set_mmap_threshold(131072, Libc()) is True and calls == [(-3, 131072)]
+    assert set_mmap_threshold(131072, object()) is False  # a C library without mallopt (not glibc)
