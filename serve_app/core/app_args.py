@@ -43,12 +43,13 @@ class ModelArgs(_Args):
     # every health_check_period_s); 0 = not periodically.
     canary_interval_s: float = Field(60.0, ge=0)
     malloc_mmap_threshold: Optional[int] = Field(
-        131072, ge=0, le=32 * 1024 * 1024,
+        131072, ge=64 * 1024, le=32 * 1024 * 1024,
         description="bytes: glibc's mmap threshold, set in the replica's process before its predictor is built "
         "(mallopt M_MMAP_THRESHOLD, as MALLOC_MMAP_THRESHOLD_ does at start): larger buffers are mapped and go back "
         "to the OS when freed. With glibc's default (a threshold that rises after the first large free) the "
         "detector kept ~300 MB of freed warm-up and inference buffers in its heap (docs/performance.md, "
-        "\"Heap\"); null: glibc's default")
+        "\"Heap\"); null: glibc's default. At least 64 KiB (below it small objects would be mapped one by "
+        "one, a system call each) and at most 32 MiB (glibc's own ceiling)")
 
 
 class DetectorArgs(ModelArgs):

@@ -239,3 +239,12 @@ def test_the_threshold_is_left_alone_when_none_or_without_mallopt():
     assert set_mmap_threshold(None, Libc()) is False and calls == []
     assert set_mmap_threshold(131072, Libc()) is True and calls == [(-3, 131072)]
     assert set_mmap_threshold(131072, object()) is False  # a C library without mallopt (not glibc)
+
+
+@pytest.mark.parametrize("value", [0, 4096, 64 * 1024 * 1024])
+def test_a_threshold_that_would_map_every_small_object_or_that_glibc_ignores_is_refused(value):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="malloc_mmap_threshold"):
+        ModelArgs(malloc_mmap_threshold=value)
+    assert ModelArgs(malloc_mmap_threshold=None).malloc_mmap_threshold is None
