@@ -58,14 +58,19 @@ def build_app(args: Optional[dict] = None):
     det_args = with_shape_ranges("det", a.detector, a.engine)
     cls_args = with_shape_ranges("cls", a.classifier, a.engine)
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
-    detector = TextDetectorDeployment.bind(a.engine, det_args, a.lanes)
-    if a.engine.cls.enabled and a.classifier.beside_recognizer:  # one process for both (deployments.light.yaml)
-        from serve_app.serving.cls_beside_rec import RecognizerWithClassifier
+    cls_beside = a.engine.cls.enabled and a.classifier.beside_recognizer
+    if cls_beside or a.detector.beside_recognizer:  # one process for them (deployments.light.yaml)
+        from serve_app.serving.cls_beside_rec import RecognizerWithParts
 
-        recognizer = classifier = RecognizerWithClassifier.bind(a.engine, rec_args, cls_args, a.lanes)
+        recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
+                                              det_args if a.detector.beside_recognizer else None, a.lanes)
     else:
-        classifier = DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes) if a.engine.cls.enabled else None
         recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
+    detector = recognizer if a.detector.beside_recognizer else TextDetectorDeployment.bind(a.engine, det_args, a.lanes)
+    if not a.engine.cls.enabled:
+        classifier = None
+    else:
+        classifier = recognizer if cls_beside else DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes)
     pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.serving.result_cache import model_identity

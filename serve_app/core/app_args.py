@@ -57,6 +57,13 @@ class DetectorArgs(ModelArgs):
     # engine.det's sizing is an open mode ("max"/"min"); with the default
     # "ladder" every input shape of its closed set is warmed instead.
     warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
+    # true: no TextDetector deployment; each recogniser replica also runs the
+    # detector (serve_app/serving/cls_beside_rec.py): one process and one copy
+    # of the runtimes fewer, but the detector then scales with the
+    # recogniser. Its predictor options still apply; its cores, threads,
+    # replicas, resources and user_config are the recogniser's (its batch
+    # knobs stay the code's defaults).
+    beside_recognizer: bool = False
 
 
 class ClassifierArgs(ModelArgs):

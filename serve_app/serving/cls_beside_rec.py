@@ -1,18 +1,25 @@
-"""The direction classifier beside the recogniser, in one replica process
-(`classifier.beside_recognizer: true`, deployments.light.yaml).
+"""Other stages beside the recogniser, in one replica process: the direction
+classifier (`classifier.beside_recognizer: true`) and the detector
+(`detector.beside_recognizer: true`), as in deployments.light.yaml.
 
 A model replica is a process of its own, and each holds its own copy of
-Paddle's and OpenVINO's runtimes and of Ray's worker (~0.3 GB PSS for the
+Paddle's and OpenVINO's runtimes and of Ray's worker (~0.35 GB PSS for the
 classifier's process, of which its model and 6 compiled shapes are a few
-tens of MB: docs/performance.md, "Footprint"). Here the classifier's
-predictor is built in every recogniser replica instead: the deployment is
+tens of MB: docs/performance.md, "Footprint"). Here those stages'
+predictors are built in every recogniser replica instead: the deployment is
 the recogniser's (its name, resources, replicas and user_config come from
-the `TextRecognizer` block of the Serve config) and also answers
-`classify`. The classifier's predictor runs on the recogniser's cores
-(its block's `cpu_cores` and `threads` are not used). Both predictors are
-loaded and warmed before the replica is ready (every classifier shape; the
+the `TextRecognizer` block of the Serve config) and also answers `classify`
+and `detect`. Their predictors run on the recogniser's cores (their blocks'
+`cpu_cores`, `threads` and `malloc_mmap_threshold` are not used: a process
+has one affinity and one malloc). Every predictor is loaded and warmed
+before the replica is ready (every detector and classifier shape; the
 recogniser's per `recognizer.warm`); each keeps its own batch queue, lanes,
-metrics and canary (serve_app.serving.deployments)."""
+metrics and canary (serve_app.serving.deployments), and its own thread:
+Paddle's predictors are called from one thread each. The classifier takes
+the deployment's user_config as the recogniser does; the detector keeps
+its own batch defaults (4 images, no wait: serve_app.core.app_args.BATCH_DEFAULTS).
+What is given up with the detector here: it scales with the recogniser,
+not on its own backlog."""
 
 from __future__ import annotations
 
@@ -21,42 +28,59 @@ from typing import Any, Optional
 from ray import serve
 
 from serve_app.core.engine_config import EngineConfig
-from serve_app.serving.deployments import DirectionClassifierDeployment, TextRecognizerDeployment
-from serve_app.core.app_args import ClassifierArgs, LaneArgs, RecognizerArgs
+from serve_app.serving.deployments import (
+    DirectionClassifierDeployment, TextDetectorDeployment, TextRecognizerDeployment,
+)
+from serve_app.core.app_args import ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 
 _Recognizer = TextRecognizerDeployment.func_or_class
 _Classifier = DirectionClassifierDeployment.func_or_class
+_Detector = TextDetectorDeployment.func_or_class
 
 
 @serve.deployment(name="TextRecognizer")
-class RecognizerWithClassifier(_Recognizer):
-    def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: ClassifierArgs,
-                 lanes: LaneArgs = LaneArgs()):
+class RecognizerWithParts(_Recognizer):
+    def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: Optional[ClassifierArgs] = None,
+                 det_args: Optional[DetectorArgs] = None, lanes: LaneArgs = LaneArgs()):
         # One process has one CPU affinity: building a predictor pins the whole
         # process to its cores (serve_app.inference.predictor.pin_process, within what the
-        # process already has), so the classifier takes the recogniser's cores
-        # (else the one built last would narrow both to its own); the malloc
+        # process already has), so every part takes the recogniser's cores
+        # (else the one built last would narrow all to its own); the malloc
         # threshold is the process's too.
-        cls_args = cls_args.model_copy(update={"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
-                                               "malloc_mmap_threshold": rec_args.malloc_mmap_threshold})
-        # The classifier first: a replica is ready only once both have warmed.
-        self.classifier_part = _Classifier(engine, cls_args, lanes)
+        same = {"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
+                "malloc_mmap_threshold": rec_args.malloc_mmap_threshold}
+        self.parts: dict[str, Any] = {}
+        # The parts first: a replica is ready only once all have warmed.
+        if det_args is not None:
+            self.parts["det"] = _Detector(engine, det_args.model_copy(update=same), lanes)
+        if cls_args is not None:
+            self.parts["cls"] = _Classifier(engine, cls_args.model_copy(update=same), lanes)
         super().__init__(engine, rec_args, lanes)
 
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
-        return await self.classifier_part.classify(crops, deadline, lane)
+        return await self.parts["cls"].classify(crops, deadline, lane)
+
+    async def detect(self, image, deadline: Optional[float] = None, params=None, lane: Optional[str] = None):
+        return await self.parts["det"].detect(image, deadline, params, lane)
 
     def reconfigure(self, user_config: dict) -> None:
         super().reconfigure(user_config)
-        self.classifier_part.reconfigure(user_config)
+        if "cls" in self.parts:
+            self.parts["cls"].reconfigure(user_config)
+        if "det" in self.parts:
+            self.parts["det"].reconfigure({})  # its own knobs; its canary runs again as the others' do
 
     async def check_health(self) -> None:
-        await self.classifier_part.check_health()
+        for part in self.parts.values():
+            await part.check_health()
         await super().check_health()
 
     def ready(self) -> bool:
-        return self.classifier_part.ready() and super().ready()
+        return all(part.ready() for part in self.parts.values()) and super().ready()
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
-        """The recogniser's stats, or with stage "cls" the classifier's."""
-        return self.classifier_part.stats() if stage == "cls" else super().stats()
+        """The recogniser's stats, or with stage "cls" / "det" that part's."""
+        return self.parts[stage].stats() if stage in self.parts else super().stats()
+
+
+RecognizerWithClassifier = RecognizerWithParts  # the name it had when the classifier was the only part

@@ -1,8 +1,9 @@
 """deployments.light.yaml with real Ray, real models and real HTTP: one
-2-thread recogniser replica that also runs the direction classifier
-(classifier.beside_recognizer, serve_app/serving/cls_beside_rec.py) answers what
-the in-process engine answers, with both stages ready, batched and
-reconfigured in that one process."""
+2-thread recogniser replica that also runs the detector and the direction
+classifier (detector/classifier.beside_recognizer,
+serve_app/serving/cls_beside_rec.py) answers what the in-process engine
+answers, with the three stages ready, batched and reconfigured in that one
+process."""
 
 from __future__ import annotations
 
@@ -55,22 +56,22 @@ def stage_stats() -> dict:
     return pipeline.stats.remote({"det": 2, "cls": 2, "rec": 2}).result(timeout_s=60)
 
 
-def test_one_recogniser_process_holds_both_stages(light):
+def test_one_recogniser_process_holds_the_three_stages(light):
     from ray import serve
 
     url, _ = light
     r = requests.get(f"{url}/readyz", timeout=10)
     assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True}
     deployments = serve.status().applications["ocr"].deployments
-    assert "DirectionClassifier" not in deployments
+    assert "DirectionClassifier" not in deployments and "TextDetector" not in deployments
     assert deployments["TextRecognizer"].replica_states == {"RUNNING": 1}
     stages = stage_stats()
-    (cls,), (rec,) = stages["cls"], stages["rec"]
-    assert (cls["stage"], rec["stage"]) == ("cls", "rec")
-    assert cls["pid"] == rec["pid"]  # one process
-    # Both predictors on both cores (building the classifier's first once narrowed the process to core 0).
-    assert rec["cpu_affinity"] == cls["cpu_affinity"] == [0, 1]
-    assert rec["ready_at"] and cls["ready_at"]
+    (det,), (cls,), (rec,) = stages["det"], stages["cls"], stages["rec"]
+    assert (det["stage"], cls["stage"], rec["stage"]) == ("det", "cls", "rec")
+    assert det["pid"] == cls["pid"] == rec["pid"]  # one process
+    # Every predictor on both cores (building the classifier's first once narrowed the process to core 0).
+    assert rec["cpu_affinity"] == cls["cpu_affinity"] == det["cpu_affinity"] == [0, 1]
+    assert rec["ready_at"] and cls["ready_at"] and det["ready_at"]
 
 
 def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
@@ -84,6 +85,9 @@ def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
     assert [x["text"] for x in engine_reads["rapidocr_text_cls_v3.jpg"]]  # the rotated image has text to turn
     stages = stage_stats()
     assert sum(b["items"] for rep in stages["cls"] for b in rep["recent_batches"]) > 0
+    # The detector's images, in its own batches (of up to its own 4, not the recogniser's 24).
+    det_batches = [b for rep in stages["det"] for b in rep["recent_batches"]]
+    assert sum(b["items"] for b in det_batches) >= len(names) and max(b["items"] for b in det_batches) <= 4
 
 
 def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(light, engine_reads):
@@ -103,7 +107,7 @@ def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(l
         assert r.json()["results"] == engine_reads[name], name
 
 
-def test_a_new_user_config_reaches_both_stages(light):
+def test_a_new_user_config_reaches_the_classifier_and_recogniser_and_the_detector_keeps_its_own(light):
     url, config = light
     changed = copy.deepcopy(config)
     for d in changed["applications"][0]["deployments"]:
@@ -114,11 +118,11 @@ def test_a_new_user_config_reaches_both_stages(light):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             stages = stage_stats()
-            sizes = {s: [rep["max_batch_size"] for rep in stages[s]] for s in ("cls", "rec")}
-            if sizes == {"cls": [7], "rec": [7]}:
+            sizes = {s: [rep["max_batch_size"] for rep in stages[s]] for s in ("det", "cls", "rec")}
+            if sizes == {"det": [4], "cls": [7], "rec": [7]}:
                 break
             time.sleep(1)
-        assert sizes == {"cls": [7], "rec": [7]}
+        assert sizes == {"det": [4], "cls": [7], "rec": [7]}
         assert post(url, "rapidocr_ch_en_num.jpg").status_code == 200
     finally:
         apply_config(config)
