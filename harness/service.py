@@ -87,7 +87,8 @@ def wait_ray_gone(timeout_s: float = 30.0) -> None:
     # warnings summary, so the next such run names them.
     import warnings
 
-    warnings.warn(f"Ray processes still running {timeout_s:.0f} s after the cluster was stopped: {left}")
+    warnings.warn(f"Ray processes still running {timeout_s:.0f} s after the cluster was stopped: {left}",
+                  RuntimeWarning)  # not a UserWarning: pyproject.toml filters those out
 
 
 def ray_processes() -> list[str]:
