@@ -30,7 +30,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 
 from harness.peer import PEER  # noqa: E402
-from load_tests.footprint import ServeRun, parse_config  # noqa: E402
+from load_tests.footprint import ServeRun, parse_config, shapes_left  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402
 
 WORD = "mmocr_word_1036169.jpg"
@@ -50,10 +50,7 @@ def post(url: str, data: bytes) -> tuple[int, float, list[str]]:
 
 def wait_built(url: str, timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = requests.get(f"{url}/v1/stats", timeout=30).json()
-        if not st.get("stages", {}).get("rec", {}).get("shapes_left"):
-            return
+    while shapes_left(url) and time.monotonic() < deadline:
         time.sleep(1)
 
 
@@ -68,7 +65,6 @@ def measure(spec: str, args) -> dict:
         tall = cv2.imencode(".jpg", np.vstack([cv2.imread(str(PEER / TALL))] * 6))[1].tobytes()
         alone = [post(run.url, word) for _ in range(args.alone)]
         talls: list = []
-        stop = threading.Event()
 
         def tall_client():
             for _ in range(args.tall_each):
@@ -78,7 +74,7 @@ def measure(spec: str, args) -> dict:
         for t in threads:
             t.start()
         beside: list = []
-        while any(t.is_alive() for t in threads) and not stop.is_set():
+        while any(t.is_alive() for t in threads):
             beside.append(post(run.url, word))
             time.sleep(args.pause)
         for t in threads:

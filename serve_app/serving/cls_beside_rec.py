@@ -82,5 +82,3 @@ class RecognizerWithParts(_Recognizer):
         """The recogniser's stats, or with stage "cls" / "det" that part's."""
         return self.parts[stage].stats() if stage in self.parts else super().stats()
 
-
-RecognizerWithClassifier = RecognizerWithParts  # the name it had when the classifier was the only part

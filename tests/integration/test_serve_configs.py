@@ -45,7 +45,7 @@ def _deployment_names() -> set[str]:
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
-    # (serve_app.serving.cls_beside_rec's RecognizerWithClassifier is named TextRecognizer too)
+    # (serve_app.serving.cls_beside_rec's RecognizerWithParts is named TextRecognizer too)
     return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
                              TextRecognizerDeployment, OcrIngress, JobStore)}
 
@@ -119,12 +119,12 @@ def test_deployment_options_have_one_home():
     from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from serve_app.serving.cls_beside_rec import RecognizerWithClassifier
+    from serve_app.serving.cls_beside_rec import RecognizerWithParts
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
     for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
-              OcrIngress, JobStore, RecognizerWithClassifier):
+              OcrIngress, JobStore, RecognizerWithParts):
         allowed = {"name", "num_replicas"} if d is JobStore else {"name"}
         assert d._deployment_config.user_configured_option_names <= allowed, d.name
     for path in (CPU_PROFILE, GPU_PROFILE, LIGHT_PROFILE):
