@@ -92,7 +92,9 @@ def wait_ray_gone(timeout_s: float = 30.0) -> None:
 
 
 def ray_processes() -> list[str]:
-    """`pid comm state ppid` of every raylet and gcs_server process on this machine."""
+    """`pid comm state ppid` of every raylet and gcs_server process on this
+    machine, less zombies: an exited one its parent has not reaped yet (seen
+    after `serve run` stopped) holds no CPU, which is all the wait is for."""
     out = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -102,7 +104,8 @@ def ray_processes() -> list[str]:
                 if comm in ("raylet", "gcs_server"):
                     with open(f"/proc/{pid}/stat") as f:
                         state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
-                    out.append(f"{pid} {comm} {state} {ppid}")
+                    if state != "Z":
+                        out.append(f"{pid} {comm} {state} {ppid}")
             except OSError:
                 pass
     return out

@@ -90,3 +90,34 @@ def test_the_netns_cluster_fails_naming_what_is_missing(monkeypatch):
     monkeypatch.setattr(nc.os, "geteuid", lambda: 0)
     with pytest.raises(RuntimeError, match=r"needs iproute2's `ip`"):
         nc.setup()
+
+
+def test_the_wait_for_ray_to_exit_sees_a_running_raylet_and_not_a_zombie_one():
+    """wait_ray_gone waits for raylet/gcs_server processes that still run
+    (they take the cores a new cluster needs), not for an exited one whose
+    parent has not reaped it (seen after `serve run` stopped): a zombie
+    would make every later teardown wait its whole timeout."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from harness.service import ray_processes
+
+    named = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, b'raylet', 0, 0, 0); "
+             "print(flush=True); time.sleep(float(sys.argv[1]))")  # 15: PR_SET_NAME
+    running = subprocess.Popen([sys.executable, "-c", named, "60"], stdout=subprocess.PIPE)
+    exiting = subprocess.Popen([sys.executable, "-c", named, "0"], stdout=subprocess.PIPE)
+    try:
+        running.stdout.readline(), exiting.stdout.readline()
+        for _ in range(100):  # until the second has exited (a zombie: not waited for yet)
+            with open(f"/proc/{exiting.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.05)
+        pids = {int(p.split()[0]) for p in ray_processes()}
+        assert running.pid in pids and exiting.pid not in pids, ray_processes()
+    finally:
+        running.send_signal(signal.SIGKILL)
+        running.wait()
+        exiting.wait()
