@@ -12,7 +12,8 @@ the `TextRecognizer` block of the Serve config) and also answers `classify`
 and `detect`. Their predictors run on the recogniser's cores (their blocks'
 `cpu_cores`, `threads` and `malloc_mmap_threshold` are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
-before the replica is ready (every detector and classifier shape; the
+before the replica is ready (the detector on a thread of its own, beside
+the other two: ready 1-2 s sooner on 2 cores, docs/performance.md) (every detector and classifier shape; the
 recogniser's per `recognizer.warm`); each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments), and its own thread:
 Paddle's predictors are called from one thread each. The classifier takes
@@ -23,6 +24,7 @@ not on its own backlog."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 from ray import serve
@@ -50,12 +52,21 @@ class RecognizerWithParts(_Recognizer):
         same = {"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
                 "malloc_mmap_threshold": rec_args.malloc_mmap_threshold}
         self.parts: dict[str, Any] = {}
-        # The parts first: a replica is ready only once all have warmed.
-        if det_args is not None:
-            self.parts["det"] = _Detector(engine, det_args.model_copy(update=same), lanes)
-        if cls_args is not None:
-            self.parts["cls"] = _Classifier(engine, cls_args.model_copy(update=same), lanes)
-        super().__init__(engine, rec_args, lanes)
+        # The detector is loaded and warmed on a thread of its own while the
+        # classifier and the recogniser are, here: each predictor runs on its
+        # own thread anyway (serve_app.inference.predictor), and a shape's
+        # first run is mostly the engine compiling it on one core, so on two
+        # cores the detector's 21 shapes overlap the others' instead of
+        # following them. The replica is ready only once all have warmed.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="build-det") as pool:
+            det = None
+            if det_args is not None:
+                det = pool.submit(_Detector, engine, det_args.model_copy(update=same), lanes)
+            if cls_args is not None:
+                self.parts["cls"] = _Classifier(engine, cls_args.model_copy(update=same), lanes)
+            super().__init__(engine, rec_args, lanes)
+            if det is not None:
+                self.parts["det"] = det.result()
 
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
         return await self.parts["cls"].classify(crops, deadline, lane)

@@ -72,6 +72,9 @@ def test_one_recogniser_process_holds_the_three_stages(light):
     # Every predictor on both cores (building the classifier's first once narrowed the process to core 0).
     assert rec["cpu_affinity"] == cls["cpu_affinity"] == det["cpu_affinity"] == [0, 1]
     assert rec["ready_at"] and cls["ready_at"] and det["ready_at"]
+    # The detector was built beside the others, not before them: its warm-up
+    # (21 shapes, seconds) overlapped the recogniser's build.
+    assert det["started_at"] < rec["ready_at"] and rec["started_at"] < det["ready_at"]
 
 
 def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
