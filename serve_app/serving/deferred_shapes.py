@@ -41,6 +41,18 @@ def core_shapes(shapes: Sequence[Shape]) -> tuple[list[Shape], list[Shape]]:
     return [s for s in shapes if s[0] == 1], [s for s in shapes if s[0] != 1]
 
 
+def kept_shapes(shapes: Sequence[Shape], sizes: Optional[Sequence[int]]) -> list[Shape]:
+    """The shapes a replica builds with `recognizer.batch_sizes`: at each
+    width the sizes listed and the width's largest (a full batch); None:
+    all. A batch at any other size runs as built ones (DeferredShapes.sizes)."""
+    if sizes is None:
+        return list(shapes)
+    top: dict[int, int] = {}
+    for n, w in shapes:
+        top[w] = max(top.get(w, 0), n)
+    return [(n, w) for n, w in shapes if n in sizes or n == top[w]]
+
+
 class DeferredShapes:
     """Which shapes are built, the split of a batch into built shapes, and
     the background build of the rest (`start`)."""
@@ -53,7 +65,7 @@ class DeferredShapes:
         self.yielded = 0  # builds skipped on the thread because a batch was queued meanwhile
         self.split_batches = 0  # predictor batches run as several built shapes
         self.build_seconds = 0.0
-        self.finished_at: Optional[float] = None
+        self.finished_at: Optional[float] = None if self._left else time.time()  # nothing left: done now
         self.task: Optional[asyncio.Task] = None
 
     @property

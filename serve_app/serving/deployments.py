@@ -22,7 +22,7 @@ from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
 from serve_app.core.engine_config import EngineConfig
 from serve_app.serving.crop_scheduler import CropScheduler
-from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes
+from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
@@ -209,10 +209,13 @@ class TextRecognizerDeployment(_Replica):
         self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
         shapes = self.recognizer.warm_shapes(args.warm_widths)
         trt_on = (getattr(self.replica.predictor, "tensorrt_status", None) or {}).get("on")
-        if args.warm == "core" and self.scheduler is not None and not trt_on:  # TensorRT: engines per shape, all now
-            # Every width at batch size 1 now; the rest after ready, between
+        split = self.scheduler is not None and not trt_on  # TensorRT: engines per shape, all now
+        if split and args.batch_sizes is not None:  # only these sizes (and each width's largest), ever
+            shapes = kept_shapes(shapes, args.batch_sizes)
+        if split and (args.warm == "core" or args.batch_sizes is not None):
+            # warm core: every width at batch size 1 now; the rest after ready, between
             # batches, split into built shapes meanwhile (serve_app/serving/deferred_shapes.py).
-            now, later = core_shapes(shapes)
+            now, later = core_shapes(shapes) if args.warm == "core" else (shapes, [])
             deferred = self.replica.deferred = DeferredShapes(
                 now, [(s, *self.recognizer.warm_call(s)) for s in later])
             self.scheduler.run_batch = deferred.batches(

@@ -17,7 +17,7 @@ from serve_app.core.engine_config import RecOptions
 from serve_app.inference.runners import TextRecognizer
 from serve_app.ocr.recognition import batch_width, input_shapes
 from serve_app.serving.crop_scheduler import CropScheduler
-from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes
+from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes, kept_shapes
 
 CHARSET = ["blank"] + list("abcdefghij") + [" "]
 
@@ -105,6 +105,35 @@ def test_a_batch_at_an_unbuilt_shape_is_split_into_the_largest_built_sizes(built
     d = DeferredShapes([(k, 320) for k in built], [])
     assert d.sizes(n, 320) == want
     assert sum(d.sizes(n, 320)) == n
+
+
+def test_batch_sizes_keep_the_sizes_listed_and_each_widths_full_batch():
+    shapes = input_shapes(RecOptions())
+    kept = kept_shapes(shapes, [1, 2, 4])
+    assert len(kept) == 51 and kept_shapes(shapes, None) == shapes
+    by_width: dict[int, set] = {}
+    for n, w in kept:
+        by_width.setdefault(w, set()).add(n)
+    assert by_width[320] == {1, 2, 4, 6}  # limit 6
+    assert by_width[1280] == {1, 2, 4}  # limit 4
+    assert by_width[1792] == {1, 2, 3}  # limit 3: a full batch is one call
+    assert by_width[3200] == {1}
+    # Sizes not kept run as kept ones, and every size up to the limit adds up.
+    d = DeferredShapes(kept, [])
+    assert d.left == 0 and d.finished_at is not None  # warm full: nothing to build after ready
+    assert d.sizes(5, 320) == [4, 1] and d.sizes(3, 320) == [2, 1] and d.sizes(6, 320) == [6]
+    assert d.sizes(3, 1792) == [3]
+
+
+@pytest.mark.parametrize("sizes", [[2, 4], [0, 1], [1, 1, 2]])
+def test_batch_sizes_without_1_or_with_repeats_are_refused(sizes):
+    from pydantic import ValidationError
+
+    from serve_app.core.app_args import RecognizerArgs
+
+    with pytest.raises(ValidationError, match="batch_sizes"):
+        RecognizerArgs(batch_sizes=sizes)
+    assert RecognizerArgs(batch_sizes=[4, 1, 2]).batch_sizes == [1, 2, 4]
 
 
 def test_a_split_batch_reads_the_same_text_in_the_same_order():

@@ -1,0 +1,131 @@
+"""Where `serve run` to ready goes, phase by phase, for a model-free app
+(the floor: what Ray and Serve take on this machine before any of our
+work) and each config, started twice each, in one run.
+
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests serve_phases
+
+Each start is footprint.py's (`serve run` of a temporary copy on a free
+port, a fresh journal; the second start reuses the first's compile-cache
+folder). The phases come from the `serve run` output's own timestamps:
+the CLI's first line, Ray up ("Started a local Ray instance"), Serve up
+("Started Serve"), the app imported and built, the first replica added,
+the last model replica's "replica ready" line (serve_app.serving.replica),
+and /readyz 200 as the client saw it. Nothing else of ours runs meanwhile."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+
+from load_tests.footprint import ServeRun, parse_config  # noqa: E402
+
+FLOOR = "floor"
+FLOOR_CONFIG = {
+    "proxy_location": "HeadOnly",
+    "http_options": {"host": "127.0.0.1", "port": 8000},
+    "applications": [{"name": "floor", "route_prefix": "/", "import_path": "load_tests.serve_floor_app:build",
+                      "args": {}}],
+}
+# (phase, the log line that ends it); the last one's time is /readyz 200.
+MARKS = [("CLI start", r"Running config file"), ("Ray up", r"Started a local Ray instance"),
+         ("Serve up", r"Started Serve in namespace"), ("app built", r"Imported and built app"),
+         ("replicas added", r"Adding \d+ replicas? to Deployment"),
+         ("model replicas ready", r"replica ready: load")]
+STAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+
+
+def stamp(line: str) -> Optional[float]:
+    m = STAMP.search(line)
+    return datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if m else None
+
+
+def phases(log: str, t0: float, ready_s: float) -> dict[str, Optional[float]]:
+    """Seconds from `serve run` to the end of each phase (the first line of
+    each mark; the last "replica ready" line for the model replicas)."""
+    out: dict[str, Optional[float]] = {}
+    lines = log.splitlines()
+    for name, pat in MARKS:
+        hits = [stamp(x) for x in lines if re.search(pat, x)]
+        hits = [h for h in hits if h is not None]
+        if not hits:
+            out[name] = None
+            continue
+        out[name] = (max(hits) if name == "model replicas ready" else min(hits)) - t0
+    out["/readyz 200"] = ready_s
+    return out
+
+
+def start_once(name: str, spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
+    import yaml
+
+    if spec == FLOOR:
+        path = work / "floor.yaml"
+        path.write_text(yaml.safe_dump(FLOOR_CONFIG))
+        run = ServeRun(path, work, cache)
+    else:
+        file, overrides = parse_config(spec)
+        run = ServeRun(ROOT / file if not Path(file).is_absolute() else Path(file), work, cache, overrides)
+    before = run.log_path.read_text() if run.log_path.exists() else ""
+    t0 = time.time()
+    try:
+        ready_s = run.start(timeout_s)
+        time.sleep(1.0)  # the last log lines reach the CLI's output
+    finally:
+        run.stop()
+    log = run.log_path.read_text()[len(before):]
+    return phases(log, t0, ready_s)
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    names = list(results)
+    rows = ["| s from `serve run` | " + " | ".join(f"{n}, start {k + 1}" for n in names
+                                                  for k in range(len(results[n]))) + " |",
+            "|---|" + "---:|" * sum(len(v) for v in results.values())]
+    for phase in [m for m, _ in MARKS] + ["/readyz 200"]:
+        cells = []
+        for n in names:
+            for r in results[n]:
+                v = r.get(phase)
+                cells.append("-" if v is None else f"{v:.1f}")
+        rows.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--configs", default=f"{FLOOR},deployments.light.yaml,deployments.yaml",
+                    help=f"comma-separated; '{FLOOR}' is the model-free app; a file may carry +key=value overrides")
+    ap.add_argument("--starts", type=int, default=2, help="starts of each config (the later ones reuse the cache)")
+    ap.add_argument("--timeout", type=float, default=180)
+    a = ap.parse_args()
+    results: dict[str, list[dict]] = {}
+    t_run = time.time()
+    for spec in [s.strip() for s in a.configs.split(",") if s.strip()]:
+        work = Path(tempfile.mkdtemp(prefix="serve-phases-"))
+        cache = work / "compile-cache"
+        try:
+            for k in range(a.starts):
+                r = start_once(spec, spec, work, cache, a.timeout)
+                results.setdefault(spec, []).append(r)
+                print(f"{spec} start {k + 1}: ready {r['/readyz 200']:.1f} s", flush=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\nRun {datetime.utcfromtimestamp(t_run):%Y-%m-%d %H:%M} UTC, {time.time() - t_run:.0f} s\n")
+    print(table(results))
+    ready = {n: statistics.median(r["/readyz 200"] for r in v) for n, v in results.items()}
+    if FLOOR in ready:
+        print("\nmedian ready s: " + ", ".join(f"{n} {s:.1f} (floor + {s - ready[FLOOR]:.1f})" for n, s in ready.items()))
+
+
+if __name__ == "__main__":
+    main()
