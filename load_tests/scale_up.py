@@ -10,6 +10,14 @@ first request's batch ran on it. Throughput per interval beside it.
 
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
 config (default: the file's, which is what users get).
+
+`--idle`: no load at all; at the "step" the config is deployed again with
+the detector's min_replicas raised by one, so Serve adds a replica as its
+autoscaler would, with both cores idle (the issue's "a replica added by
+autoscaling ready in at most 10 s on an idle core"). The run ends once the
+new replica is RUNNING and its stats are read; no request is sent.
+
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests scale_up --idle
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests.images import pick_images  # noqa: E402
 from load_tests.loadgen import http_sync  # noqa: E402
-from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.service import apply_config, deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from harness.peer import PEER  # noqa: E402
 
 DET = "TextDetector"
@@ -104,6 +112,8 @@ async def run(a) -> dict:
                 if fresh:
                     pid, st = next(iter(fresh.items()))
                     new.update(st, pid=pid)
+                    if a.idle and st.get("ready_at") and "end" not in events:
+                        events["end"] = now  # nothing will run on it: no load
                     b = [x for x in st["recent_batches"] if x["seq"] == 1]
                     if b and "first_batch" not in events:
                         events["first_batch"] = b[0]["t"] - b[0]["ms"] / 1000.0
@@ -118,8 +128,14 @@ async def run(a) -> dict:
         t_base = time.time()
         await asyncio.sleep(a.base_s)
         events["step"] = time.time()
-        clients["n"] = a.step_clients
-        print(f"load step: {a.base_clients} -> {a.step_clients} clients", flush=True)
+        if a.idle:  # one replica more, as the autoscaler would add it, on idle cores
+            auto["min_replicas"] = auto.get("min_replicas", 1) + 1
+            auto["max_replicas"] = max(auto.get("max_replicas", 1), auto["min_replicas"])
+            await asyncio.to_thread(apply_config, config)
+            print(f"no load; detector min_replicas raised to {auto['min_replicas']}", flush=True)
+        else:
+            clients["n"] = a.step_clients
+            print(f"load step: {a.base_clients} -> {a.step_clients} clients", flush=True)
         try:
             await asyncio.wait_for(stop.wait(), timeout=a.max_s)
         except asyncio.TimeoutError:
@@ -135,7 +151,8 @@ async def run(a) -> dict:
 def report(r: dict, a) -> str:
     ev, new = r["events"], r["new"]
     step = ev["step"]
-    rows = [("load step", step, f"{a.base_clients} -> {a.step_clients} closed-loop HTTP clients")]
+    rows = [("load step", step, f"{a.base_clients} -> {a.step_clients} closed-loop HTTP clients")] if not a.idle else [
+        ("config deployed again, detector min_replicas +1", step, "no load: both cores idle")]
     if "starting_seen" in ev:
         rows.append(("Serve lists a STARTING detector replica", ev["starting_seen"],
                      f"upscale_delay_s {r['auto'].get('upscale_delay_s')}, target_ongoing_requests "
@@ -155,6 +172,8 @@ def report(r: dict, a) -> str:
     rows.sort(key=lambda x: x[1])
     out = ["| event | s after the step | note |", "|---|---:|---|"]
     out += [f"| {name} | {t - step:+.2f} | {note} |" for name, t, note in rows]
+    if a.idle:  # no load: no throughput to show
+        return "\n".join(out)
     # throughput and latency per interval
     out += ["", f"| interval (s from step) | answers | img/s | p50 ms | errors |", "|---|---:|---:|---:|---:|"]
     w = a.interval_s
@@ -181,7 +200,11 @@ def main() -> None:
     ap.add_argument("--n-images", type=int, default=20)
     ap.add_argument("--target-ongoing", type=float)
     ap.add_argument("--upscale-delay", type=float)
+    ap.add_argument("--idle", action="store_true",
+                    help="no load: add a detector replica by raising min_replicas (both cores idle)")
     a = ap.parse_args()
+    if a.idle:
+        a.base_clients = a.step_clients = 0
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         r = asyncio.run(run(a))
