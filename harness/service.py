@@ -322,12 +322,14 @@ def shutdown_cached_handles() -> None:
         print(f"shutting down Serve handles: {type(e).__name__}: {e}")
 
 
-def replica_stats(handle, n: int, tries: int = 200) -> dict:
+def replica_stats(handle, n: int, tries: int = 200, get: Optional[Callable[[], dict]] = None) -> dict:
     """pid -> stats() of up to n replicas behind a deployment handle (the
-    router picks one replica per call, so call until n have answered)."""
+    router picks one replica per call, so call until n have answered).
+    get: one call's stats (default handle.stats.remote().result())."""
+    get = get or (lambda: handle.stats.remote().result())
     seen: dict = {}
     for _ in range(tries):
-        st = handle.stats.remote().result()
+        st = get()
         seen[st["pid"]] = st
         if len(seen) >= n:
             break
@@ -340,14 +342,20 @@ def wait_shapes_built(timeout_s: float = 180.0, app: str = "ocr") -> None:
     stats()["deferred_shapes"]["finished_at"]). Until then the builds take
     CPU from every other process: a module whose tests hold the service to
     tight deadlines (a 3 s body deadline) starts from a built service, as
-    with warm: full. TimeoutError after timeout_s."""
+    with warm: full. With recognizer.with_pipeline the recogniser is in the
+    OcrPipeline replicas (its stats under "rec"). TimeoutError after timeout_s."""
     from ray import serve
 
-    handle = serve.get_deployment_handle("TextRecognizer", app_name=app)
+    deployments = serve.status().applications[app].deployments
+    name = "TextRecognizer" if "TextRecognizer" in deployments else "OcrPipeline"
+    handle = serve.get_deployment_handle(name, app_name=app)
+    get = None
+    if name == "OcrPipeline":  # PipelineWithModels.stats -> {"rec": [this replica's recogniser stats], ...}
+        get = lambda: handle.stats.remote({"rec": 1}).result()["rec"][0]  # noqa: E731
     deadline = time.monotonic() + timeout_s
     while True:
-        n = serve.status().applications[app].deployments["TextRecognizer"].replica_states.get("RUNNING", 1)
-        building = {pid: s["deferred_shapes"] for pid, s in replica_stats(handle, n).items()
+        n = serve.status().applications[app].deployments[name].replica_states.get("RUNNING", 1)
+        building = {pid: s["deferred_shapes"] for pid, s in replica_stats(handle, n, get=get).items()
                     if s.get("deferred_shapes") and s["deferred_shapes"].get("finished_at") is None}
         if not building:
             return

@@ -59,19 +59,25 @@ def build_app(args: Optional[dict] = None):
     cls_args = with_shape_ranges("cls", a.classifier, a.engine)
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
     cls_beside = a.engine.cls.enabled and a.classifier.beside_recognizer
-    if cls_beside or a.detector.beside_recognizer:  # one process for them (deployments.light.yaml)
+    if a.recognizer.with_pipeline:  # the pipeline and the models in one process (AppArgs checked the rest)
+        from serve_app.serving.cls_beside_rec import PipelineWithModels
+
+        pipeline = PipelineWithModels.bind(a.engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes)
+    elif cls_beside or a.detector.beside_recognizer:  # one process for them (deployments.light.yaml)
         from serve_app.serving.cls_beside_rec import RecognizerWithParts
 
         recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
                                               det_args if a.detector.beside_recognizer else None, a.lanes)
     else:
         recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
-    detector = recognizer if a.detector.beside_recognizer else TextDetectorDeployment.bind(a.engine, det_args, a.lanes)
-    if not a.engine.cls.enabled:
-        classifier = None
-    else:
-        classifier = recognizer if cls_beside else DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes)
-    pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
+    if not a.recognizer.with_pipeline:
+        detector = (recognizer if a.detector.beside_recognizer
+                    else TextDetectorDeployment.bind(a.engine, det_args, a.lanes))
+        if not a.engine.cls.enabled:
+            classifier = None
+        else:
+            classifier = recognizer if cls_beside else DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes)
+        pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.serving.result_cache import model_identity
 

@@ -99,6 +99,16 @@ class RecognizerArgs(ModelArgs):
     # default, against 51 with [1, 2, 4]). Needs 1 (a lone crop); applies
     # with bucket padding unless TensorRT is on, as `warm` does.
     batch_sizes: Optional[list[int]] = None
+    # true (with detector.beside_recognizer, and classifier.beside_recognizer
+    # unless engine.cls is off): the pipeline's own work (decoding, crops,
+    # order) runs in the recogniser's process too, which is then the
+    # OcrPipeline deployment (serve_app/serving/cls_beside_rec.py,
+    # PipelineWithModels): no TextRecognizer deployment, and an image's
+    # three stage calls are local calls instead of Ray hops (~7-10 ms each
+    # here). The deployment's resources, replicas, max_ongoing_requests and
+    # user_config (the recogniser's and classifier's batch knobs) come from
+    # the YAML's OcrPipeline block.
+    with_pipeline: bool = False
     # An image with at least `fan_out_min_items` crops is sent as up to
     # `fan_out` calls (crops dealt out in width order), so that several
     # replicas read one text-dense page at once. 1 = one call per image.
@@ -341,6 +351,15 @@ class AppArgs(_Args):
     classifier: ClassifierArgs = ClassifierArgs()
     recognizer: RecognizerArgs = RecognizerArgs()
     lanes: LaneArgs = LaneArgs()
+
+    @model_validator(mode="after")
+    def _pipeline_beside_models(self) -> "AppArgs":
+        if self.recognizer.with_pipeline and not (
+                self.detector.beside_recognizer and (self.classifier.beside_recognizer or not self.engine.cls.enabled)):
+            raise ValueError("recognizer.with_pipeline needs detector.beside_recognizer: true and "
+                             "classifier.beside_recognizer: true (or engine.cls.enabled: false): "
+                             "the pipeline then calls every stage in its own process")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -1,6 +1,8 @@
 """Other stages beside the recogniser, in one replica process: the direction
 classifier (`classifier.beside_recognizer: true`) and the detector
-(`detector.beside_recognizer: true`), as in deployments.light.yaml.
+(`detector.beside_recognizer: true`); and, with `recognizer.with_pipeline:
+true`, the pipeline too (PipelineWithModels, below), as in
+deployments.light.yaml.
 
 A model replica is a process of its own, and each holds its own copy of
 Paddle's and OpenVINO's runtimes and of Ray's worker (~0.35 GB PSS for the
@@ -30,8 +32,9 @@ from typing import Any, Optional
 from ray import serve
 
 from serve_app.core.engine_config import EngineConfig
+from serve_app.flow.pipeline import Stages
 from serve_app.serving.deployments import (
-    DirectionClassifierDeployment, TextDetectorDeployment, TextRecognizerDeployment,
+    DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
 )
 from serve_app.core.app_args import ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 
@@ -93,3 +96,44 @@ class RecognizerWithParts(_Recognizer):
         """The recogniser's stats, or with stage "cls" / "det" that part's."""
         return self.parts[stage].stats() if stage in self.parts else super().stats()
 
+
+
+@serve.deployment(name="OcrPipeline")
+class PipelineWithModels(OcrPipeline.func_or_class):
+    """`recognizer.with_pipeline: true`: the pipeline and the three models in
+    one replica process. The OcrPipeline deployment (what the ingress and
+    the job store call, as ever) builds a RecognizerWithParts here, as a
+    plain object, and its pipeline calls the stages' methods directly: the
+    same batch queues, crop scheduler, lanes and deadlines as behind a
+    handle, requests' images and crops still batched together, but no Ray
+    hop, no object store and no second event loop between the pipeline and
+    the models. What is given up: the stages no longer have replicas of
+    their own (the pipeline's replicas are the models' replicas), and the
+    pipeline's own CPU work (decoding, crops, PDF pages) shares the models'
+    process."""
+
+    def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: Optional[ClassifierArgs],
+                 det_args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
+        self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
+        self.handles = {}  # no stage deployments: stats() and ready() read the parts here
+        self._setup(Stages(
+            detect=lambda image, params, ctx: m.detect(image, ctx.deadline, params, ctx.lane),
+            classify=(lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None,
+            recognize=lambda crops, ctx=None: m.recognize(crops, ctx.deadline, ctx.lane),
+        ), engine, lanes)
+
+    def reconfigure(self, user_config: dict) -> None:
+        """The OcrPipeline block's user_config: the recogniser's (and classifier's) batch knobs."""
+        self.models.reconfigure(user_config)
+
+    async def check_health(self) -> None:
+        await self.models.check_health()
+
+    async def stats(self, calls: Optional[dict[str, int]] = None, timeout_s: float = 2.0) -> dict[str, list[dict]]:
+        """stage -> [this replica's stats() of it] (every stage is here)."""
+        m = self.models
+        return {**{name: [m.stats(name)] for name in m.parts}, "rec": [m.stats()]}
+
+    async def ready(self) -> dict[str, bool]:
+        m = self.models
+        return {**{name: part.ready() for name, part in m.parts.items()}, "rec": m.ready()}

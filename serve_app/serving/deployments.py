@@ -285,6 +285,22 @@ class OcrPipeline:
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
                  lanes: LaneArgs = LaneArgs()):
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
+        # Positional: the stage methods' arguments (lists of items are batched below them).
+        # Arrays over 1 MiB go by reference (serve_app/serving/payloads.py): gRPC's 4 MiB
+        # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
+        self._setup(Stages(
+            detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
+                                                                                    ctx.lane),
+            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
+            if classifier is not None else None,
+            recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
+                                 .options(multiplexed_model_id=route_tag(part))
+                                 .recognize.remote(crops, ctx.deadline, ctx.lane),
+                                 rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
+        ), engine, lanes)
+
+    def _setup(self, stages: Stages, engine: EngineConfig, lanes: LaneArgs) -> None:
+        """The pipeline over `stages`, its bulk gate and lane metrics."""
         # Bulk images in the model stages at once, at most lanes.bulk_in_stages
         # (interactive ones pass): bulk never fills a stage's max_ongoing_requests,
         # whose queue (Serve's router) is FIFO.
@@ -294,19 +310,7 @@ class OcrPipeline:
         # Each stage call is given the request's context (serve_app.core.request_context)
         # and passes on its deadline and lane, so the replicas drop work queued
         # for a request that is gone and serve interactive work first.
-        # Positional: the stage methods' arguments (lists of items are batched below them).
-        # Arrays over 1 MiB go by reference (serve_app/serving/payloads.py): gRPC's 4 MiB
-        # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
-        self.pipeline = Pipeline(Stages(
-            detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
-                                                                                    ctx.lane),
-            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
-            if classifier is not None else None,
-            recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
-                                 .options(multiplexed_model_id=route_tag(part))
-                                 .recognize.remote(crops, ctx.deadline, ctx.lane),
-                                 rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
-        ), engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
+        self.pipeline = Pipeline(stages, engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
 
     def _options(self, options: Any) -> OcrOptions:
         """Parsed options with their lane (a handle call without one: interactive), counted."""

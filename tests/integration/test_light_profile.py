@@ -1,9 +1,11 @@
 """deployments.light.yaml with real Ray, real models and real HTTP: one
-2-thread recogniser replica that also runs the detector and the direction
-classifier (detector/classifier.beside_recognizer,
-serve_app/serving/cls_beside_rec.py) answers what the in-process engine
-answers, with the three stages ready, batched and reconfigured in that one
-process."""
+2-thread recogniser replica that also runs the detector, the direction
+classifier and the pipeline (detector/classifier.beside_recognizer,
+recognizer.with_pipeline; serve_app/serving/cls_beside_rec.py) answers
+what the in-process engine answers, with the three stages ready, batched
+and reconfigured in that one process. Each test runs twice: on the file
+as shipped, and with the pipeline in a deployment of its own
+(`with_pipeline: false`, the models still in one TextRecognizer process)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import requests
 
 from harness.peer import PEER
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
-from harness.service import wait_shapes_built
+from harness.service import replica_pids, wait_shapes_built
 
 LIGHT = REPO / "deployments.light.yaml"
 # Rotated lines (the classifier turns them), a dense photo, a receipt, a word crop, an empty image.
@@ -25,15 +27,39 @@ IMAGES = ["rapidocr_text_cls_v3.jpg", "rapidocr_text_cls_v1.jpg", "rapidocr_ch_e
           "paddleocr_00111002.jpg", "rapidocr_img_exif_orientation.jpg"]
 
 
-@pytest.fixture(scope="module")
-def light():
+def pipeline_apart(config: dict) -> dict:
+    """The light profile with the pipeline in a deployment of its own and
+    the three models in a TextRecognizer one (as before with_pipeline)."""
+    out = copy.deepcopy(config)
+    app = out["applications"][0]
+    app["args"]["recognizer"]["with_pipeline"] = False
+    deployments = [d for d in app["deployments"] if d["name"] != "OcrPipeline"]
+    (models,) = [d for d in app["deployments"] if d["name"] == "OcrPipeline"]
+    deployments.append({"name": "OcrPipeline", "max_ongoing_requests": 64,
+                        "ray_actor_options": {**models["ray_actor_options"], "num_cpus": 0.1}})
+    deployments.append({"name": "TextRecognizer", "num_replicas": 1, "max_ongoing_requests": 96,
+                        "ray_actor_options": {"num_cpus": 0.3}, "user_config": models["user_config"]})
+    app["deployments"] = deployments
+    return out
+
+
+@pytest.fixture(scope="module", params=["shipped", "pipeline apart"])
+def light(request):
     start_ray()
     try:
         config = load_config(LIGHT)
+        assert config["applications"][0]["args"]["recognizer"]["with_pipeline"] is True
+        if request.param == "pipeline apart":
+            config = pipeline_apart(config)
         url = deploy_config(config, free_port())
         yield url, config
     finally:
         stop_all(graceful=False)  # the cluster goes with ray.shutdown(): no ~10 s Serve drain
+
+
+def models_deployment(config: dict) -> str:
+    """The deployment whose process holds the three models."""
+    return "OcrPipeline" if config["applications"][0]["args"]["recognizer"]["with_pipeline"] else "TextRecognizer"
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +85,20 @@ def stage_stats() -> dict:
 def test_one_recogniser_process_holds_the_three_stages(light):
     from ray import serve
 
-    url, _ = light
+    url, config = light
     r = requests.get(f"{url}/readyz", timeout=10)
     assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True}
     deployments = serve.status().applications["ocr"].deployments
     assert "DirectionClassifier" not in deployments and "TextDetector" not in deployments
-    assert deployments["TextRecognizer"].replica_states == {"RUNNING": 1}
+    models = models_deployment(config)
+    assert deployments[models].replica_states == {"RUNNING": 1}
+    if models == "OcrPipeline":
+        assert "TextRecognizer" not in deployments
     stages = stage_stats()
     (det,), (cls,), (rec,) = stages["det"], stages["cls"], stages["rec"]
     assert (det["stage"], cls["stage"], rec["stage"]) == ("det", "cls", "rec")
     assert det["pid"] == cls["pid"] == rec["pid"]  # one process
+    assert replica_pids([models])[models] == [rec["pid"]]  # the pipeline's too, with_pipeline
     # Every predictor on both cores (building the classifier's first once narrowed the process to core 0).
     assert rec["cpu_affinity"] == cls["cpu_affinity"] == det["cpu_affinity"] == [0, 1]
     assert rec["ready_at"] and cls["ready_at"] and det["ready_at"]
@@ -116,7 +146,7 @@ def test_a_new_user_config_reaches_the_classifier_and_recogniser_and_the_detecto
     url, config = light
     changed = copy.deepcopy(config)
     for d in changed["applications"][0]["deployments"]:
-        if d["name"] == "TextRecognizer":
+        if d["name"] == models_deployment(config):
             d["user_config"] = {"max_batch_size": 7, "batch_wait_timeout_s": 0.0}
     apply_config(changed)
     try:

@@ -45,7 +45,8 @@ def _deployment_names() -> set[str]:
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
-    # (serve_app.serving.cls_beside_rec's RecognizerWithParts is named TextRecognizer too)
+    # (serve_app.serving.cls_beside_rec's RecognizerWithParts is named TextRecognizer too,
+    # its PipelineWithModels OcrPipeline)
     return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
                              TextRecognizerDeployment, OcrIngress, JobStore)}
 
@@ -89,6 +90,12 @@ def validate_serve_config(cfg: dict) -> None:
                 size = BATCH_DEFAULTS[stage].updated(d.get("user_config")).max_batch_size  # only the batch knobs
                 # README: max_ongoing_requests caps every batch, so it is set above the batch sizes.
                 assert d["max_ongoing_requests"] >= size, where
+            if d["name"] == "OcrPipeline" and args.recognizer.with_pipeline:
+                # The models are in the pipeline's process; its user_config is the recogniser's.
+                size = BATCH_DEFAULTS["rec"].updated(d.get("user_config")).max_batch_size
+                assert d["max_ongoing_requests"] >= size, where
+                assert not {"TextRecognizer", "TextDetector", "DirectionClassifier"} & {
+                    x["name"] for x in app["deployments"]}, f"{where}: with_pipeline builds no model deployment"
             if d["name"] == "OcrIngress":
                 # README: above ingress.max_in_flight, so the app's own 503s come first.
                 assert d["max_ongoing_requests"] > args.ingress.max_in_flight, where
@@ -119,12 +126,12 @@ def test_deployment_options_have_one_home():
     from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from serve_app.serving.cls_beside_rec import RecognizerWithParts
+    from serve_app.serving.cls_beside_rec import PipelineWithModels, RecognizerWithParts
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
     for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
-              OcrIngress, JobStore, RecognizerWithParts):
+              OcrIngress, JobStore, RecognizerWithParts, PipelineWithModels):
         allowed = {"name", "num_replicas"} if d is JobStore else {"name"}
         assert d._deployment_config.user_configured_option_names <= allowed, d.name
     for path in (CPU_PROFILE, GPU_PROFILE, LIGHT_PROFILE):

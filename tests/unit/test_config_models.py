@@ -133,3 +133,25 @@ def test_existing_dictionary_resolves(tmp_path):
     path = tmp_path / "keys.txt"
     path.write_text("a\n")
     assert dictionary_path(str(path)) == path
+
+
+@pytest.mark.parametrize("args", [
+    {"recognizer": {"with_pipeline": True}},
+    {"recognizer": {"with_pipeline": True}, "detector": {"beside_recognizer": True}},
+    {"recognizer": {"with_pipeline": True}, "classifier": {"beside_recognizer": True}},
+])
+def test_the_pipeline_beside_the_models_needs_every_stage_there(args):
+    """recognizer.with_pipeline calls every stage in its own process: a
+    stage left in a deployment of its own is refused, naming what to set."""
+    from serve_app.core.app_args import AppArgs
+
+    with pytest.raises(pydantic.ValidationError, match="with_pipeline needs detector.beside_recognizer"):
+        AppArgs.model_validate(args)
+
+
+def test_the_pipeline_beside_the_models_with_the_classifier_off_or_beside():
+    from serve_app.core.app_args import AppArgs
+
+    beside = {"detector": {"beside_recognizer": True}, "recognizer": {"with_pipeline": True}}
+    assert AppArgs.model_validate({**beside, "classifier": {"beside_recognizer": True}}).recognizer.with_pipeline
+    assert AppArgs.model_validate({**beside, "engine": {"cls": {"enabled": False}}}).recognizer.with_pipeline

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pytest
-
 from load_tests.serve_phases import phases, table
-
-pytestmark = pytest.mark.unit
 
 LOG = """\
 2026-12-02 09:31:33,860\tINFO scripts.py:489 -- Running config file: 'deployments.light.yaml'.
