@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
+# The light CPU profile: the pipeline and the three models in one process (docs/deploy.md);
+# `serve run deployments.yaml` is the per-stage one.
 serve: $(STAMP)
-	$(BIN)/serve run deployments.yaml
+	$(BIN)/serve run deployments.light.yaml
 
 # `make test` is the README's test command, `pytest -m "not slow" tests`, run
 # in two disjoint parts: the unit tier first (`make test-quick`, seconds, no

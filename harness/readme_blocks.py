@@ -9,7 +9,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-URL = "http://127.0.0.1:8000"  # deployments.yaml's http_options, as the README's examples use it
+URL = "http://127.0.0.1:8000"  # the profiles' http_options (make serve's deployments.light.yaml), as the README's examples use it
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The README's start command, `serve run deployments.yaml`, as a user runs
-it: a fresh local Ray, the real config file (only the port changed, so a
+"""The README's start command, `make serve`'s `serve run deployments.light.yaml`,
+as a user runs it: a fresh local Ray, the real config file (only the port changed, so a
 service already on 8000 is left alone), real HTTP. Started once for the
 module: the README's first request, and OCRmyPDF making a searchable PDF
 through it (serve_app.integrations.ocrmypdf_plugin)."""
@@ -28,12 +28,12 @@ from harness.service import free_port  # noqa: E402
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """`serve run` of deployments.yaml on a free port, ready; its URL."""
+    """`serve run` of deployments.light.yaml (what `make serve` runs) on a free port, ready; its URL."""
     tmp_path = tmp_path_factory.mktemp("serve_run")
-    cfg = yaml.safe_load((REPO / "deployments.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "deployments.light.yaml").read_text())
     port = free_port()
     cfg["http_options"]["port"] = port
-    config = tmp_path / "deployments.yaml"
+    config = tmp_path / "deployments.light.yaml"
     config.write_text(yaml.safe_dump(cfg))
     serve_bin = Path(sys.executable).parent / "serve"
     log = open(tmp_path / "serve.log", "w")
@@ -64,7 +64,7 @@ def served(tmp_path_factory):
         log.close()
 
 
-def test_serve_run_deployments_yaml(served):
+def test_serve_run_of_the_make_serve_profile(served):
     url = served
     with open(PEER / "rapidocr_ch_en_num.jpg", "rb") as f:
         r = requests.post(f"{url}/v1/ocr", files={"file": f}, timeout=120)

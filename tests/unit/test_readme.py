@@ -26,7 +26,7 @@ def test_make_serve_and_make_test_are_the_first_two_commands():
     assert [line.split("#")[0].strip() for line in first.text.splitlines()] == ["make serve", "make test"]
     makefile = (REPO / "Makefile").read_text()
     serve = re.search(r"^serve: .*\n((?:\t.*\n)+)", makefile, flags=re.M)
-    assert serve and "serve run deployments.yaml" in serve.group(1)
+    assert serve and "serve run deployments.light.yaml" in serve.group(1)
     test = re.search(r"^test: (.*)\n((?:\t.*\n)+)", makefile, flags=re.M)
     assert test and 'pytest -q --durations=15 -m "not slow and not unit" tests' in test.group(2)
     assert "test-quick" in test.group(1)
@@ -61,8 +61,9 @@ def test_python_examples_compile():
 
 
 def test_every_example_names_files_that_exist_and_the_service_the_config_serves():
-    http = yaml.safe_load((REPO / "deployments.yaml").read_text())["http_options"]
-    assert URL == f"http://{http['host']}:{http['port']}"
+    for profile in ("deployments.light.yaml", "deployments.yaml"):  # `make serve`'s, and the per-stage one
+        http = yaml.safe_load((REPO / profile).read_text())["http_options"]
+        assert URL == f"http://{http['host']}:{http['port']}", profile
     cmds = commands()
     curls = [c for c in cmds if c.line.startswith("curl ")]
     clis = [c for c in cmds if " -m serve_app " in c.line]
