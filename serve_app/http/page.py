@@ -106,7 +106,8 @@ class PageRoutes:
             "time": now,
             "app": app,
             "deployments": deployments,
-            "stages": {s: {"deployment": names.get(s, s), **stage_summary(r, now)} for s, r in stages.items()},
+            "stages": {s: {"deployment": home(names.get(s, s), deployments), **stage_summary(r, now)}
+                       for s, r in stages.items()},
             "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
                         "bulk_in_flight": self.bulk_in_flight,
                         "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot()},
@@ -119,3 +120,12 @@ class PageRoutes:
         gathering at a time, its answer reused for ingress.stats_cache_s.
         The history is this ingress replica's (one by default)."""
         return JSONResponse(await self._stats.get(self.args.stats_cache_s))
+
+
+def home(name: str, deployments: dict) -> str:
+    """The deployment whose replicas run a stage: its own, else the
+    recogniser's (detector/classifier.beside_recognizer), else the
+    pipeline's (recognizer.with_pipeline). Unknown deployments: its own."""
+    if not deployments or name in deployments:
+        return name
+    return "TextRecognizer" if "TextRecognizer" in deployments else "OcrPipeline"

@@ -416,7 +416,8 @@ def test_stats_gathers_replicas_stages_and_history_at_most_once_per_cache_period
 
     obj.pipeline.stats = Method(stats)
     running = types.SimpleNamespace(status="HEALTHY", replica_states={"RUNNING": 2}, message="")
-    status = types.SimpleNamespace(applications={"ocr": types.SimpleNamespace(deployments={"TextRecognizer": running})})
+    status = types.SimpleNamespace(applications={"ocr": types.SimpleNamespace(
+        deployments={"TextDetector": running, "TextRecognizer": running})})
     obj.args = IngressArgs(stats_cache_s=60)
     assert post(client, b"ok").status_code == 200 and post(client, b"bad").status_code == 400
     with mock.patch.object(serve, "status", lambda: status):

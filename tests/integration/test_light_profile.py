@@ -99,6 +99,8 @@ def test_one_recogniser_process_holds_the_three_stages(light):
     assert (det["stage"], cls["stage"], rec["stage"]) == ("det", "cls", "rec")
     assert det["pid"] == cls["pid"] == rec["pid"]  # one process
     assert replica_pids([models])[models] == [rec["pid"]]  # the pipeline's too, with_pipeline
+    live = requests.get(f"{url}/v1/stats", timeout=30).json()["stages"]  # the page's Live tab
+    assert {s: live[s]["deployment"] for s in ("det", "cls", "rec")} == {"det": models, "cls": models, "rec": models}
     # Every predictor on both cores (building the classifier's first once narrowed the process to core 0).
     assert rec["cpu_affinity"] == cls["cpu_affinity"] == det["cpu_affinity"] == [0, 1]
     assert rec["ready_at"] and cls["ready_at"] and det["ready_at"]
