@@ -18,7 +18,6 @@ import argparse
 import re
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from datetime import datetime
@@ -65,7 +64,7 @@ def phases(log: str, t0: float, ready_s: float) -> dict[str, Optional[float]]:
     return out
 
 
-def start_once(name: str, spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
+def start_once(spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
     import yaml
 
     if spec == FLOOR:
@@ -115,7 +114,7 @@ def main() -> None:
         cache = work / "compile-cache"
         try:
             for k in range(a.starts):
-                r = start_once(spec, spec, work, cache, a.timeout)
+                r = start_once(spec, work, cache, a.timeout)
                 results.setdefault(spec, []).append(r)
                 print(f"{spec} start {k + 1}: ready {r['/readyz 200']:.1f} s", flush=True)
         finally:

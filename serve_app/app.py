@@ -63,14 +63,14 @@ def build_app(args: Optional[dict] = None):
         from serve_app.serving.cls_beside_rec import PipelineWithModels
 
         pipeline = PipelineWithModels.bind(a.engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes)
-    elif cls_beside or a.detector.beside_recognizer:  # one process for them (deployments.light.yaml)
-        from serve_app.serving.cls_beside_rec import RecognizerWithParts
-
-        recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
-                                              det_args if a.detector.beside_recognizer else None, a.lanes)
     else:
-        recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
-    if not a.recognizer.with_pipeline:
+        if cls_beside or a.detector.beside_recognizer:  # the models in one process
+            from serve_app.serving.cls_beside_rec import RecognizerWithParts
+
+            recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
+                                                  det_args if a.detector.beside_recognizer else None, a.lanes)
+        else:
+            recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
         detector = (recognizer if a.detector.beside_recognizer
                     else TextDetectorDeployment.bind(a.engine, det_args, a.lanes))
         if not a.engine.cls.enabled:

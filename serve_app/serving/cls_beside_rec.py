@@ -14,9 +14,10 @@ the `TextRecognizer` block of the Serve config) and also answers `classify`
 and `detect`. Their predictors run on the recogniser's cores (their blocks'
 `cpu_cores`, `threads` and `malloc_mmap_threshold` are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
-before the replica is ready (the detector on a thread of its own, beside
-the other two: ready 1-2 s sooner on 2 cores, docs/performance.md) (every detector and classifier shape; the
-recogniser's per `recognizer.warm`); each keeps its own batch queue, lanes,
+before the replica is ready, the detector on a thread of its own beside
+the other two (ready 1-2 s sooner on 2 cores, docs/performance.md): every
+detector and classifier shape, and the recogniser's per `recognizer.warm`.
+Each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments), and its own thread:
 Paddle's predictors are called from one thread each. The classifier takes
 the deployment's user_config as the recogniser does; the detector keeps
