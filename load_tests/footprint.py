@@ -23,7 +23,10 @@ is started, timed to /readyz 200; one client reads the same images with
 (smaps_rollup, the `serve run` process and its descendants) is read; 8
 clients read the peer images (each a rotation of them) until 2 passes are
 done; PSS again; the service is stopped (SIGTERM) and started again with
-the same cache folder: the second start's time to /readyz. Ready means
+the same cache folder: the second start's time to /readyz. PSS is read
+right after the peer set, again after 3 s idle (past the model processes'
+`malloc_trim_idle_s`: serve_app/serving/heap.py), and right after the 8
+clients. Ready means
 /readyz 200, every stage with a ready, warmed replica (the CPU profile's
 second recogniser replica may still be warming then). Nothing else of ours
 runs meanwhile; other users' load is printed with the figures."""
@@ -150,6 +153,8 @@ def table(engine: dict, runs: list[dict]) -> str:
         ("**PSS MB total** (processes), after the peer set", [
             f"**{_f(r['pss_total'])}** ({r['n_procs']})" for r in runs]),
         ("RSS MB total, after the peer set", [_f(r["rss_total"]) for r in runs]),
+        (f"PSS MB total, the same after {IDLE_S:g} s idle (the model heaps trimmed)",
+         [_f(r.get("pss_total_idle")) for r in runs]),
         ("PSS MB total after 8 clients", [_f(r["pss_total_loaded"]) for r in runs]),
         ("`serve run` to ready s, first start (empty compile cache)", [_f(r["ready_first_s"], 1) for r in runs]),
         ("`serve run` to ready s, second start", [_f(r["ready_second_s"], 1) for r in runs]),
@@ -368,6 +373,9 @@ def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, 
     return {"rate": len(todo) / seconds, "errors": sum(errors), "requests": len(todo)}
 
 
+IDLE_S = 3.0  # the idle PSS reading's wait after the peer set
+
+
 def measure_config(name: str, config: Path, names: list[str], lines: list[str], passes: int,
                    engine: dict, labels: dict, n_clients: int, timeout_s: float,
                    overrides: Optional[list] = None) -> dict:
@@ -404,6 +412,8 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                    ms_peer=ms_peer, reading=reading(reads, engine["reads"], labels), procs=procs,
                    groups=group_pss(procs), pss_total=sum(p["pss"] for p in procs),
                    rss_total=sum(p["rss"] for p in procs), n_procs=len(procs))
+        time.sleep(IDLE_S)  # past malloc_trim_idle_s (1 s by default): the model processes' heaps trimmed
+        out["pss_total_idle"] = sum(p["pss"] for p in svc.processes())
         load = clients(svc.url, names, data, n_clients, 2)
         out.update(rate_8=load["rate"], errors_8=load["errors"],
                    pss_total_loaded=sum(p["pss"] for p in svc.processes()))

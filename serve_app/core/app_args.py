@@ -42,14 +42,28 @@ class ModelArgs(_Args):
     # this many seconds (checked within Serve's health checks, so at most
     # every health_check_period_s); 0 = not periodically.
     canary_interval_s: float = Field(60.0, ge=0)
+    # The process's glibc heap (serve_app/serving/heap.py, docs/performance.md, "The heap, again"): with
+    # a model beside the recogniser, the recogniser's values hold (one process, one heap).
+    malloc_arena_max: Optional[int] = Field(
+        1, ge=1, le=64,
+        description="glibc malloc arenas at most (mallopt M_ARENA_MAX, set before the predictor is built): "
+        "with one, every thread allocates from one heap, so freed buffers are reused by whichever thread "
+        "asks next and malloc_trim returns them in one place. The limit is read at the process's first "
+        "allocation: the profiles also set MALLOC_ARENA_MAX=1 in the model deployments' runtime_env (the "
+        "call here only stops new arenas). null: glibc's default (8 per core)")
     malloc_mmap_threshold: Optional[int] = Field(
-        131072, ge=64 * 1024, le=32 * 1024 * 1024,
-        description="bytes: glibc's mmap threshold, set in the replica's process before its predictor is built "
-        "(mallopt M_MMAP_THRESHOLD, as MALLOC_MMAP_THRESHOLD_ does at start): larger buffers are mapped and go back "
-        "to the OS when freed. With glibc's default (a threshold that rises after the first large free) the "
-        "detector kept ~300 MB of freed warm-up and inference buffers in its heap (docs/performance.md, "
-        "\"Heap\"); null: glibc's default. At least 64 KiB (below it small objects would be mapped one by "
-        "one, a system call each) and at most 32 MiB (glibc's own ceiling)")
+        None, ge=64 * 1024, le=32 * 1024 * 1024,
+        description="bytes: a fixed glibc mmap threshold for the replica's process (mallopt "
+        "M_MMAP_THRESHOLD, set before its predictor is built): larger buffers are mapped on every "
+        "allocation and unmapped when freed. null (the default): glibc's own threshold, which rises to the "
+        "largest buffer freed, so image-sized buffers are reused from the heap; 131072 was the default "
+        "before and cost ~25 ms of page faults per image here (docs/performance.md, \"The heap, again\"). "
+        "At least 64 KiB and at most 32 MiB (glibc's own ceiling)")
+    malloc_trim_idle_s: Optional[float] = Field(
+        1.0, gt=0,
+        description="seconds: the heap's free pages go back to the OS (malloc_trim) after warm-up and once "
+        "no predictor call has begun or ended in the process for this long; null: never trimmed (the "
+        "heap keeps its peak)")
 
 
 class DetectorArgs(ModelArgs):

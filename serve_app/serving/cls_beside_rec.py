@@ -12,7 +12,7 @@ predictors are built in every recogniser replica instead: the deployment is
 the recogniser's (its name, resources, replicas and user_config come from
 the `TextRecognizer` block of the Serve config) and also answers `classify`
 and `detect`. Their predictors run on the recogniser's cores (their blocks'
-`cpu_cores`, `threads` and `malloc_mmap_threshold` are not used: a process
+`cpu_cores`, `threads` and `malloc_*` settings are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
 before the replica is ready, the detector on a thread of its own beside
 the other two (ready 1-2 s sooner on 2 cores, docs/performance.md): every
@@ -52,9 +52,10 @@ class RecognizerWithParts(_Recognizer):
         # process to its cores (serve_app.inference.predictor.pin_process, within what the
         # process already has), so every part takes the recogniser's cores
         # (else the one built last would narrow all to its own); the malloc
-        # threshold is the process's too.
+        # settings are the process's too.
         same = {"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
-                "malloc_mmap_threshold": rec_args.malloc_mmap_threshold}
+                "malloc_mmap_threshold": rec_args.malloc_mmap_threshold,
+                "malloc_arena_max": rec_args.malloc_arena_max, "malloc_trim_idle_s": rec_args.malloc_trim_idle_s}
         self.parts: dict[str, Any] = {}
         # The detector is loaded and warmed on a thread of its own while the
         # classifier and the recogniser are, here: each predictor runs on its

@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
+from serve_app.serving.heap import counted_calls, process_trimmer, set_arena_max, set_mmap_threshold, trim  # noqa: F401 (set_mmap_threshold: re-exported)
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs
@@ -61,26 +62,6 @@ def placed_options(options: PredictorOptions, cores: Optional[list[int]],
     return options.model_copy(update=update) if update else options
 
 
-def set_mmap_threshold(nbytes: Optional[int], libc: Any = None) -> bool:
-    """glibc's mmap threshold for this process (mallopt M_MMAP_THRESHOLD):
-    allocations above `nbytes` are mapped and unmapped when freed, instead
-    of coming from a heap that keeps the peak of every shape's buffers.
-    Also stops glibc raising the threshold by itself. None, or a C library
-    without mallopt (not glibc): nothing is changed, False."""
-    if nbytes is None:
-        return False
-    try:
-        if libc is None:
-            import ctypes
-
-            libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    M_MMAP_THRESHOLD = -3
-    return mallopt(M_MMAP_THRESHOLD, int(nbytes)) == 1
-
-
 def hide_gpus_without_share(gpu_share: Optional[float], environ=os.environ) -> bool:
     """A replica Ray gave no GPU share (num_gpus: 0) sees no GPU: Ray 2.60
     leaves CUDA_VISIBLE_DEVICES as the node has it for such a process, so
@@ -117,6 +98,8 @@ class ModelReplica:
         self._model: Any = None
         # Shapes built after ready (`warm: core`, serve_app.serving.deferred_shapes); None: all before.
         self.deferred: Any = None
+        # The process's heap trimmer (serve_app.serving.heap; set by build()); None: the heap is never trimmed.
+        self.trimmer: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
@@ -135,7 +118,10 @@ class ModelReplica:
 
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
-        set_mmap_threshold(args.malloc_mmap_threshold)  # before the predictor's first buffers
+        # The process's heap (serve_app/serving/heap.py), before the predictor's first buffers.
+        set_arena_max(args.malloc_arena_max)
+        set_mmap_threshold(args.malloc_mmap_threshold)
+        trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
         predictor = PaddlePredictor(model_files(stage, model_dir), options, stage, int8_inputs=int8_inputs)
         trt = predictor.options.tensorrt
@@ -147,7 +133,9 @@ class ModelReplica:
             except Exception:
                 predictor.close()
                 raise
+        counted_calls(predictor, trimmer)  # the idle trimmer sees its calls
         replica = cls(stage, predictor, knobs, StageMetrics(stage))
+        replica.trimmer = trimmer
         replica.started_at = started
         replica._model = (model_dir, predictor.options)
         return replica
@@ -203,6 +191,8 @@ class ModelReplica:
             self.canary.run(self._probe)
             self.canary.raise_if_failed()  # never ready: Serve starts another replica
         self.warm_seconds = time.perf_counter() - t0
+        if self.trimmer is not None:
+            trim()  # the warm-up's freed buffers go back to the OS before ready
         # Every shape has run: whatever TensorRT engines this replica built are
         # written; the next replica of this stage on the node may build/read.
         release = getattr(self.predictor, "release_build_lock", None)
