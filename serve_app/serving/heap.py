@@ -24,6 +24,7 @@ No Ray import: unit-tested with a fake clock and a real glibc
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -126,6 +127,11 @@ class IdleTrimmer:
         self.trim_fn()
         self.trims += 1
         return True
+
+    def stats(self) -> dict[str, Any]:
+        """The process's heap settings in force and the trims done so far."""
+        return {"idle_s": self.idle_s, "trims": self.trims, "in_flight": self.active, "trim_pending": self.dirty,
+                "arena_max_env": os.environ.get("MALLOC_ARENA_MAX")}
 
     def start(self) -> "IdleTrimmer":
         if self._thread is None:

@@ -309,6 +309,7 @@ class ModelReplica:
             "compile_cache": getattr(self.predictor, "cache", None),
             "precision_check": self.precision_check,
             "deferred_shapes": self.deferred.stats() if self.deferred is not None else None,
+            "heap": self.trimmer.stats() if self.trimmer is not None else None,  # the process's (serve_app.serving.heap)
             **gpu_stats(self.predictor),
         }
 

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from harness.peer import PEER
+from load_tests.procfs import pss_mb
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
 from harness.service import replica_pids, wait_shapes_built
 
@@ -35,10 +36,12 @@ def pipeline_apart(config: dict) -> dict:
     app["args"]["recognizer"]["with_pipeline"] = False
     deployments = [d for d in app["deployments"] if d["name"] != "OcrPipeline"]
     (models,) = [d for d in app["deployments"] if d["name"] == "OcrPipeline"]
-    deployments.append({"name": "OcrPipeline", "max_ongoing_requests": 64,
-                        "ray_actor_options": {**models["ray_actor_options"], "num_cpus": 0.1}})
+    # As in deployments.yaml: the model-free pipeline with a fixed mmap threshold, the models' process with one arena.
+    deployments.append({"name": "OcrPipeline", "max_ongoing_requests": 64, "ray_actor_options": {
+        "num_cpus": 0.1, "runtime_env": {"env_vars": {"MALLOC_MMAP_THRESHOLD_": "131072"}}}})
     deployments.append({"name": "TextRecognizer", "num_replicas": 1, "max_ongoing_requests": 96,
-                        "ray_actor_options": {"num_cpus": 0.3}, "user_config": models["user_config"]})
+                        "ray_actor_options": {**models["ray_actor_options"], "num_cpus": 0.3},
+                        "user_config": models["user_config"]})
     app["deployments"] = deployments
     return out
 
@@ -163,3 +166,57 @@ def test_a_new_user_config_reaches_the_classifier_and_recogniser_and_the_detecto
         assert post(url, "rapidocr_ch_en_num.jpg").status_code == 200
     finally:
         apply_config(config)
+
+
+def wait_trimmed(timeout_s: float = 60) -> dict:
+    """The models' process once its heap was trimmed after its last work
+    (serve_app/serving/heap.py): nothing in flight and no trim pending, read
+    from its stats (explicit steps, not a sleep)."""
+    end = time.monotonic() + timeout_s
+    while True:
+        (rec,) = stage_stats()["rec"]
+        heap = rec["heap"]
+        if heap["in_flight"] == 0 and not heap["trim_pending"]:
+            return rec
+        assert time.monotonic() < end, heap
+        time.sleep(0.2)
+
+
+def test_a_burst_of_40_megapixel_pages_is_given_back_once_the_process_is_idle(light):
+    """The heap settings' hostile case: image-sized buffers are reused from
+    the heap instead of mapped per request (~25 ms an image less), so a
+    burst of the largest pages a stranger may send (40 MP, the pixel limit,
+    ~0.3 MB of JPEG each: mostly blank, one line of text) grows the models'
+    process; once it has been idle for malloc_trim_idle_s the heap's free
+    pages go back to the OS. What admission takes of the burst is read."""
+    import cv2
+    import numpy as np
+
+    url, _ = light
+    page = np.full((5600, 7000, 3), 255, np.uint8)
+    cv2.putText(page, "HEAP TRIM 2026", (400, 2800), cv2.FONT_HERSHEY_SIMPLEX, 12, (0, 0, 0), 30)
+    body = cv2.imencode(".jpg", page, [cv2.IMWRITE_JPEG_QUALITY, 80])[1].tobytes()
+    assert len(body) < 1_000_000
+    rec = wait_trimmed()
+    assert rec["heap"]["arena_max_env"] == "1" and rec["heap"]["idle_s"] == 1.0
+    pid, trims = rec["pid"], rec["heap"]["trims"]
+    before = pss_mb(pid)["pss"]
+
+    def read(_):
+        r = requests.post(f"{url}/v1/ocr", data=body, timeout=180,
+                          headers={"Content-Type": "image/jpeg", "Cache-Control": "no-cache"})
+        text = " ".join(x["text"] for x in r.json().get("results", [])) if r.status_code == 200 else r.text
+        return r.status_code, text, r.headers.get("Retry-After"), pss_mb(pid)["pss"]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(read, range(8)))
+    # Admission bounds the burst's cost (~8 s of work a page, serve_app/serving/admission.py):
+    # what it takes is read, the rest is 503 with Retry-After; one is always taken.
+    read_ = [a for a in answers if a[0] == 200]
+    assert read_ and all("HEAP" in text.replace(" ", "").upper() for _, text, _, _ in read_), answers
+    assert all(a[0] == 503 and a[2] for a in answers if a[0] != 200), answers
+    peak = max(a[3] for a in answers)
+    rec = wait_trimmed()
+    after = pss_mb(pid)["pss"]
+    assert rec["heap"]["trims"] > trims
+    assert after < before + 64, (before, peak, after)
