@@ -193,8 +193,9 @@ def test_forty_slow_bodies_get_408_hold_no_slot_and_a_good_client_is_answered(se
 
     def slow(i):
         path = "/v1/ocr" if i % 2 else "/v1/ocr/jobs"
-        results[i] = raw_request(url, head(url, path, "image/jpeg", "Content-Length: 100000\r\n"),
-                                 (b"x" for _ in range(100000)), pause_s=0.25)
+        t0 = time.monotonic()
+        results[i] = (*raw_request(url, head(url, path, "image/jpeg", "Content-Length: 100000\r\n"),
+                                   (b"x" for _ in range(100000)), pause_s=0.25), time.monotonic() - t0)
 
     threads = [threading.Thread(target=slow, args=(i,)) for i in range(40)]
     for t in threads:
@@ -205,12 +206,16 @@ def test_forty_slow_bodies_get_408_hold_no_slot_and_a_good_client_is_answered(se
     ready = requests.get(f"{url}/readyz", timeout=10)
     for t in threads:
         t.join()
-    print(f"\n40 slow clients: statuses {sorted({r[0] for r in results})}, bytes each <= {max(r[2] for r in results)}")
+    print(f"\n40 slow clients: statuses {sorted({r[0] for r in results})}, bytes each <= {max(r[2] for r in results)}, "
+          f"answered after {min(r[3] for r in results):.1f}-{max(r[3] for r in results):.1f} s")
     assert [g.status_code for g in good] == [200, 200, 200]
     assert [l["text"] for l in good[0].json()["results"]]
     assert job.status_code == 202 and ready.status_code == 200
     assert [r[0] for r in results] == [408] * 40
     assert all(b"request_timeout" in r[1] for r in results)
+    # Each told when its body_timeout_s ran out, not later (a bound loose enough for a loaded machine:
+    # 41 such clients on the light profile had theirs at 10.3-10.5 s of its 10 s).
+    assert max(r[3] for r in results) < 2 * BODY_TIMEOUT_S + 5, sorted(round(r[3], 1) for r in results)
 
 
 def test_a_json_bomb_is_400_cheaply_and_others_are_served_meanwhile(service):
