@@ -73,6 +73,12 @@ class RecognizerWithParts(_Recognizer):
             if det is not None:
                 self.parts["det"] = det.result()
 
+    def _others_busy(self) -> bool:
+        # The detector or classifier has an image or crops queued or running:
+        # the recogniser's shapes left after ready wait (they would take the
+        # cores from that request; the first request after ready was 0.8-1.1 s).
+        return any(part.replica.pending for part in self.parts.values())
+
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
         return await self.parts["cls"].classify(crops, deadline, lane)
 

@@ -127,19 +127,26 @@ class DeferredShapes:
         thread (submit: its call_async), split into built shapes."""
         return lambda items: submit(self.run_split, read, items, width_of(items))
 
-    async def build(self, submit: Callable[..., Awaitable], scheduler: Any) -> None:
+    async def build(self, submit: Callable[..., Awaitable], scheduler: Any,
+                    others_busy: Callable[[], bool] = lambda: False, poll_s: float = 0.05) -> None:
         """Every shape left, one per idle moment of `scheduler` (a
-        CropScheduler: wait_idle(), active). submit(fn, *args): fn on the
-        predictor's thread (call_async)."""
-        busy = lambda: scheduler.active  # noqa: E731 (read on the predictor's thread)
+        CropScheduler: wait_idle(), active) while `others_busy()` is false
+        too (the other stages in this process: their requests first; polled
+        every poll_s meanwhile). submit(fn, *args): fn on the predictor's
+        thread (call_async)."""
+        busy = lambda: scheduler.active or others_busy()  # noqa: E731 (read on the predictor's thread)
         while self._left:
             await scheduler.wait_idle()
+            if others_busy():
+                await asyncio.sleep(poll_s)
+                continue
             # Handed over in the same step as the idle check: a batch queued
             # from now on is behind this one build on the thread, or makes it
             # give way (busy() there).
             await submit(self.build_next, busy)
 
-    def start(self, submit: Callable[..., Awaitable], scheduler: Any) -> bool:
+    def start(self, submit: Callable[..., Awaitable], scheduler: Any,
+              others_busy: Callable[[], bool] = lambda: False) -> bool:
         """Start `build` on the running event loop, once; False without one
         (the caller tries again from a coroutine)."""
         if self.task is not None or not self._left:
@@ -148,7 +155,7 @@ class DeferredShapes:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
-        self.task = loop.create_task(self.build(submit, scheduler))
+        self.task = loop.create_task(self.build(submit, scheduler, others_busy))
         self.task.add_done_callback(_log_failure)
         return True
 

@@ -230,7 +230,11 @@ class TextRecognizerDeployment(_Replica):
         first call that finds an event loop running)."""
         d = self.replica.deferred
         if d is not None and d.task is None and self.scheduler is not None:
-            d.start(self.replica.predictor.call_async, self.scheduler)
+            d.start(self.replica.predictor.call_async, self.scheduler, self._others_busy)
+
+    def _others_busy(self) -> bool:
+        """Another stage in this process has work (serve_app/serving/cls_beside_rec.py): no shape build meanwhile."""
+        return False
 
     def reconfigure(self, user_config: dict) -> None:
         knobs = self.replica.reconfigure(user_config, self._recognize_batch)

@@ -236,3 +236,22 @@ def test_a_build_yields_on_the_thread_when_a_batch_is_waiting():
     assert d.build_next(lambda: True) is False
     assert d.yielded == 1 and d.left == 1 and (2, 320) not in d.built
     assert d.build_next(lambda: False) is True and (2, 320) in d.built
+
+
+def test_no_build_while_another_stage_in_the_process_has_work_and_all_once_it_has_none():
+    """One process with the detector and classifier beside the recogniser
+    (serve_app/serving/cls_beside_rec.py): while the detector works on a
+    request's image the recogniser is idle, but a build then would take the
+    cores from that request; builds wait until no stage has work."""
+    async def go():
+        pred, rec, deferred, sched = setup()
+        detector_pending = [1]  # an image at the detector
+        assert deferred.start(pred.call_async, sched, lambda: detector_pending[0] > 0)
+        for _ in range(6):  # several polls of the builder (it sleeps between them)
+            await asyncio.sleep(0.06)
+        assert pred.submitted == [] and deferred.stats()["left"] == 56
+        detector_pending[0] = 0  # the detector is done; the recogniser still idle
+        await deferred.task
+        assert deferred.stats()["left"] == 0 and deferred.stats()["built"] == 71
+        assert all(c[2] for c in pred.calls)  # every run was a build (white warm-up input)
+    asyncio.run(go())
