@@ -12,6 +12,11 @@ REPO = Path(__file__).resolve().parents[1]
 PEER = REPO / "tests" / "data" / "peer"
 
 
+def peer_names() -> list[str]:
+    """The peer images' file names (JPEG and PNG), sorted."""
+    return sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+
+
 def require_peer() -> Path:
     if not (PEER / "expected.json").is_file():
         raise FileNotFoundError(

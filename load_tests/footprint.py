@@ -460,9 +460,9 @@ def main() -> None:
     if a.engine_child:
         print(json.dumps(engine_child(*json.loads(a.engine_child))))
         return
-    from harness.peer import PEER, expected
+    from harness.peer import expected, peer_names
 
-    names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
+    names = peer_names()
     lines = text_lines(names)
     labels = {n: e["expected_texts"] for n, e in expected().items() if e["kind"] == "ground-truth-label"}
     configs = []

@@ -33,21 +33,13 @@ SETTINGS: dict[str, tuple[dict[str, str], bool]] = {
 }
 
 
-def rss_mb() -> float:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def child(trim_after_warm: bool) -> dict:
-    from harness.peer import PEER
+    from harness.peer import PEER, peer_names
+    from load_tests.procfs import rss_mb
     from serve_app.engine import OcrEngine
     from serve_app.serving.heap import trim
 
-    names = sorted(p.name for p in PEER.iterdir() if p.suffix in (".jpg", ".jpeg", ".png"))
-    data = {n: (PEER / n).read_bytes() for n in names}
+    data = {n: (PEER / n).read_bytes() for n in peer_names()}
     out: dict = {}
     with OcrEngine() as eng:
         eng.warm()
@@ -57,9 +49,9 @@ def child(trim_after_warm: bool) -> dict:
         out["rss_trimmed"] = rss_mb()
         ms, lines = [], 0
         for rnd in range(2):
-            for n in names:
+            for body in data.values():
                 t = time.perf_counter()
-                res = eng.read(data[n])
+                res = eng.read(body)
                 if rnd:
                     ms.append((time.perf_counter() - t) * 1000)
                     lines += len(res.lines)

@@ -130,13 +130,10 @@ def trim_heap() -> bool:
     gigabytes freed-but-held after its first pass over new shapes; without
     this the next system runs on top of it (the first full run here was
     OOM-killed that way). Called between passes only, never inside timing."""
-    gc.collect()
-    try:
-        import ctypes
+    from serve_app.serving.heap import trim
 
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
-    except Exception:
-        return False
+    gc.collect()
+    return trim()
 
 
 class MemoryWatch:
@@ -175,12 +172,9 @@ class MemoryWatch:
 
 
 def set_mmap_threshold(nbytes: int) -> bool:
-    try:
-        import ctypes
+    from serve_app.serving.heap import set_mmap_threshold as set_threshold
 
-        return bool(ctypes.CDLL("libc.so.6").mallopt(-3, nbytes))  # -3 = M_MMAP_THRESHOLD
-    except Exception:
-        return False
+    return set_threshold(nbytes)
 
 
 def smaps_rollup_kb(pid: Pid = "self") -> dict[str, int]:

@@ -27,10 +27,9 @@ PARTS = ("decode", "det", "cls", "rec", "total")
 
 
 def peer_images() -> dict[str, bytes]:
-    from harness.peer import PEER
+    from harness.peer import PEER, peer_names
 
-    names = sorted(p.name for p in PEER.iterdir() if p.suffix in (".jpg", ".jpeg", ".png"))
-    return {n: (PEER / n).read_bytes() for n in names}
+    return {n: (PEER / n).read_bytes() for n in peer_names()}
 
 
 def service_rows(url: str, data: dict[str, bytes], passes: int) -> list[dict]:

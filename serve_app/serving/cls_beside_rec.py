@@ -37,7 +37,7 @@ from serve_app.flow.pipeline import Stages
 from serve_app.serving.deployments import (
     DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
 )
-from serve_app.core.app_args import ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
+from serve_app.core.app_args import ClassifierArgs, DetectorArgs, LaneArgs, ModelArgs, RecognizerArgs
 
 _Recognizer = TextRecognizerDeployment.func_or_class
 _Classifier = DirectionClassifierDeployment.func_or_class
@@ -53,9 +53,8 @@ class RecognizerWithParts(_Recognizer):
         # process already has), so every part takes the recogniser's cores
         # (else the one built last would narrow all to its own); the malloc
         # settings are the process's too.
-        same = {"cpu_cores": rec_args.cpu_cores, "threads": rec_args.threads,
-                "malloc_mmap_threshold": rec_args.malloc_mmap_threshold,
-                "malloc_arena_max": rec_args.malloc_arena_max, "malloc_trim_idle_s": rec_args.malloc_trim_idle_s}
+        same = {k: getattr(rec_args, k) for k in ModelArgs.model_fields
+                if k in ("cpu_cores", "threads") or k.startswith("malloc_")}
         self.parts: dict[str, Any] = {}
         # The detector is loaded and warmed on a thread of its own while the
         # classifier and the recogniser are, here: each predictor runs on its

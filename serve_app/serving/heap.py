@@ -24,6 +24,7 @@ No Ray import: unit-tested with a fake clock and a real glibc
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -33,6 +34,7 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 
+@functools.lru_cache(maxsize=1)
 def libc() -> Any:
     """This process's C library (None if it cannot be opened)."""
     try:

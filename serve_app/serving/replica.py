@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
-from serve_app.serving.heap import counted_calls, process_trimmer, set_arena_max, set_mmap_threshold, trim  # noqa: F401 (set_mmap_threshold: re-exported)
+from serve_app.serving.heap import counted_calls, process_trimmer, set_arena_max, set_mmap_threshold, trim
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs

@@ -77,6 +77,7 @@ def test_the_settings_reach_mallopt_and_are_left_alone_when_null_or_not_glibc():
     assert trim(Libc()) is True
     assert calls == [(-8, 1), (-3, 1 << 20), ("trim", 0)]
     assert set_arena_max(1, object()) is False and trim(object()) is False  # a C library without them
+    assert set_mmap_threshold(131072, object()) is False
 
 
 def test_the_defaults_are_one_arena_glibcs_own_threshold_and_a_trim_after_1_s_idle():

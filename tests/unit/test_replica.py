@@ -11,7 +11,7 @@ from serve_app.core.engine_config import PredictorOptions
 from serve_app.core.errors import ConfigError
 from serve_app.serving.isolation import run_isolated
 from serve_app.serving.replica import (
-    Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores, set_mmap_threshold,
+    Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores,
 )
 from serve_app.core.app_args import BatchKnobs, ModelArgs
 
@@ -194,7 +194,7 @@ def test_a_stage_without_a_gpu_share_sees_no_gpu(share, before, after, hidden):
 
 MMAP_PROBE = """
 import ctypes, sys
-from serve_app.serving.replica import set_mmap_threshold
+from serve_app.serving.heap import set_mmap_threshold
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
@@ -226,19 +226,6 @@ def test_with_the_threshold_a_big_buffer_after_a_big_free_is_mapped_not_kept_in_
     out = subprocess.run([sys.executable, "-c", MMAP_PROBE, mode], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert (int(out.stdout) >= 1 << 20) is mapped, out.stdout
-
-
-def test_the_threshold_is_left_alone_when_none_or_without_mallopt():
-    calls = []
-
-    class Libc:
-        def mallopt(self, param, value):
-            calls.append((param, value))
-            return 1
-
-    assert set_mmap_threshold(None, Libc()) is False and calls == []
-    assert set_mmap_threshold(131072, Libc()) is True and calls == [(-3, 131072)]
-    assert set_mmap_threshold(131072, object()) is False  # a C library without mallopt (not glibc)
 
 
 @pytest.mark.parametrize("value", [0, 4096, 64 * 1024 * 1024])
