@@ -127,6 +127,7 @@ class RedisJobBook(JobBook):
         lane = self._lane_of(options)
         blob, kind = await asyncio.to_thread(encode_image, image)
         job_id = uuid.uuid4().hex
+        created = time.time()
         try:
             await self._expire_now()
             # Shielded: a submit cancelled meanwhile still learns how it ended
@@ -134,7 +135,7 @@ class RedisJobBook(JobBook):
             # taken out again).
             call = asyncio.ensure_future(self._submit(args=[
                 self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
-                repr(time.time()), json.dumps(options.to_dict()), kind, payload or "", client, blob]))
+                repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob]))
             try:
                 answer, other = await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -170,7 +171,7 @@ class RedisJobBook(JobBook):
             # The key's job has expired (not yet dropped): the key is free again.
             await self._forget_one(args=[self.P, other.decode()])
             return await self.submit(image, options, key, client)
-        return {"job_id": job_id, "status": JobStatus.QUEUED.value}
+        return Job(job_id=job_id, created=created).view()  # {"job_id", "status": "queued", "created_at"}
 
     async def _after_cancelled_submit(self, call: asyncio.Future, job_id: str, key: Optional[str]) -> None:
         try:
@@ -226,6 +227,7 @@ class RedisJobBook(JobBook):
                   nbytes=int(g.get("nbytes", 0)),
                   result_json=h[b"result"] if b"result" in h else None,
                   error=json.loads(g["error"]) if g.get("error") else None,
+                  started=float(g["started"]) if g.get("started") else None,
                   finished=float(g["finished"]) if g.get("finished") else None)
         if "pages_total" in g:
             job.pages_done, job.pages_total = int(g["pages_done"]), int(g["pages_total"])
@@ -299,7 +301,7 @@ class RedisJobBook(JobBook):
             return
         job.image = await asyncio.to_thread(decode_image, blob, h.get(b"kind", b"bytes").decode())
         del blob
-        job.start()
+        job.start(job.started)  # the claim's time, as the book shows it
         renewer = self._spawn(self._keep_lease(job_id))
         t0 = time.monotonic()
         try:

@@ -103,7 +103,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT'
   local j = P..'job:'..id
   if redis.call('HGET', j, 'status') == 'running' then
     redis.call('HSET', j, 'status', 'queued')
-    redis.call('HDEL', j, 'owner')
+    redis.call('HDEL', j, 'owner', 'started')
     if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
     redis.call('ZADD', P..'q:'..redis.call('HGET', j, 'lane'), redis.call('HGET', j, 'created'), id)
   end
@@ -119,7 +119,7 @@ local id = (lane == 'bulk') and b[1] or i[1]
 redis.call('ZREM', P..'q:'..lane, id)
 redis.call('ZADD', P..'lease', ARGV[3], id)
 local j = P..'job:'..id
-redis.call('HSET', j, 'status', 'running', 'owner', ARGV[5])
+redis.call('HSET', j, 'status', 'running', 'owner', ARGV[5], 'started', ARGV[2])
 return {id, redis.call('HINCRBY', j, 'claims', 1)}
 """
 

@@ -40,6 +40,7 @@ class Job:
     result_json: Optional[bytes] = None
     client: str = ""  # who submitted it (serve_app.jobs.clients): its share of the result store
     error: Optional[dict] = None  # {"code", "message"}
+    started: Optional[float] = None  # when a worker took it (Unix seconds); not journaled
     finished: Optional[float] = None
     # A document's progress while it runs (pages read, pages in all).
     pages_done: Optional[int] = None
@@ -48,8 +49,9 @@ class Job:
     def progress(self, done: int, total: int) -> None:
         self.pages_done, self.pages_total = done, total
 
-    def start(self) -> None:
+    def start(self, now: Optional[float] = None) -> None:
         self.status = JobStatus.RUNNING
+        self.started = time.time() if now is None else now
 
     @property
     def result(self) -> Optional[dict]:
@@ -73,6 +75,7 @@ class Job:
         again (a document from its first page)."""
         if not self.status.done:
             self.status = JobStatus.QUEUED
+            self.started = None
         self.pages_done = 0 if self.pages_total is not None else None
 
     def _finish(self, status: JobStatus) -> None:
@@ -82,7 +85,7 @@ class Job:
 
     def view(self) -> dict:
         """The HTTP body of `GET /v1/ocr/jobs/{job_id}`."""
-        out: dict[str, Any] = {"job_id": self.job_id, "status": self.status.value}
+        out: dict[str, Any] = {"job_id": self.job_id, "status": self.status.value, **self.times()}
         result = self.result
         pages = (result or {}).get("document", {}).get("pages")  # a finished document (also once recovered)
         if pages is not None:
@@ -94,6 +97,14 @@ class Job:
         if self.error is not None:
             out["error"] = self.error
         return out
+
+    def times(self) -> dict[str, float]:
+        """When it was accepted, taken by a worker and finished (Unix
+        seconds, ms precision), each once known: `started_at - created_at` is
+        its wait in the queue. A job recovered from the journal after a
+        restart has no `started_at` of its earlier run."""
+        stamps = {"created_at": self.created, "started_at": self.started, "finished_at": self.finished}
+        return {k: round(v, 3) for k, v in stamps.items() if v is not None}
 
 
 def encode_result(result: dict) -> bytes:

@@ -77,7 +77,7 @@ def test_a_job_runs_and_its_result_is_served(books):
     async def go():
         book = await books(FakePipeline().run)
         job = await book.submit(b"hello", OcrOptions())
-        assert job == {"job_id": job["job_id"], "status": "queued"}
+        assert job == {"job_id": job["job_id"], "status": "queued", "created_at": job["created_at"]}
         views = await settle(book, [job["job_id"]])
         unknown = await book.get("no-such-job")
         await books.close_all()
@@ -86,6 +86,7 @@ def test_a_job_runs_and_its_result_is_served(books):
     view, unknown = run(go())
     assert view["status"] == "succeeded" and view["results"] == [{"text": "hello"}]
     assert view["request_id"] == view["job_id"] and unknown is None
+    assert view["created_at"] <= view["started_at"] <= view["finished_at"] <= time.time(), view
 
 
 def test_an_idempotency_key_stands_for_one_payload(books):
@@ -154,12 +155,13 @@ def test_interactive_jobs_run_before_bulk_jobs_queued_earlier(books):
         bulk = [(await book.submit(f"bulk{k}".encode(), OcrOptions(priority="bulk")))["job_id"] for k in range(3)]
         urgent = (await book.submit(b"urgent", OcrOptions(priority="interactive")))["job_id"]
         pipe.gate.set()
-        await settle(book, [first, urgent, *bulk])
+        views = await settle(book, [first, urgent, *bulk])
         await books.close_all()
-        return [bytes(c[0]) for c in pipe.calls]
+        return [bytes(c[0]) for c in pipe.calls], [views[j]["started_at"] for j in (first, urgent, *bulk)]
 
-    order = run(go())
+    order, started = run(go())
     assert order == [b"first", b"urgent", b"bulk0", b"bulk1", b"bulk2"]
+    assert started == sorted(started), started  # the views' start times tell the same order
 
 
 def test_finished_results_expire_after_their_ttl(books, clock):

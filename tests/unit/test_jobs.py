@@ -30,19 +30,28 @@ async def started(pipeline: FakePipeline, **args) -> JobBook:
 
 def test_status_values_are_the_http_strings():
     assert [s.value for s in JobStatus] == ["queued", "running", "succeeded", "failed"]
-    assert json.dumps(Job(job_id="j", created=0.0).view()) == '{"job_id": "j", "status": "queued"}'
+    assert json.dumps(Job(job_id="j", created=0.0).view()) == '{"job_id": "j", "status": "queued", "created_at": 0.0}'
     assert [s.done for s in JobStatus] == [False, False, True, True]
 
 
 def test_a_job_moves_queued_running_succeeded_and_drops_its_image():
-    job = Job(job_id="j", created=0.0, image=b"img")
-    job.start()
-    assert job.view() == {"job_id": "j", "status": "running"}
+    job = Job(job_id="j", created=10.0, image=b"img")
+    job.start(12.5)
+    assert job.view() == {"job_id": "j", "status": "running", "created_at": 10.0, "started_at": 12.5}
     job.succeed({"request_id": "j", "results": []})
-    assert job.view() == {"job_id": "j", "status": "succeeded", "request_id": "j", "results": []}
+    view = job.view()
     assert job.image is None and job.finished is not None
+    assert view == {"job_id": "j", "status": "succeeded", "created_at": 10.0, "started_at": 12.5,
+                    "finished_at": round(job.finished, 3), "request_id": "j", "results": []}
     job.requeue()  # a finished job stays finished after a restart
-    assert job.status is JobStatus.SUCCEEDED
+    assert job.status is JobStatus.SUCCEEDED and job.started == 12.5
+
+
+def test_a_job_running_at_a_restart_is_queued_again_without_its_start_time():
+    job = Job(job_id="j", created=10.0, image=b"img")
+    job.start(12.0)
+    job.requeue()
+    assert job.view() == {"job_id": "j", "status": "queued", "created_at": 10.0}
 
 
 def test_submitted_jobs_succeed_or_fail_with_the_inputs_error_code():
@@ -50,13 +59,16 @@ def test_submitted_jobs_succeed_or_fail_with_the_inputs_error_code():
         pipeline = FakePipeline()
         book = await started(pipeline)
         ok = await book.submit(b"hello", OcrOptions(cls=False))
-        assert ok["status"] == "queued" and set(ok) == {"job_id", "status"}
+        assert ok["status"] == "queued" and set(ok) == {"job_id", "status", "created_at"}
         bad = await book.submit(b"bad", OcrOptions())
         views = await settle(book, [ok["job_id"], bad["job_id"]])
         book.close()
         return pipeline, ok["job_id"], bad["job_id"], views
 
     pipeline, ok, bad, views = run(go())
+    for view in views.values():
+        assert view["created_at"] <= view["started_at"] <= view["finished_at"], view
+        del view["created_at"], view["started_at"], view["finished_at"]
     assert views[ok] == {"job_id": ok, "status": "succeeded", "request_id": ok, "results": [{"text": "hello"}]}
     assert views[bad] == {"job_id": bad, "status": "failed",
                           "error": {"code": "bad_image", "message": "not an image"}}
@@ -154,9 +166,10 @@ def test_a_document_job_shows_its_pages_while_running_and_when_done():
 
 def test_a_finished_document_reports_its_pages_from_its_result_also_after_a_restart():
     job = Job(job_id="j", created=0.0, image=b"%PDF-")
-    job.start()
+    job.start(1.0)
     job.progress(1, 2)
-    assert job.view() == {"job_id": "j", "status": "running", "pages_done": 1, "pages_total": 2}
+    assert job.view() == {"job_id": "j", "status": "running", "created_at": 0.0, "started_at": 1.0,
+                          "pages_done": 1, "pages_total": 2}
     recovered = Job(job_id="j", created=0.0)  # as the journal gives it back: no progress fields
     recovered.succeed({"request_id": "j", "document": {"type": "pdf", "pages": 2}, "pages": []})
     view = recovered.view()
