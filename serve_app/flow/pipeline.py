@@ -171,7 +171,7 @@ class Pipeline:
         lines = assemble(boxes, recs, geometry, drop_score, flipped, options.return_chars, options.return_words)
         if not votes:
             return lines, []
-        return lines, [line_vote(is_vertical(b), f, len(r.text.strip()), r.score)
+        return lines, [line_vote(is_vertical(b), f, len(r.text.strip()), r.score, b)
                        for b, r, f in zip(boxes, recs, flipped) if r.score >= drop_score]
 
     def _top_rung(self, options: OcrOptions) -> int:

@@ -14,7 +14,10 @@ counter-clockwise before classifying it):
 | tall (vertical)  | upright    | 90                             |
 | tall (vertical)  | 180        | 270                            |
 
-weighted by its characters times its score. A page is called turned when
+weighted by its characters times its score. "Wide" and "tall" stand for
+the direction the line was read along in the image (its crop's x axis): a
+slanted line's quad may start at another corner, and its crop then already
+runs along it without the 90-degree turn; it votes the way it was read. A page is called turned when
 one angle other than 0 has at least `min_share` of the weight, from at
 least `min_lines` lines or `min_chars` characters. The pipeline then reads
 the page again upright and keeps that reading only if the recogniser reads
@@ -48,9 +51,31 @@ class Vote:
     weight: float  # characters x score
 
 
-def line_vote(vertical: bool, flipped: bool, chars: int, score: float) -> Vote:
-    angle = (90 if vertical else 0) + (180 if flipped else 0)
+def line_vote(vertical: bool, flipped: bool, chars: int, score: float, box=None) -> Vote:
+    """A line's vote: the way it was read, turned to the page's angle. With
+    its box (tl, tr, br, bl as the crop was cut), from the direction the
+    recogniser read along in the image, so that a slanted line whose quad
+    starts at another corner (its crop then already runs along it, not
+    turned) votes the way it was read; without, from the table above."""
+    if box is None:
+        angle = (90 if vertical else 0) + (180 if flipped else 0)
+    else:
+        angle = reading_angle(box, vertical, flipped)
     return Vote(angle, max(0, chars) * float(score))
+
+
+def reading_angle(box, vertical: bool, flipped: bool) -> int:
+    """The direction a line was read along in the image (its crop's x axis:
+    tl -> tr, or tr -> br for a crop turned 90 degrees; backwards if the
+    classifier turned it 180), to the nearest of 0, 90, 180, 270 degrees
+    clockwise from +x (image y runs down)."""
+    tl, tr, br, _ = np.asarray(box, dtype=np.float64)[:4]
+    d = (br - tr) if vertical else (tr - tl)
+    if flipped:
+        d = -d
+    if not np.any(d):
+        return 0
+    return int(round(np.degrees(np.arctan2(d[1], d[0])) / 90.0)) % 4 * 90
 
 
 def decide(votes: Sequence[Vote], params: OrientationParams = OrientationParams()) -> int:
@@ -73,8 +98,11 @@ def decide(votes: Sequence[Vote], params: OrientationParams = OrientationParams(
 
 
 def quality(lines: Sequence) -> float:
-    """How well a reading went: characters times score, over its lines."""
-    return float(sum(len(line.text) * line.score for line in lines))
+    """How well a reading went: characters (spaces not counted) times score,
+    over its lines. Spaces are left out: the same line read from a crop cut
+    another way round may come with its word gaps where the upright reading
+    ran the words together, and that is no better a reading of the page."""
+    return float(sum(len("".join(line.text.split())) * line.score for line in lines))
 
 
 _TO_UPRIGHT = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}

@@ -72,6 +72,26 @@ def test_an_invoice_turned_is_found_and_read_upright_with_boxes_in_the_image_as_
     assert got.to_dict()["orientation"] == angle
 
 
+@pytest.mark.parametrize("name,angle", [("rapidocr_en.jpg", 90), ("rapidocr_en.jpg", 270),
+                                        ("rapidocr_return_word_debug.jpg", 90)])
+def test_a_photographed_page_turned_is_found_and_read_in_its_upright_order(engine, name, angle):
+    """Two peer photos that used to come back unturned, lines in reverse
+    order: a paragraph whose sideways crops read with more word gaps than
+    the upright page (the comparison counted the gaps as better reading),
+    and a slanted sign whose line quads start at their top end (their crops
+    ran along the line untouched, and voted upright)."""
+    import cv2
+
+    from harness.peer import PEER
+
+    img = cv2.imread(str(PEER / name))
+    up = engine.read(img)
+    code = {90: cv2.ROTATE_90_CLOCKWISE, 270: cv2.ROTATE_90_COUNTERCLOCKWISE}[angle]
+    got = engine.read(np.ascontiguousarray(cv2.rotate(img, code)))
+    assert up.orientation == 0 and got.orientation == angle, (got.orientation, texts(got))
+    assert texts(got) == texts(up) and len(texts(up)) >= 4
+
+
 def test_orientation_off_and_the_reference_profile_read_the_page_as_it_comes(engine, ref_engine):
     page = turned(invoice_page(), 180)
     off = engine.read(page.image, page_orientation=False)

@@ -19,6 +19,31 @@ def test_votes_by_geometry_and_classifier():
     assert line_vote(True, True, 10, 0.5).weight == 5.0
 
 
+def test_a_box_votes_the_direction_it_was_read_along_in_the_image():
+    wide = [[0, 0], [40, 0], [40, 10], [0, 10]]
+    tall = [[0, 0], [10, 0], [10, 40], [0, 40]]
+    # Axis-aligned boxes from the top-left corner: the table.
+    for box, vertical in ((wide, False), (tall, True)):
+        for flipped in (False, True):
+            assert line_vote(vertical, flipped, 10, 1.0, box).angle == line_vote(vertical, flipped, 10, 1.0).angle
+    # A line running down the image, slanted, whose quad starts at its top
+    # end (tl -> tr runs along the line): its crop is cut along it, not
+    # turned, and read as a page turned 90 degrees clockwise reads.
+    down = [[30, 0], [40, 60], [30, 62], [20, 2]]
+    assert line_vote(False, False, 10, 1.0, down).angle == 90
+    assert line_vote(False, True, 10, 1.0, down).angle == 270
+    up = [[20, 62], [10, 2], [20, 0], [30, 60]]  # the same line read from its other end
+    assert line_vote(False, False, 10, 1.0, up).angle == 270
+    assert line_vote(False, False, 10, 1.0, [[5, 5]] * 4).angle == 0  # a degenerate box
+
+
+def test_quality_does_not_count_spaces():
+    def line(text):
+        return TextLine(text, 0.5, [[0, 0], [1, 0], [1, 1], [0, 1]])
+
+    assert quality([line("To facilitate the")]) == quality([line("Tofacilitatethe")]) == 7.5
+
+
 def test_decide_needs_a_clear_majority_and_enough_text():
     assert decide([]) == 0
     assert decide([Vote(90, 20.0), Vote(90, 15.0), Vote(0, 5.0)]) == 90
