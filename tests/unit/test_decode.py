@@ -93,12 +93,18 @@ def test_grayscale_becomes_three_equal_channels():
     assert np.all(out == 100)
 
 
-def test_one_bit_image():
-    img = Image.new("1", (4, 3), 0)
-    img.putpixel((1, 1), 1)
+def test_one_bit_image_is_smoothed_to_gray():
+    """Bilevel pages are low-passed (decode.BILEVEL_SIGMA): flat areas keep
+    their value, a dot becomes a gray peak, and a bool array is read the same."""
+    img = Image.new("1", (40, 30), 0)
+    img.paste(1, (20, 0, 40, 30))  # right half white
+    img.putpixel((5, 5), 1)
     out = decode_image(encode(img, "PNG"))
-    assert out[1, 1].tolist() == [255, 255, 255]
-    assert out[0, 0].tolist() == [0, 0, 0]
+    assert out.shape == (30, 40, 3) and (out[..., 0] == out[..., 2]).all()
+    assert out[20, 2].tolist() == [0, 0, 0] and out[20, 38].tolist() == [255, 255, 255]
+    assert 20 < out[5, 5, 0] < 128 and out[5, 5, 0] == out[2:9, 2:9, 0].max()
+    assert 0 < out[20, 19, 0] < out[20, 20, 0] < 255  # the edge is a ramp
+    assert np.array_equal(array_to_bgr(np.asarray(img)), out)
 
 
 def test_palette_image():
@@ -204,7 +210,10 @@ def test_array_to_bgr_shapes_and_dtypes():
     assert array_to_bgr(rgb, rgb=True).tolist() == [[[3, 2, 1]]]
     floats = np.array([[0.0, 0.5, 1.0]], dtype=np.float32)
     assert array_to_bgr(floats)[0, :, 0].tolist() == [0, 127, 255]
-    assert array_to_bgr(np.array([[True, False]]))[0, :, 0].tolist() == [255, 0]
+    bits = np.array([[True] * 9 + [False] * 9])  # 1-bit: smoothed, flat parts kept
+    assert array_to_bgr(bits)[0, [0, 17], 0].tolist() == [255, 0]
+    assert 0 < array_to_bgr(bits)[0, 9, 0] < 255
+    assert np.array_equal(array_to_bgr(bits[..., None]), array_to_bgr(bits))
     with pytest.raises(BadImage, match="shape"):
         array_to_bgr(np.zeros((2, 2, 2, 2), dtype=np.uint8))
     with pytest.raises(BadImage, match="channels"):

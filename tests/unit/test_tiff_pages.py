@@ -37,7 +37,7 @@ def test_a_three_page_fax_is_a_document_of_three_pages_read_in_order():
         for k in range(3):
             page = doc.render(k)
             assert page.shape == (1100, 1728, 3) and page.dtype == np.uint8
-            black = (page[5, :, 0] == 0).sum()  # the bar says which page this is
+            black = (page[5, :, 0] < 128).sum()  # the bar says which page this is (its edge smoothed: 1-bit)
             assert black == 1728 * (k + 1) // 10
         assert doc.text_lines(0) is None  # no text layer: every page is read by OCR
 
