@@ -3,7 +3,7 @@ at about 70% of its measured saturation, for a long time; records every
 replica's memory and reports errors and memory growth.
 
     .venv/bin/python -m load_tests soak --seconds 1200           # the long run (about 20 min)
-    .venv/bin/python -m load_tests soak --seconds 60 --settle 60 --sizes 8 --out DIR   # CI's short one (tests/e2e/test_soak.py)
+    .venv/bin/python -m load_tests soak --seconds 60 --settle 30 --sizes 8 --out DIR   # CI's short one (tests/e2e/test_soak.py)
     .venv/bin/python -m load_tests soak --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
 
 The good clients replay images of many sizes (`--sizes` random resizes of
