@@ -13,7 +13,7 @@ from serve_app.core.errors import OcrError
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCRv4 OCR on Paddle Inference, in process.")
-    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF) or PDFs")
+    p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC, AVIF) or PDFs")
     p.add_argument("--no-det", action="store_true", help="read each image as a single text line")
     p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
     p.add_argument("--reference", action="store_true",

@@ -116,8 +116,8 @@ class OcrResult:
         image: dict[str, Any] = {"width": self.width, "height": self.height}
         if self.frames > 1:
             image["frames"] = self.frames
-            image["note"] = (f"an image of {self.frames} frames (an animation): only its first frame was read; "
-                             f"send each frame as an image of its own to read the others")
+            image["note"] = (f"an image of {self.frames} frames (an animation, a burst or a stereo pair): only its "
+                             f"first frame was read; send each frame as an image of its own to read the others")
         return {"image": image, **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks,
                                              self.orientation)}
 

@@ -11,6 +11,7 @@ import warnings
 
 import cv2
 import numpy as np
+import pillow_heif
 from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import ImageLimits
@@ -20,7 +21,15 @@ from serve_app.core.errors import BadImage, TooLarge
 # raise a DecompressionBombError with a message of its own first.
 Image.MAX_IMAGE_PIXELS = None
 
-FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF", "MPO")
+# HEIC/HEIF (phones' photos: iPhones save them by default) through
+# pillow-heif's libheif + libde265; AVIF through Pillow's own libavif. The
+# container's header gives the size before any pixel is decoded, as for the
+# others; libheif applies the image's rotation and mirroring when it decodes,
+# and pillow-heif then leaves the EXIF orientation at 1 (no double turn).
+pillow_heif.register_heif_opener(thumbnails=False)
+
+FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF", "HEIF", "AVIF")  # an MPO opens as JPEG (its factory)
+UNSUPPORTED = "not a supported image (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC or AVIF expected)"
 
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
@@ -35,7 +44,7 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
-        raise BadImage("not a supported image (JPEG, PNG, BMP, TIFF, WEBP or GIF expected)") from None
+        raise BadImage(UNSUPPORTED) from None
     w, h = img.size
     if w < 1 or h < 1:
         raise BadImage(f"image has no pixels ({w}x{h})")
@@ -56,12 +65,13 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
 
 # Formats whose extra frames are not pages: an animation's frames, a stereo
 # JPEG's second view. Only the first is read; the answer says how many there were.
-FRAME_FORMATS = ("GIF", "WEBP", "PNG", "MPO")
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG", "HEIF", "AVIF")  # JPEG: an MPO (stereo) has 2
 
 
 def frame_count(data: bytes) -> int:
-    """How many frames an animated GIF, WebP or PNG (or an MPO) has; 1 for
-    any other image, and for what cannot be read (decode_image says why).
+    """How many frames an animated GIF, WebP, PNG or AVIF (an MPO, a HEIC
+    burst) has; 1 for any other image, and for what cannot be read
+    (decode_image says why).
     Headers and frame headers only, no frame decoded."""
     try:
         with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:

@@ -107,9 +107,11 @@ def _png_chunk(kind, payload):
 
 
 def crafted_corpus() -> list[tuple[str, bytes, str]]:
+    import serve_app.ocr.decode  # noqa: F401  registers HEIF (pillow-heif) with Pillow
+
     img = Image.new("RGB", (64, 32), "white")
     files = {}
-    for fmt in ("JPEG", "PNG", "GIF", "TIFF", "WEBP", "BMP"):
+    for fmt in ("JPEG", "PNG", "GIF", "TIFF", "WEBP", "BMP", "HEIF", "AVIF"):
         buf = io.BytesIO()
         img.save(buf, fmt)
         files[fmt] = buf.getvalue()

@@ -363,3 +363,70 @@ def test_byte_limit_is_checked_before_anything_is_parsed():
     # Not an image at all, but too big: the size is what is reported.
     with pytest.raises(TooLarge, match="bytes"):
         decode_image(b"x" * 11, ImageLimits(max_bytes=10))
+
+
+# -- phone formats: HEIC (pillow-heif) and AVIF (Pillow) ---------------------------
+
+
+def gradient_photo(w: int = 96, h: int = 64) -> Image.Image:
+    y, x = np.mgrid[0:h, 0:w]
+    return Image.fromarray(np.stack([x * 255 // w, y * 255 // h, np.full_like(x, 128)], -1).astype(np.uint8))
+
+
+@pytest.mark.parametrize("fmt", ["HEIF", "AVIF"])
+def test_heic_and_avif_decode_to_their_pixels(fmt):
+    img = gradient_photo()
+    out = decode_image(encode(img, fmt, quality=95))
+    want = np.asarray(img)[..., ::-1].astype(int)
+    assert out.shape == (64, 96, 3) and np.abs(out.astype(int) - want).mean() < 6  # lossy, close
+
+
+def test_a_heic_turned_by_its_orientation_comes_upright_once():
+    """An iPhone photo held upright is stored turned, with the turn in the
+    file: the pixels come back upright, not turned twice."""
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 CW to view
+    out = decode_image(encode(gradient_photo(), "HEIF", quality=95, exif=exif.tobytes()))
+    assert out.shape == (96, 64, 3)
+    # 90 CW to view: the original's left column (x = 0, dark red) is now the top row
+    assert out[0, :, 2].mean() < 40 and out[-1, :, 2].mean() > 200
+
+
+@pytest.mark.parametrize("fmt", ["HEIF", "AVIF"])
+def test_heic_and_avif_over_the_pixel_limit_are_refused_from_the_header(fmt):
+    from serve_app.ocr.image_header import check_image_header
+
+    data = encode(gradient_photo(), fmt)
+    limits = ImageLimits(max_pixels=5000)
+    with pytest.raises(TooLarge, match="96x64"):
+        check_image_header(data, limits)
+    with pytest.raises(TooLarge, match="96x64"):
+        decode_image(data, limits)
+    assert check_image_header(data, ImageLimits()) == (96, 64)
+
+
+@pytest.mark.parametrize("fmt", ["HEIF", "AVIF"])
+def test_truncated_heic_and_avif_are_400(fmt):
+    data = encode(gradient_photo(256, 256), fmt)
+    for cut in (len(data) // 2, 40):
+        with pytest.raises(BadImage) as err:
+            decode_image(data[:cut])
+        assert err.value.status == 400
+
+
+def test_a_heic_of_two_images_reads_the_first_and_counts_both():
+    from serve_app.ocr.decode import frame_count
+
+    a, b = gradient_photo(), Image.new("RGB", (96, 64), (0, 0, 0))
+    data = encode(a, "HEIF", save_all=True, append_images=[b], quality=95)
+    assert frame_count(data) == 2
+    assert decode_image(data)[..., 2].mean() > 60  # the gradient, not the black one
+
+
+def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
+    from serve_app.ocr.decode import frame_count
+
+    left, right = Image.new("RGB", (64, 48), (200, 10, 10)), Image.new("RGB", (64, 48), (10, 10, 200))
+    data = encode(left, "MPO", save_all=True, append_images=[right])
+    assert frame_count(data) == 2 and frame_count(encode(left, "JPEG")) == 1
+    assert decode_image(data)[0, 0, 2] > 150  # red (BGR): the first view

@@ -125,9 +125,11 @@ $("#options").addEventListener("change", () => state.file && read());
 $("#format").addEventListener("change", () => state.file && read());
 
 // Documents (a PDF; a TIFF, often a multi-page fax) have no picture in the
-// browser: most browsers cannot show a TIFF either.
+// browser: most browsers cannot show a TIFF either, nor (but Safari) an
+// iPhone's HEIC. For these the service draws the picture.
 function isPdf(file) {
-  return file.type === "application/pdf" || file.type === "image/tiff" || /\.(pdf|tiff?)$/i.test(file.name);
+  return file.type === "application/pdf" || /^image\/(tiff|heic|heif)$/.test(file.type)
+    || /\.(pdf|tiff?|heic|heif)$/i.test(file.name);
 }
 
 function pick(file) {
@@ -232,11 +234,13 @@ function show(body, roundTrip) {
     frame.className = "frame";
     frame.dataset.w = page.width;
     frame.dataset.h = page.height;
-    // The picture: the file itself for an image; for a PDF page the service's
-    // drawing of it, else a blank page of its size with the text in the boxes.
-    const src = page.number === null && state.fileUrl ? state.fileUrl
+    // The picture: the file itself for an image the browser can show; else
+    // (a PDF or TIFF page, a HEIC) the service's drawing of it, else a blank
+    // page of its size with the text in the boxes.
+    const own = page.number === null && state.fileUrl;
+    const src = own ? state.fileUrl
       : page.visualization ? `data:${page.visualization.media_type};base64,${page.visualization.base64}` : null;
-    const halfWidth = page.number !== null && page.visualization;  // the service's picture is two pages wide
+    const halfWidth = !own && page.visualization;  // the service's picture is two pages wide
     let bg;
     if (src && !halfWidth) {
       bg = document.createElement("img");
