@@ -134,7 +134,7 @@ def test_phone_formats_heic_and_avif_read_what_the_jpeg_reads(service):
     from harness.peer import label_errors
 
     url, _ = service
-    name = "paddleocr_11.jpg"
+    name = "paddleocr_00056221.jpg"  # 670x510: turned, its size would show it
     photo = Image.open(PEER / name).convert("RGB")
 
     def read(data: bytes, ctype: str) -> dict:
