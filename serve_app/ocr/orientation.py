@@ -17,9 +17,10 @@ counter-clockwise before classifying it):
 weighted by its characters times its score. "Wide" and "tall" stand for
 the direction the line was read along in the image (its crop's x axis): a
 slanted line's quad may start at another corner, and its crop then already
-runs along it without the 90-degree turn; it votes the way it was read. A page is called turned when
-one angle other than 0 has at least `min_share` of the weight, from at
-least `min_lines` lines or `min_chars` characters. The pipeline then reads
+runs along it without the 90-degree turn; it votes the way it was read.
+A page is called turned when one angle other than 0 has at least
+`min_share` of the weight, from at least `min_lines` lines or `min_chars`
+characters. The pipeline then reads
 the page again upright and keeps that reading only if the recogniser reads
 it at least `accept` times as well (characters times score) and the lines
 of that reading vote upright in their turn: a page of vertical Chinese
