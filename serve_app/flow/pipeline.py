@@ -26,7 +26,7 @@ from serve_app.core.results import (
 )
 from serve_app.ocr.crop import char_quad, crop_quad, is_vertical
 from serve_app.ocr.db_postprocess import order_clockwise
-from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image_frames
+from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image, frame_count
 from serve_app.ocr.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from serve_app.ocr.direction import apply_direction, is_flipped
 from serve_app.ocr.layout import arrange
@@ -323,24 +323,26 @@ async def all_or_none(coros: list[Awaitable]) -> list:
 def load_image(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> np.ndarray:
     """Bytes (encoded image), a path, or an array (HxW or HxWxC, BGR order
     for colour, as OpenCV gives) -> BGR uint8."""
-    return load_image_frames(image, limits, exif_transpose)[0]
-
-
-def load_image_frames(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> tuple[np.ndarray, int]:
-    """load_image, and how many frames the encoded image has (an animated
-    GIF, WebP, PNG or AVIF, an MPO, a HEIC burst: only the first is read;
-    an array has one)."""
     if isinstance(image, np.ndarray):
         if image.size > limits.max_pixels * 4:
             raise BadImage(f"image array of shape {image.shape} is over the pixel limit")
         if image.ndim >= 2:
             check_aspect(int(image.shape[1]), int(image.shape[0]), limits)
-        return array_to_bgr(image), 1
+        return array_to_bgr(image)
     if isinstance(image, (str, Path)):
         image = read_file(Path(image), limits)
     if not isinstance(image, (bytes, bytearray, memoryview)):
         raise BadImage(f"an image is bytes, a path or a numpy array, not {type(image).__name__}")
-    return decode_image_frames(bytes(image), limits, exif_transpose)
+    return decode_image(bytes(image), limits, exif_transpose)
+
+
+def load_image_frames(image: ImageInput, limits: ImageLimits, exif_transpose: bool) -> tuple[np.ndarray, int]:
+    """load_image, and how many frames the encoded image has (an animated
+    GIF, WebP or PNG: only the first is read)."""
+    if isinstance(image, (str, Path)):
+        image = read_file(Path(image), limits)
+    img = load_image(image, limits, exif_transpose)
+    return img, frame_count(bytes(image)) if isinstance(image, (bytes, bytearray, memoryview)) else 1
 
 
 def read_file(path: Path, limits: ImageLimits) -> bytes:

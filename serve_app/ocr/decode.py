@@ -33,13 +33,6 @@ UNSUPPORTED = "not a supported image (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC or A
 
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
-    return decode_image_frames(data, limits, exif_transpose)[0]
-
-
-def decode_image_frames(data: bytes, limits: ImageLimits = ImageLimits(),
-                        exif_transpose: bool = True) -> tuple[np.ndarray, int]:
-    """decode_image, and how many frames the image has (frames_of), from
-    the same open: the header is parsed once."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BadImage(f"image must be bytes, got {type(data).__name__}")
     if len(data) == 0:
@@ -58,7 +51,6 @@ def decode_image_frames(data: bytes, limits: ImageLimits = ImageLimits(),
     if w * h > limits.max_pixels:
         raise TooLarge(f"image is {w}x{h} = {w * h} pixels, over the limit of {limits.max_pixels}")
     check_aspect(w, h, limits)
-    frames = frames_of(img)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -68,7 +60,7 @@ def decode_image_frames(data: bytes, limits: ImageLimits = ImageLimits(),
                 img = ImageOps.exif_transpose(img)
     except Exception as e:
         raise BadImage(f"image data is corrupt or truncated ({type(e).__name__})") from None
-    return to_bgr(img), frames
+    return to_bgr(img)
 
 
 # Formats whose extra frames are not pages: an animation's frames, a stereo
@@ -83,15 +75,9 @@ def frame_count(data: bytes) -> int:
     Headers and frame headers only, no frame decoded."""
     try:
         with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
-            return frames_of(img)
+            return max(1, int(getattr(img, "n_frames", 1)))
     except Exception:
         return 1
-
-
-def frames_of(img: Image.Image) -> int:
-    """An opened image's frames that are not pages (a TIFF's are pages: it
-    is read as a document when it has more than one)."""
-    return 1 if img.format == "TIFF" else max(1, int(getattr(img, "n_frames", 1)))
 
 
 def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
