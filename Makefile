@@ -48,7 +48,7 @@ test-cluster: $(STAMP) test-system
 	$(BIN)/python -m pytest -q -m "cluster and not slow" tests/integration || [ $$? -eq 5 ]
 
 bench-engine: $(STAMP)
-	$(BIN)/python -m load_tests bench_engine
+	$(BIN)/python -m load_tests engine systems
 
 # deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
 rayservice: $(STAMP)

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from harness.peer import PEER
-from load_tests.procfs import pss_mb
+from harness.procfs import pss_mb
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
 from harness.service import replica_pids, wait_shapes_built
 
