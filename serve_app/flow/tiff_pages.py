@@ -23,7 +23,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import DocumentLimits
-from serve_app.flow.documents import PageGeometry
+from serve_app.flow.page_geometry import PageGeometry
 from serve_app.core.errors import BadImage, BadRequest, TooLarge
 from serve_app.ocr.decode import to_bgr
 

@@ -11,25 +11,12 @@ import warnings
 
 import cv2
 import numpy as np
-import pillow_heif
 from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-
-# We enforce our own pixel limit from the header; PIL's global one would
-# raise a DecompressionBombError with a message of its own first.
-Image.MAX_IMAGE_PIXELS = None
-
-# HEIC/HEIF (phones' photos: iPhones save them by default) through
-# pillow-heif's libheif + libde265; AVIF through Pillow's own libavif. The
-# container's header gives the size before any pixel is decoded, as for the
-# others; libheif applies the image's rotation and mirroring when it decodes,
-# and pillow-heif then leaves the EXIF orientation at 1 (no double turn).
-pillow_heif.register_heif_opener(thumbnails=False)
-
-FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF", "HEIF", "AVIF")  # an MPO opens as JPEG (its factory)
-UNSUPPORTED = "not a supported image (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC or AVIF expected)"
+from serve_app.ocr.image_formats import FORMATS, UNSUPPORTED, check_aspect
+from serve_app.ocr.image_header import png_dimensions
 
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
@@ -38,9 +25,8 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
     limits.check_bytes(len(data))
-    from serve_app.ocr.image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
 
-    png_dimensions(data)
+    png_dimensions(data)  # a PNG's chunks walked cheaply first (BadImage if too many)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
@@ -78,15 +64,6 @@ def frame_count(data: bytes) -> int:
             return max(1, int(getattr(img, "n_frames", 1)))
     except Exception:
         return 1
-
-
-def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
-    """BadImage when an image is over limits.max_aspect times as long as it
-    is wide: a 1 x 300,000 px strip costs hundreds of detector tiles and
-    holds no line of text a person could read."""
-    if max(w, h) > limits.max_aspect * max(1, min(w, h)):
-        raise BadImage(f"image is {w}x{h} px: its long side is over {limits.max_aspect:g} times its short side "
-                       f"(limits.max_aspect); crop it, or split it into pieces")
 
 
 # A 1-bit image (a fax, a scan saved bilevel) is smoothed back to gray

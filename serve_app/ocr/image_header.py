@@ -12,7 +12,7 @@ from PIL import Image
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.decode import FORMATS, UNSUPPORTED, check_aspect
+from serve_app.ocr.image_formats import FORMATS, UNSUPPORTED, check_aspect
 
 
 def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
