@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
+.PHONY: install serve lint test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -20,12 +20,16 @@ serve: $(STAMP)
 	$(BIN)/serve run deployments.light.yaml
 
 # `make test` is the README's test command, `pytest -m "not slow" tests`, run
-# in two disjoint parts: the unit tier first (`make test-quick`, seconds, no
+# in two disjoint parts (after `make lint`): the unit tier first (`make test-quick`, seconds, no
 # Ray, no models) so a broken build fails fast, then everything else. Each
 # test runs once. Exit 5 (no tests selected) is not a failure.
 # The job-book tests of the unit tier drive a real redis-server: test-system first.
-test-quick: $(STAMP) test-system
+test-quick: $(STAMP) lint test-system
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
+
+# ruff (pyproject's [tool.ruff.lint]) over the whole tree, before any test runs.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # The unit tier 3 times in a row, each beside a busy core (tests/unit_stress.sh):
 # a test whose sleeps race the machine's scheduler fails here, not at random.

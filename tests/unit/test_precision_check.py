@@ -72,7 +72,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from serve_app.inference.precision_check import (
+from serve_app.inference.precision_check import (  # noqa: E402
     BOX_IOU, UNITS, answers, box_agreement, check_items, match_boxes, quad_iou,
 )
 
