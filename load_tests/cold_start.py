@@ -82,7 +82,7 @@ def child(stage: str, cache_dir: str | None) -> dict:
         shapes = rec.warm_shapes(args.recognizer.warm_widths)
         warm = os.environ.get("COLD_START_REC_WARM") or args.recognizer.warm  # --rec-warm, else the config's
         if warm == "core" and engine.rec.batch_padding == "bucket":  # what a replica runs before ready
-            from serve_app.serving.deferred_shapes import core_shapes
+            from serve_app.serving.shapes_after_ready import core_shapes
 
             shapes = core_shapes(shapes)[0]
         calls = [rec.warm_call(s) for s in shapes]

@@ -9,7 +9,7 @@ CER, in one run.
 A config is a file, optionally with `+key.path=value` overrides of its
 application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
 the default set is both profiles with `recognizer.warm` full and core (core
-is the default: serve_app/serving/deferred_shapes.py). A replica added by
+is the default: serve_app/serving/shapes_after_ready.py). A replica added by
 autoscaling is not started here: `python -m load_tests startup cold` times a
 replica's own start on an idle core (`--rec-warm full|core`).
 

@@ -60,12 +60,12 @@ def build_app(args: Optional[dict] = None):
     rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
     cls_beside = a.engine.cls.enabled and a.classifier.beside_recognizer
     if a.recognizer.with_pipeline:  # the pipeline and the models in one process (AppArgs checked the rest)
-        from serve_app.serving.cls_beside_rec import PipelineWithModels
+        from serve_app.serving.stages_in_one_process import PipelineWithModels
 
         pipeline = PipelineWithModels.bind(a.engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes)
     else:
         if cls_beside or a.detector.beside_recognizer:  # the models in one process
-            from serve_app.serving.cls_beside_rec import RecognizerWithParts
+            from serve_app.serving.stages_in_one_process import RecognizerWithParts
 
             recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
                                                   det_args if a.detector.beside_recognizer else None, a.lanes)

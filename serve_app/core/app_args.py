@@ -72,7 +72,7 @@ class DetectorArgs(ModelArgs):
     # "ladder" every input shape of its closed set is warmed instead.
     warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
     # true: no TextDetector deployment; each recogniser replica also runs the
-    # detector (serve_app/serving/cls_beside_rec.py): one process and one copy
+    # detector (serve_app/serving/stages_in_one_process.py): one process and one copy
     # of the runtimes fewer, but the detector then scales with the
     # recogniser. Its predictor options still apply; its cores, threads,
     # replicas, resources and user_config are the recogniser's (its batch
@@ -82,7 +82,7 @@ class DetectorArgs(ModelArgs):
 
 class ClassifierArgs(ModelArgs):
     # true: no DirectionClassifier deployment; each recogniser replica also
-    # runs the classifier (serve_app/serving/cls_beside_rec.py): one process and one
+    # runs the classifier (serve_app/serving/stages_in_one_process.py): one process and one
     # copy of the runtimes fewer. Its predictor options still apply; its
     # cores, threads, replicas and resources are the recogniser's.
     beside_recognizer: bool = False
@@ -100,7 +100,7 @@ class RecognizerArgs(ModelArgs):
     # the same text, and no request waits on the predictor for more than
     # the one build running when it came; but the builds take CPU from the
     # other stages, so the first requests after ready are slower
-    # (serve_app/serving/deferred_shapes.py, docs/performance.md). Applies
+    # (serve_app/serving/shapes_after_ready.py, docs/performance.md). Applies
     # with bucket padding unless TensorRT is on (it builds an engine per
     # shape; a replica on the CPU fallback defers); otherwise every shape is warmed.
     warm: Literal["full", "core"] = "core"
@@ -116,7 +116,7 @@ class RecognizerArgs(ModelArgs):
     # true (with detector.beside_recognizer, and classifier.beside_recognizer
     # unless engine.cls is off): the pipeline's own work (decoding, crops,
     # order) runs in the recogniser's process too, which is then the
-    # OcrPipeline deployment (serve_app/serving/cls_beside_rec.py,
+    # OcrPipeline deployment (serve_app/serving/stages_in_one_process.py,
     # PipelineWithModels): no TextRecognizer deployment, and an image's
     # three stage calls are local calls instead of Ray hops (~7-10 ms each
     # here). The deployment's resources, replicas, max_ongoing_requests and

@@ -1,7 +1,7 @@
 """The front: what the ingress is, without Ray. One object per ingress
 replica holding what every HTTP request leases (the body budget, the
 in-flight slots, the bulk lane's slots), the one read path every sync door
-goes through (`Front.read`: admission, the result cache, the deadline and
+goes through (`Front.read_upload`: admission, the result cache, the deadline and
 the error mapping), the handle API's logic (`Front.ocr`), readiness and the
 live figures.
 
@@ -71,7 +71,7 @@ async def downstream(call):
         raise Unavailable("a replica serving this request stopped; retry shortly") from None
 
 
-class Reused:
+class CachedCall:
     """A value made by one call at a time and reused for `ttl_s` seconds
     (readiness, the live figures): cheap under any polling. A caller that
     goes away does not cancel the call the others wait on."""
@@ -149,9 +149,9 @@ class Front:
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, cache_metrics, downstream)
-        self._ready = Reused(self._probe_ready)  # the stages' readiness, one probe at a time
+        self._ready = CachedCall(self._probe_ready)  # the stages' readiness, one probe at a time
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
-        self._stats = Reused(self._gather_stats)  # the live figures, one gathering at a time
+        self._stats = CachedCall(self._gather_stats)  # the live figures, one gathering at a time
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")
@@ -162,7 +162,7 @@ class Front:
             self.token = token.encode()
 
     # -- the one read path -----------------------------------------------------
-    async def read(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
+    async def read_upload(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
                    fresh: bool = False) -> tuple[dict, str]:
         """Every synchronous door's read (POST /v1/ocr, each item of
         /v1/ocr/batch, PaddleX's /ocr, the handle's `ocr`): admission by
@@ -202,7 +202,7 @@ class Front:
         opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
         upload = upload_of(image, self.limits)
         ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
-        result, cache = await self.read(upload, opts, ctx)
+        result, cache = await self.read_upload(upload, opts, ctx)
         body = {"request_id": ctx.request_id, **result, "cache": cache}
         return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
 

@@ -22,7 +22,7 @@ from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
 from serve_app.core.engine_config import EngineConfig
 from serve_app.serving.crop_scheduler import CropScheduler
-from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes, kept_shapes
+from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
@@ -77,7 +77,7 @@ class _Replica:
         return self.replica.ready_at is not None
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
-        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/cls_beside_rec.py)
+        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
 
 
 @serve.deployment(name="TextDetector")
@@ -214,7 +214,7 @@ class TextRecognizerDeployment(_Replica):
             shapes = kept_shapes(shapes, args.batch_sizes)
         if split and (args.warm == "core" or args.batch_sizes is not None):
             # warm core: every width at batch size 1 now; the rest after ready, between
-            # batches, split into built shapes meanwhile (serve_app/serving/deferred_shapes.py).
+            # batches, split into built shapes meanwhile (serve_app/serving/shapes_after_ready.py).
             now, later = core_shapes(shapes) if args.warm == "core" else (shapes, [])
             deferred = self.replica.deferred = DeferredShapes(
                 now, [(s, *self.recognizer.warm_call(s)) for s in later])
@@ -233,7 +233,7 @@ class TextRecognizerDeployment(_Replica):
             d.start(self.replica.predictor.call_async, self.scheduler, self._others_busy)
 
     def _others_busy(self) -> bool:
-        """Another stage in this process has work (serve_app/serving/cls_beside_rec.py): no shape build meanwhile."""
+        """Another stage in this process has work (serve_app/serving/stages_in_one_process.py): no shape build meanwhile."""
         return False
 
     def reconfigure(self, user_config: dict) -> None:

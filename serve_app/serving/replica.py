@@ -96,7 +96,7 @@ class ModelReplica:
         self.gate: Optional[PriorityGate] = None
         self.precision_check: Optional[dict] = None  # fp16/int8 vs fp32 at start (check_precision)
         self._model: Any = None
-        # Shapes built after ready (`warm: core`, serve_app.serving.deferred_shapes); None: all before.
+        # Shapes built after ready (`warm: core`, serve_app.serving.shapes_after_ready); None: all before.
         self.deferred: Any = None
         # The process's heap trimmer (serve_app.serving.heap; set by build()); None: the heap is never trimmed.
         self.trimmer: Any = None

@@ -1,7 +1,7 @@
 """deployments.light.yaml with real Ray, real models and real HTTP: one
 2-thread recogniser replica that also runs the detector, the direction
 classifier and the pipeline (detector/classifier.beside_recognizer,
-recognizer.with_pipeline; serve_app/serving/cls_beside_rec.py) answers
+recognizer.with_pipeline; serve_app/serving/stages_in_one_process.py) answers
 what the in-process engine answers, with the three stages ready, batched
 and reconfigured in that one process. Each test runs twice: on the file
 as shipped, and with the pipeline in a deployment of its own
@@ -132,7 +132,7 @@ def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(l
     """recognizer.warm: core (the default): ready with every width at batch
     size 1; the other 36 shapes its `batch_sizes: [1, 2, 4]` keeps (51 of
     71) are built in the replica's idle moments
-    (serve_app/serving/deferred_shapes.py), and what it reads is the
+    (serve_app/serving/shapes_after_ready.py), and what it reads is the
     engine's before (the test above), meanwhile and after, a batch of a
     size not kept (3, 5) running as kept ones."""
     url, _ = light

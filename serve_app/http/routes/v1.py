@@ -1,5 +1,5 @@
 """The v1 read routes: POST /v1/ocr and POST /v1/ocr/batch, adapters on the
-one read path (Front.read)."""
+one read path (Front.read_upload)."""
 
 import asyncio
 
@@ -22,7 +22,7 @@ async def http_ocr(request: Request, front: CurrentFront, rid: RequestId, fmt: F
     async with front.lease(request) as lease:
         upload, opts = await parse_body(request, lease.body, front.limits)
         opts = lease.take_lane(with_lane(with_format(opts, fmt), request, INTERACTIVE))
-        result, cache = await front.read(upload, opts, lease.context(rid, opts), lease.late(),
+        result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
                                          wants_fresh(request.headers.get("cache-control")))
     request.state.timings_ms = result.get("timings_ms")
     response = await formatted({"request_id": rid, **result}, opts.format)
@@ -48,7 +48,7 @@ async def http_ocr_batch(request: Request, front: CurrentFront, rid: RequestId):
                 return item_error(index, item)
             async with gate:
                 try:
-                    result, cache = await front.read(item, opts, ctx, late, fresh)
+                    result, cache = await front.read_upload(item, opts, ctx, late, fresh)
                     return {"index": index, **result, "cache": cache}
                 except Exception as exc:  # this item's failure only; cancellation propagates
                     e = exc if isinstance(exc, OcrError) else None

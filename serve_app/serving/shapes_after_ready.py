@@ -21,7 +21,7 @@ built size that fits, repeatedly: size 1 always is). With bucket padding
 every crop of a batch is padded to its own bucket's width either way, so
 what is read is the same (serve_app.inference.runners.TextRecognizer).
 
-No Ray import: unit-tested with stand-in predictors (tests/unit/test_deferred_shapes.py)."""
+No Ray import: unit-tested with stand-in predictors (tests/unit/test_shapes_after_ready.py)."""
 
 from __future__ import annotations
 
