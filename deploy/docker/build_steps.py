@@ -7,9 +7,10 @@ fails `docker build` there.
     python deploy/docker/build_steps.py python            # 3.11 or 3.12
     python deploy/docker/build_steps.py paddle PIN        # a CUDA build; its pin written to PIN
     python deploy/docker/build_steps.py deps PIN          # still that paddle, and one OpenCV
+    python deploy/docker/build_steps.py imports           # serve_app compiles, every module imports
     python deploy/docker/build_steps.py models            # weights present, sizes and sha256 as the manifest
     python deploy/docker/build_steps.py configs FILE...   # Serve schema + the app's typed args
-    python deploy/docker/build_steps.py tensorrt CUDA REQUIRE   # serve_app.inference.tensorrt_libs install
+    python deploy/docker/build_steps.py tensorrt CUDA REQUIRE [PIN]   # serve_app.inference.tensorrt_libs install
 
 Only the standard library at import: `python` runs before anything is installed.
 """
@@ -85,6 +86,31 @@ def step_deps(pin: Path) -> str:
     return f"{have[0]}, {cv[0]}"
 
 
+def step_imports() -> str:
+    """The package byte-compiles (the image runs with
+    PYTHONDONTWRITEBYTECODE) and every module imports (a module moved
+    without its importers fails here, not in a replica)."""
+    import compileall
+    import importlib
+    import pkgutil
+
+    import serve_app
+
+    if not compileall.compile_dir(serve_app.__path__[0], quiet=1):
+        raise StepFailed("serve_app does not byte-compile (the errors above)")
+
+    failed = []
+    names = [m.name for m in pkgutil.walk_packages(serve_app.__path__, "serve_app.")]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # noqa: BLE001 - each failure is reported
+            failed.append(f"{name}: {type(e).__name__}: {e}")
+    if failed:
+        raise StepFailed(f"{len(failed)} of {len(names)} modules do not import: " + "; ".join(failed[:5]))
+    return f"{len(names)} modules of serve_app import"
+
+
 def step_models() -> str:
     """Every default stage's files and the dictionary resolved from the
     carrier wheel, each checked against models/manifest.json (size, sha256)."""
@@ -121,10 +147,13 @@ def step_configs(paths: list[str]) -> str:
     return "valid Serve configs: " + ", ".join(paths)
 
 
-def step_tensorrt(cuda: str, require: str) -> int:
+def step_tensorrt(cuda: str, require: str, pin: str = "") -> int:
+    """TensorRT from NVIDIA's index, linked and loaded as Paddle will
+    (serve_app.inference.tensorrt_libs install); REQUIRE 1: missing fails."""
     from serve_app.inference.tensorrt_libs import main
 
-    return main(["install", "--cuda", cuda] + (["--require"] if require == "1" else []))
+    return main(["install", "--cuda", cuda] + (["--constraint", pin] if pin else [])
+                + (["--require"] if require == "1" else []))
 
 
 def main(argv=None) -> int:
@@ -133,17 +162,19 @@ def main(argv=None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     step, rest = argv[0], argv[1:]
-    try:
-        if step == "tensorrt":
-            return step_tensorrt(*rest)
-        out = {"python": lambda: step_python(),
-               "paddle": lambda: step_paddle(Path(*rest)),
-               "deps": lambda: step_deps(Path(*rest)),
-               "models": lambda: step_models(),
-               "configs": lambda: step_configs(rest)}[step]()
-    except KeyError:
-        print(f"unknown step {step!r}", file=sys.stderr)
+    steps = {"python": lambda: step_python(),
+             "paddle": lambda: step_paddle(Path(*rest)),
+             "deps": lambda: step_deps(Path(*rest)),
+             "imports": lambda: step_imports(),
+             "models": lambda: step_models(),
+             "configs": lambda: step_configs(rest)}
+    if step == "tensorrt":
+        return step_tensorrt(*rest)
+    if step not in steps:
+        print(f"unknown step {step!r}: one of {', '.join(steps)}, tensorrt", file=sys.stderr)
         return 2
+    try:
+        out = steps[step]()
     except StepFailed as e:
         print(f"build step {step} FAILED: {e}", file=sys.stderr)
         return 1
