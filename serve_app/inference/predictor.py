@@ -302,6 +302,21 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
     return cfg
 
 
+def tensorrt_fallback(options: PredictorOptions, status: dict, error: BaseException
+                      ) -> Optional[tuple[PredictorOptions, dict]]:
+    """What to rebuild with after a TensorRT engine build failed (at
+    creation or at a shape's first run): under `tensorrt.enable: auto`, the
+    same options without TensorRT and a status saying why; None where the
+    error stands (TensorRT off already, or `enable: true`)."""
+    trt = options.tensorrt
+    if trt is None or trt.enable != "auto":
+        return None
+    why = (f"tensorrt.enable: auto, but the TensorRT engine build failed ({type(error).__name__}: "
+           f"{str(error).strip()[:300]}): running on Paddle's GPU kernels without TensorRT")
+    return options.model_copy(update={"tensorrt": None}), {**status, "on": False, "reason": why,
+                                                           "engine_build_failed": True}
+
+
 class PaddlePredictor:
     """One Paddle Inference predictor, run only on its own thread."""
 
@@ -331,9 +346,14 @@ class PaddlePredictor:
         self._build_lock: Optional[ExitStack] = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
         self._closed = False
+        self._files = files
         t0 = time.perf_counter()
         try:
-            self._executor.submit(self._build, files).result()
+            try:
+                self._executor.submit(self._build, files).result()
+            except Exception as e:
+                if not self.fall_back_from_tensorrt(e):
+                    raise
         except Exception as e:
             self.release_build_lock()
             self._executor.shutdown(wait=False)
@@ -341,6 +361,21 @@ class PaddlePredictor:
                 raise
             raise ModelError(f"could not load {self.name} model from {files.program}: {e}") from e
         self.load_seconds = time.perf_counter() - t0
+
+    def fall_back_from_tensorrt(self, error: BaseException) -> bool:
+        """After a failed TensorRT engine build: under `tensorrt.enable:
+        auto`, rebuild this predictor without TensorRT (on its thread; the
+        log and stats say why) and return True; False where the error
+        stands. Raises what the rebuild raises."""
+        fallback = tensorrt_fallback(self.options, self.tensorrt_status, error)
+        if fallback is None:
+            return False
+        self.release_build_lock()
+        self.options, self.tensorrt_status = fallback
+        self.tuned_shapes = None
+        log.warning("%s: TensorRT off: %s", self.name, self.tensorrt_status["reason"])
+        self._executor.submit(self._build, self._files).result()
+        return True
 
     def _build(self, files: ModelFiles) -> None:
         from paddle import inference

@@ -147,7 +147,7 @@ class ModelReplica:
         agreement threshold it refuses to start with the figure
         (ConfigError). make_reader(predictor) -> items -> the stage's
         outputs. None where no check is needed. Not run on a GPU here."""
-        if not getattr(self.predictor, "needs_precision_check", False):
+        if not getattr(self.predictor, "needs_precision_check", False) or self.predictor.options.tensorrt is None:
             return None
         import cv2
 
@@ -185,8 +185,18 @@ class ModelReplica:
         """Run every (fn, arg) once (each an input shape the replica will
         meet), then the canary, if any; the replica is ready after it."""
         t0 = time.perf_counter()
-        for fn, arg in calls:
-            fn(arg)
+        try:
+            for fn, arg in calls:
+                fn(arg)
+        except Exception as e:
+            # A TensorRT engine built at a shape's first run failed: under
+            # `tensorrt.enable: auto` the predictor is rebuilt without it and
+            # every shape runs again; otherwise the replica does not start.
+            fall_back = getattr(self.predictor, "fall_back_from_tensorrt", None)
+            if fall_back is None or not fall_back(e):
+                raise
+            for fn, arg in calls:
+                fn(arg)
         if self.canary is not None and self._probe is not None:
             self.canary.run(self._probe)
             self.canary.raise_if_failed()  # never ready: Serve starts another replica
