@@ -362,6 +362,20 @@ class PaddlePredictor:
             raise ModelError(f"could not load {self.name} model from {files.program}: {e}") from e
         self.load_seconds = time.perf_counter() - t0
 
+    def use_precision(self, precision: str) -> None:
+        """Rebuild this predictor with TensorRT at `precision` (a stage whose
+        fp16/int8 answers missed their bound against fp32 goes to fp32; the
+        engine cache entry is keyed by precision, so its own engines are
+        built or read)."""
+        trt = self.options.tensorrt
+        assert trt is not None
+        self.release_build_lock()
+        base = self.requested.tensorrt or trt
+        self.options = self.options.model_copy(update={"tensorrt": base.model_copy(update={"precision": precision})})
+        self.tuned_shapes = None
+        self.int8_calibration = None
+        self._executor.submit(self._build, self._files).result()
+
     def fall_back_from_tensorrt(self, error: BaseException) -> bool:
         """After a failed TensorRT engine build: under `tensorrt.enable:
         auto`, rebuild this predictor without TensorRT (on its thread; the
