@@ -195,8 +195,9 @@ def locate(compiled: Sequence[int], paddle_dir: str, link: bool = True,
             target = _versioned(name, major, runpath + others)
             if target is None:
                 return TensorRTLibs(False, f"no {name} (or {name}.{major}) for TensorRT {major} on Paddle's search "
-                                    f"path nor in {', '.join(others[:4])}...: install it (e.g. pip install "
-                                    f"'tensorrt-cu12=={major}.*'; make install-gpu TENSORRT=1)", found, linked)
+                                    f"path nor in {', '.join(others[:4])}...: install it (python -m "
+                                    f"serve_app.inference.tensorrt_libs install --cuda cu126: tensorrt-cu12-libs "
+                                    f"{major}.x from {NVIDIA_INDEX})", found, linked)
             where = runpath[0]
             dest = os.path.join(where, name)
             if not link:

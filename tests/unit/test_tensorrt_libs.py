@@ -76,7 +76,7 @@ def test_versioned_wheel_libraries_are_linked_where_paddle_looks(tmp_path):
 def test_absent_tensorrt_says_what_to_install(tmp_path):
     libs = locate((10, 5, 0), str(_paddle(tmp_path)), other_dirs=[str(tmp_path / "nowhere")], loader=Loader())
     assert not libs.usable
-    assert "libnvinfer.so" in libs.reason and "tensorrt-cu12==10.*" in libs.reason
+    assert "libnvinfer.so" in libs.reason and "tensorrt_libs install" in libs.reason
 
 
 def test_another_major_is_not_taken_for_the_compiled_one(tmp_path):
