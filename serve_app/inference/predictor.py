@@ -307,9 +307,10 @@ def tensorrt_fallback(options: PredictorOptions, status: dict, error: BaseExcept
     """What to rebuild with after a TensorRT engine build failed (at
     creation or at a shape's first run): under `tensorrt.enable: auto`, the
     same options without TensorRT and a status saying why; None where the
-    error stands (TensorRT off already, or `enable: true`)."""
+    error stands (TensorRT off already, `enable: true`, or a ConfigError:
+    a configuration mistake is reported, not run around)."""
     trt = options.tensorrt
-    if trt is None or trt.enable != "auto":
+    if trt is None or trt.enable != "auto" or isinstance(error, ConfigError):
         return None
     why = (f"tensorrt.enable: auto, but the TensorRT engine build failed ({type(error).__name__}: "
            f"{str(error).strip()[:300]}): running on Paddle's GPU kernels without TensorRT")

@@ -16,7 +16,7 @@ import pytest
 
 from serve_app.core.app_args import BatchKnobs
 from serve_app.core.engine_config import PredictorOptions
-from serve_app.core.errors import ModelError
+from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference import predictor as predictor_module
 from serve_app.inference.predictor import PaddlePredictor, tensorrt_fallback
 from serve_app.inference.weights import ModelFiles
@@ -102,5 +102,6 @@ def test_the_fallback_rule():
     err = RuntimeError("TensorRT build failed")
     assert tensorrt_fallback(PredictorOptions(device="gpu"), {}, err) is None  # no TensorRT: nothing to drop
     assert tensorrt_fallback(_options(enable=True), {}, err) is None  # required: the error stands
+    assert tensorrt_fallback(_options(), {}, ConfigError("int8 needs an engine cache")) is None  # a mistake stands
     opts, status = tensorrt_fallback(_options(), {"on": True, "enable": "auto"}, err)
     assert opts.tensorrt is None and opts.device == "gpu" and status["on"] is False
