@@ -28,7 +28,8 @@ from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference.weights import ModelFiles, model_digest
 from serve_app.inference import compile_cache
 from serve_app.inference.int8_calibration import set_digest
-from serve_app.inference.gpu import resolve_tensorrt, GpuMemoryBound, _process_limiter, device_total_mb
+from serve_app.inference.gpu import (GpuMemoryBound, _gpu_missing_message, _process_limiter, device_total_mb,  # noqa: F401
+                                     gpu_available, gpu_status, library_versions, resolve_tensorrt, tensorrt_fallback)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,35 +88,6 @@ def _precision(inference, name: str):
         "bf16": inference.PrecisionType.Bfloat16,
         "int8": inference.PrecisionType.Int8,
     }[name]
-
-
-def gpu_status() -> tuple[bool, int]:
-    """(this paddle is a CUDA build, GPUs visible to this process). Counting
-    devices allocates nothing on them (cudaGetDeviceCount)."""
-    import paddle
-
-    if not paddle.is_compiled_with_cuda():
-        return False, 0
-    return True, int(paddle.device.cuda.device_count())
-
-
-def gpu_available() -> bool:
-    cuda, count = gpu_status()
-    return cuda and count > 0
-
-
-def _gpu_missing_message(cuda_build: bool) -> str:
-    where = (f"this replica's process (pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
-             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s})")
-    if not cuda_build:
-        why = ("the paddle installed here is the CPU build (paddlepaddle): install paddlepaddle-gpu from "
-               "Paddle's package index on every GPU node (`make install-gpu`, docs/deploy.md)")
-    else:
-        why = ("paddle is a CUDA build (paddlepaddle-gpu) but sees no GPU: give the deployment "
-               "ray_actor_options.num_gpus > 0 so that Ray places it on a node with a GPU and sets "
-               "CUDA_VISIBLE_DEVICES, and check the node's driver (nvidia-smi)")
-    return (f"device: gpu was asked for, but {where} has none: {why}; "
-            "or set allow_cpu_fallback: true to run this profile on the CPU instead")
 
 
 def resolve_device(options: PredictorOptions) -> PredictorOptions:
@@ -202,21 +174,6 @@ def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: S
 # --- compiled-engine cache (serve_app/inference/compile_cache.py) ---------------------------------
 
 
-def library_versions(gpu: bool) -> dict[str, str]:
-    """What a compiled engine depends on besides the model: Paddle (which
-    bundles its OpenVINO) and, on a GPU, CUDA, cuDNN and TensorRT."""
-    import paddle
-
-    out = {"paddle": paddle.__version__, "paddle_commit": getattr(paddle.version, "commit", "")}
-    if gpu:
-        for lib in ("cuda", "cudnn"):
-            fn = getattr(paddle.version, lib, None)
-            out[lib] = str(fn()) if callable(fn) else ""
-        trt = getattr(paddle.inference, "get_trt_compile_version", None)
-        out["tensorrt"] = str(trt()) if callable(trt) else ""
-    return out
-
-
 def openvino_cache_plan(files: ModelFiles, options: PredictorOptions,
                         name: str) -> compile_cache.CachePlan:
     """The folder OpenVINO compiles this model into: the published entry
@@ -300,22 +257,6 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
     cfg.delete_pass("conv_transpose_eltwiseadd_bn_fuse_pass")
     cfg.delete_pass("matmul_transpose_reshape_fuse_pass")
     return cfg
-
-
-def tensorrt_fallback(options: PredictorOptions, status: dict, error: BaseException
-                      ) -> Optional[tuple[PredictorOptions, dict]]:
-    """What to rebuild with after a TensorRT engine build failed (at
-    creation or at a shape's first run): under `tensorrt.enable: auto`, the
-    same options without TensorRT and a status saying why; None where the
-    error stands (TensorRT off already, `enable: true`, or a ConfigError:
-    a configuration mistake is reported, not run around)."""
-    trt = options.tensorrt
-    if trt is None or trt.enable != "auto" or isinstance(error, ConfigError):
-        return None
-    why = (f"tensorrt.enable: auto, but the TensorRT engine build failed ({type(error).__name__}: "
-           f"{str(error).strip()[:300]}): running on Paddle's GPU kernels without TensorRT")
-    return options.model_copy(update={"tensorrt": None}), {**status, "on": False, "reason": why,
-                                                           "engine_build_failed": True}
 
 
 class PaddlePredictor:

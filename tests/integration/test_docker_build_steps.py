@@ -75,6 +75,16 @@ def step_name(cmd: str) -> str | None:
     return m.group(1) if m else None
 
 
+def load_build_steps():
+    """deploy/docker/build_steps.py as a module (it is a script, not in a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_steps", REPO / "deploy" / "docker" / "build_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def image_root(tmp_path_factory) -> dict:
     """Scratch stand-ins: a bin folder whose python/python3 are this venv's
@@ -126,11 +136,7 @@ def test_require_tensorrt_fails_the_build_where_there_is_none(image_root):
 def test_a_step_that_fails_stops_the_build_with_its_reason(image_root, tmp_path):
     """The steps' failures are real: a pin naming another paddle, a config
     with a misspelt arg, an old Python."""
-    sys.path.insert(0, str(REPO / "deploy" / "docker"))
-    try:
-        import build_steps
-    finally:
-        sys.path.pop(0)
+    build_steps = load_build_steps()
     pin = tmp_path / "pin.txt"
     pin.write_text("paddlepaddle-gpu==3.3.1\n")
     out = run_step("/app", f"python deploy/docker/build_steps.py deps {pin}", image_root)

