@@ -88,7 +88,7 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
                  model_id: str = "", lanes: LaneArgs = LaneArgs()):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
-        # pipeline replica (docs/request-path.md).
+        # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
