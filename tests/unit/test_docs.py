@@ -314,3 +314,28 @@ def test_every_environment_variable_a_doc_names_is_read_somewhere(doc):
                      and p.name != "README.md")
     missing = sorted(n for n in names if n not in code)
     assert not missing, f"{doc.name} names environment variables nothing reads: {missing}"
+
+
+def test_the_profile_table_names_every_serve_config_and_the_address_it_listens_on():
+    import yaml
+
+    rows = dict(re.findall(r"^\| `(deployments[\w.]*\.yaml)` \|.*\| *([\d.]+:\d+) *\|$",
+                           prose(REPO / "docs" / "configuration.md"), flags=re.M))
+    profiles = sorted(p.name for p in REPO.glob("deployments*.yaml"))
+    assert sorted(rows) == profiles
+    for name, address in rows.items():
+        http = yaml.safe_load((REPO / name).read_text())["http_options"]
+        assert address == f"{http['host']}:{http['port']}", name
+    readme = prose(REPO / "README.md")
+    assert all(f"`{name}`" in readme for name in profiles)
+
+
+def test_the_options_table_lists_every_request_option_with_its_range():
+    from dataclasses import fields
+
+    from serve_app.core.request_options import RANGES, OcrOptions, describe_range
+
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", section(REPO / "docs" / "api.md", "`POST /v1/ocr`"), flags=re.M))
+    assert set(rows) == {f.name for f in fields(OcrOptions)}
+    for name in RANGES:
+        assert rows[name].strip() == describe_range(name), name
