@@ -84,7 +84,7 @@ class PredictorOptions(_Strict):
     )
     enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN: docs/architecture.md, "Why the choices")
     # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
-    # (speed and accuracy of each: docs/architecture.md, "Why the choices"). fp32 for
+    # (docs/architecture.md, "Why the choices"; `python -m load_tests precision_agreement` compares a precision with fp32). fp32 for
     # bit-for-bit reproducibility across machines.
     openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     switch_ir_optim: bool = True  # Paddle's IR graph optimisation passes
