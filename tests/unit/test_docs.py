@@ -339,3 +339,11 @@ def test_the_options_table_lists_every_request_option_with_its_range():
     assert set(rows) == {f.name for f in fields(OcrOptions)}
     for name in RANGES:
         assert rows[name].strip() == describe_range(name), name
+
+
+def test_every_cli_flag_the_api_doc_names_is_an_argument_of_the_cli():
+    declared = {node.args[0].value for path in sources("serve_app") for node in ast.walk(tree(path))
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument"
+                and node.args and isinstance(node.args[0], ast.Constant)}
+    named = set(re.findall(r"`(--[a-z][\w-]*)", section(REPO / "docs" / "api.md", "Library and command line")))
+    assert named and named - {"--help"} <= declared, sorted(named - declared)  # argparse adds --help
