@@ -322,13 +322,13 @@ def test_dockerfile_copies_paths_that_exist():
 
 
 def test_python_versions_agree_with_the_code():
-    """serve_app/http/api.py uses asyncio.Task.cancelling() (3.11+): the package and the
+    """serve_app/http/front.py uses asyncio.Task.cancelling() (3.11+): the package and the
     image refuse older Pythons."""
     import tomllib
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert project["requires-python"].startswith(">=3.11")
-    assert "cancelling()" in (REPO / "serve_app" / "http" / "api.py").read_text()
+    assert "cancelling()" in (REPO / "serve_app" / "http" / "front.py").read_text()
     runs = " ".join(rest for word, rest in _dockerfile_instructions() if word == "RUN")
     assert "(3, 11) <= v" in runs
 
