@@ -347,3 +347,9 @@ def test_every_cli_flag_the_api_doc_names_is_an_argument_of_the_cli():
                 and node.args and isinstance(node.args[0], ast.Constant)}
     named = set(re.findall(r"`(--[a-z][\w-]*)", section(REPO / "docs" / "api.md", "Library and command line")))
     assert named and named - {"--help"} <= declared, sorted(named - declared)  # argparse adds --help
+
+
+def test_the_harness_table_names_every_harness_module():
+    named = set(re.findall(r"`harness\.(\w+)`", section(REPO / "docs" / "testing.md", "The harness")))
+    modules = {p.stem for p in (REPO / "harness").glob("*.py") if p.stem != "__init__"}
+    assert named == modules, f"not in the table: {sorted(modules - named)}; no such module: {sorted(named - modules)}"
