@@ -347,3 +347,17 @@ def test_every_cli_flag_the_api_doc_names_is_an_argument_of_the_cli():
                 and node.args and isinstance(node.args[0], ast.Constant)}
     named = set(re.findall(r"`(--[a-z][\w-]*)", section(REPO / "docs" / "api.md", "Library and command line")))
     assert named and named - {"--help"} <= declared, sorted(named - declared)  # argparse adds --help
+
+
+def test_the_harness_table_names_every_harness_module():
+    named = set(re.findall(r"`harness\.(\w+)`", section(REPO / "docs" / "testing.md", "The harness")))
+    modules = {p.stem for p in (REPO / "harness").glob("*.py") if p.stem != "__init__"}
+    assert named == modules, f"not in the table: {sorted(modules - named)}; no such module: {sorted(named - modules)}"
+
+
+def test_the_x_cache_table_lists_every_way_the_result_cache_answers():
+    counted = {k.value for node in ast.walk(tree(REPO / "serve_app" / "serving" / "result_cache.py"))
+               if isinstance(node, ast.Assign) and any(getattr(t, "attr", None) == "counts" for t in node.targets)
+               and isinstance(node.value, ast.Dict) for k in node.value.keys}
+    listed = set(re.findall(r"^\| `(\w+)` \|", section(REPO / "docs" / "operations.md", "The result cache"), flags=re.M))
+    assert counted and listed == counted, (listed, counted)
