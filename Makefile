@@ -21,6 +21,8 @@ $(SERVE_STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[cpu]" -c constraints.txt
+	@$(BIN)/python -c "import cv2, paddle" >/dev/null 2>&1 || { $(BIN)/python -c "import cv2, paddle" 2>&1 | tail -1; \
+	  echo "Paddle or OpenCV cannot load a system library (Paddle needs libgomp.so.1): on Debian or Ubuntu apt-get install libgomp1 (make test installs it), then run make again" >&2; exit 1; }
 	touch $(SERVE_STAMP)
 
 $(TEST_STAMP): $(SERVE_STAMP)
