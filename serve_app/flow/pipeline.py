@@ -142,7 +142,7 @@ class Pipeline:
                 work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
                 boxes = await self.stages.detect(work, options.det_params(), ctx=ctx)
                 finer = finer_scale(boxes_to_original(boxes, geometry), self._det_scale(work, geometry, options),
-                                    (h, w), cfg.pipeline)
+                                    (h, w), cfg.pipeline, self._top_rung(options))
                 if finer:
                     ctx.check("detecting small text again in tiles")
                     work, geometry, boxes = await self._detect_fine(img, options, finer, ctx)
