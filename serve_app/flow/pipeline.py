@@ -118,7 +118,7 @@ class Pipeline:
             timings["orientation"] = _ms(t)
         blocks = None
         if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
-            lines, blocks = arrange(lines, orientation or 0, w, h)
+            lines, blocks = await asyncio.to_thread(arrange, lines, orientation or 0, w, h)  # not on the loop
         picture = None
         if options.visualize:
             t = time.perf_counter()
