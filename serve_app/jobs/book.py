@@ -250,6 +250,14 @@ class JobBook:
         job = self.jobs.get(job_id)
         return job.view() if job else None
 
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """get's (status fields, stored result bytes), the result not parsed
+        (serve_app.jobs.state.Job.view_raw): what HTTP serves."""
+        self.replace_dead_workers()
+        await self._expire()
+        job = self.jobs.get(job_id)
+        return job.view_raw() if job else None
+
     async def acounts(self) -> dict[str, int]:
         return self.counts()
 
@@ -377,7 +385,8 @@ class JobBook:
                 if pause is not None:
                     await asyncio.sleep(pause)
             else:
-                blob = encode_result({"request_id": job.job_id, **result})
+                # off the loop: a long document's result is tens of MB of JSON
+                blob = await asyncio.to_thread(encode_result, {"request_id": job.job_id, **result})
                 if len(blob) > self.result_limit:
                     job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
                 else:
