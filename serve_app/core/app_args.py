@@ -298,6 +298,10 @@ class JobArgs(_Args):
     max_claims: int = Field(4, ge=1, description="backend redis: a job whose worker died this many times (a job "
                             "that kills its replica) fails with `internal` instead of running again")
     job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
+    overloaded_wait_s: float = Field(
+        1800.0, ge=0, description="a job whose attempt meets `overloaded` (the PDF children or the pipeline are "
+        "full) is tried again after a growing pause (2 s doubling to 60 s, or the service's Retry-After if longer) "
+        "until it has waited this long in all; then it fails with `overloaded`")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(
         None, description="SQLite file holding every accepted job until it expires, so that a restarted store "

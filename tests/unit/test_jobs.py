@@ -231,3 +231,65 @@ def test_a_stored_result_is_served_as_its_bytes_without_being_parsed(monkeypatch
 
 def uuid_hex(n: int) -> str:
     return f"{n:032x}"
+
+
+# -- a job that meets Overloaded waits, it does not fail (issue 38, item 4) -------------------
+
+
+class _Busy:
+    """Overloaded `busy` times (as Ray delivers it: a task error whose
+    `cause` is the replica's exception), then reads the image."""
+
+    def __init__(self, busy: int, retry_after_s: int = 1):
+        self.busy, self.retry_after_s, self.calls = busy, retry_after_s, 0
+
+    async def run(self, image, options, progress=None):
+        self.calls += 1
+        if self.busy > 0:
+            self.busy -= 1
+            err = RuntimeError("ray task error")
+            err.cause = Overloaded("both PDF workers are busy; retry later", retry_after_s=self.retry_after_s)
+            raise err
+        return {"results": [{"text": bytes(image).decode()}]}
+
+
+async def _busy_book(busy: _Busy, **args):
+    book = JobBook(busy.run, JobArgs(**args))
+    book.BACKOFF_S = (0.0, 0.0, 0.0)
+    pauses = []
+
+    async def pause(seconds):  # a fake clock: the pauses are recorded, not slept
+        pauses.append(seconds)
+
+    book._pause = pause
+    await book.start()
+    return book, pauses
+
+
+def test_a_job_that_meets_overloaded_is_tried_again_after_growing_pauses_then_succeeds():
+    async def go():
+        busy = _Busy(9, retry_after_s=5)
+        book, pauses = await _busy_book(busy)
+        job = await book.submit(b"page", OcrOptions())
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return done, pauses, busy.calls
+
+    done, pauses, calls = run(go())
+    assert done["status"] == "succeeded" and done["results"] == [{"text": "page"}]
+    assert calls == 10  # nine busy answers did not use up the four attempts
+    assert pauses == [5.0, 5.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0, 60.0]  # Retry-After while longer
+
+
+def test_a_job_still_overloaded_after_overloaded_wait_s_fails_overloaded():
+    async def go():
+        book, pauses = await _busy_book(_Busy(10**6), overloaded_wait_s=100)
+        job = await book.submit(b"page", OcrOptions())
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return done, pauses
+
+    done, pauses = run(go())
+    assert done["status"] == "failed" and done["error"]["code"] == "overloaded"
+    assert "jobs.overloaded_wait_s" in done["error"]["message"]
+    assert sum(pauses) <= 100 and pauses == [2.0, 4.0, 8.0, 16.0, 32.0]
