@@ -144,7 +144,8 @@ class PdfFile:
         budget, by_deadline = self._budget(budget_s)
         what = "the PDF" if index is None else f"page {index + 1}"
         try:
-            return self.pool.call(op, self.key, self._data, args, budget, wait_s=budget)
+            return self.pool.call(op, self.key, self._data, args, budget, wait_s=budget,
+                                  share=self.limits.worker_share or max(1, self.pool.workers // 2))
         except WorkerTimeout:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed while reading {what} of its PDF") from None

@@ -182,54 +182,94 @@ class WorkerPool:
         # signal fires when the thread that started them ends, not the process.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdf-spawn")
         self.killed = 0  # children killed past their budget (for tests and stats)
+        self.in_use: dict[Optional[str], int] = {}  # document key -> children it holds now
+        self.waiting: dict[Optional[str], int] = {}  # document key -> its calls waiting for a child
+        self.shares: dict[Optional[str], int] = {}  # document key (waiting) -> its share
 
-    def _checkout(self, key: Optional[str], wait_s: float) -> _Child:
+    def _checkout(self, key: Optional[str], wait_s: float, share: int = 0) -> _Child:
+        """An idle child (or a new one, up to `workers`), waited for at most
+        wait_s (PoolBusy). With `share`, document `key` already holding that
+        many children gets none while another document waits for one: a
+        document of slow pages cannot hold every child (work-conserving:
+        alone, it may use them all)."""
         deadline = time.monotonic() + wait_s
         with self.cond:
-            while True:
-                self.idle = [c for c in self.idle if c.alive() or self._drop(c)]
-                if self.idle:
-                    # prefer a child that holds this document already
-                    for k, c in enumerate(self.idle):
-                        if key is not None and c.key == key:
-                            return self.idle.pop(k)
-                    return self.idle.pop()
-                if self.started < self.workers:
-                    self.started += 1
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PoolBusy()
-                self.cond.wait(left)
+            self.waiting[key] = self.waiting.get(key, 0) + 1
+            self.shares[key] = share
+            try:
+                while True:
+                    self.idle = [c for c in self.idle if c.alive() or self._drop(c)]
+                    if self._may_take(key, share):
+                        if self.idle:
+                            # prefer a child that holds this document already
+                            at = next((k for k, c in enumerate(self.idle) if key is not None and c.key == key), -1)
+                            self._hold(key)
+                            return self.idle.pop(at)
+                        if self.started < self.workers:
+                            self.started += 1
+                            self._hold(key)
+                            break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise PoolBusy()
+                    self.cond.wait(left)
+            finally:
+                self.waiting[key] -= 1
+                if not self.waiting[key]:
+                    del self.waiting[key], self.shares[key]
         try:
             return self._spawner.submit(_Child, self.memory_mb).result()
         except BaseException:
             with self.cond:
                 self.started -= 1
-                self.cond.notify()
+                self._release(key)
+                self.cond.notify_all()
             raise
+
+    def _under_share(self, key: Optional[str], share: int) -> bool:
+        return not share or self.in_use.get(key, 0) < share
+
+    def _may_take(self, key: Optional[str], share: int) -> bool:
+        if self._under_share(key, share):
+            return True
+        # over its share: only while no other document within its own waits
+        # (a free child is never kept idle)
+        return not any(k != key and self._under_share(k, self.shares.get(k, 0)) for k in self.waiting)
+
+    def _hold(self, key: Optional[str]) -> None:
+        self.in_use[key] = self.in_use.get(key, 0) + 1
+
+    def _release(self, key: Optional[str]) -> None:
+        n = self.in_use.get(key, 0) - 1
+        if n > 0:
+            self.in_use[key] = n
+        else:
+            self.in_use.pop(key, None)
 
     def _drop(self, child: _Child) -> bool:
         child.kill()
         self.started -= 1
         return False
 
-    def _give_back(self, child: _Child, ok: bool) -> None:
+    def _give_back(self, child: _Child, ok: bool, key: Optional[str] = None) -> None:
         if not ok:
             child.kill()
         with self.cond:
+            self._release(key)
             if ok:
                 self.idle.append(child)
             else:
                 self.started -= 1
-            self.cond.notify()
+            self.cond.notify_all()  # the waiter whose turn it is may not be the first
 
-    def call(self, op: str, key: str, data: bytes, args: dict, budget_s: float, wait_s: float) -> tuple[dict, bytes]:
+    def call(self, op: str, key: str, data: bytes, args: dict, budget_s: float, wait_s: float,
+             share: int = 0) -> tuple[dict, bytes]:
         """Run `op` on document `key` (its bytes `data`, sent only to a child
         that does not hold it) within budget_s seconds; a free child is
-        waited for at most wait_s (PoolBusy). WorkerTimeout (the child was
-        killed), WorkerDied, WorkerError (the child's own refusal)."""
-        child = self._checkout(key, wait_s)
+        waited for at most wait_s (PoolBusy); `share`: see _checkout.
+        WorkerTimeout (the child was killed), WorkerDied, WorkerError (the
+        child's own refusal)."""
+        child = self._checkout(key, wait_s, share)
         ok = False
         try:
             payload = b"" if child.key == key else bytes(data)
@@ -251,7 +291,7 @@ class WorkerPool:
                 raise WorkerError(header["error"], header.get("message", ""), header)
             return header, body
         finally:
-            self._give_back(child, ok)
+            self._give_back(child, ok, key)
 
     def close(self) -> None:
         with self.cond:

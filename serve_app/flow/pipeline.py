@@ -264,16 +264,22 @@ class Pipeline:
                     except PageOverBudget as e:  # this page only: the others are still read
                         page = PageResult(index + 1, 0, 0, (), {}, "none", None,
                                           error={"code": e.code, "message": e.message})
-                        failed.append(e)
+                        failed.append((index, e))
+                        if len(failed) >= cfg.documents.max_pages_over_budget and len(failed) < total:
+                            # a document of slow pages is given up, not read to its end (the rest cancelled)
+                            raise PageOverBudget(
+                                f"the document was abandoned after {len(failed)} pages over their budget (pages "
+                                f"{', '.join(str(i + 1) for i, _ in sorted(failed))}; "
+                                f"engine.documents.max_pages_over_budget): {failed[0][1].message}") from None
                 done += 1
                 if progress is not None:
                     progress(done, total)
                 return page
 
-            failed: list[PageOverBudget] = []
+            failed: list[tuple[int, PageOverBudget]] = []
             pages = await all_or_none([one(i) for i in range(total)])
             if len(failed) == total:
-                raise failed[0]
+                raise failed[0][1]
         finally:
             pdf.close()
         return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)

@@ -363,3 +363,84 @@ def test_a_pdf_child_that_does_not_start_in_time_is_a_503_to_retry_not_the_docum
             assert pdf.pages == 1
     finally:
         pool.close()
+
+
+# -- documents share the children (issue 38, item 4) ----------------------------------------
+
+
+def test_a_document_of_slow_pages_is_abandoned_after_a_few_and_the_rest_are_not_read(monkeypatch):
+    """500 pages that each burn the page budget held both children for up
+    to 600 s; now the document ends after max_pages_over_budget of them."""
+    import serve_app.flow.documents as documents
+
+    bomb = nested_forms_pdf(depth=6, pages=40)
+    stand = Stand()
+    pool = WorkerPool(2)
+    monkeypatch.setattr(documents, "shared_pool", lambda *a: pool)
+    cfg = EngineConfig(documents=DocumentLimits(page_timeout_s=0.3, max_pages_over_budget=3, page_concurrency=2))
+    try:
+        with pytest.raises(PageOverBudget, match="abandoned after 3 pages over their budget") as e:
+            asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(bomb))
+        assert e.value.status == 413 and "max_pages_over_budget" in e.value.message
+        assert 3 <= pool.killed <= 4  # the pages in flight when it was given up, not 40
+    finally:
+        pool.close()
+
+
+def test_one_document_holds_at_most_its_share_of_children_while_another_waits():
+    """Two children, a document of slow pages reading two pages at once:
+    another document's page gets the second child as soon as one frees,
+    and the first document gets it back only while nobody else waits."""
+    import threading
+
+    pool = WorkerPool(2)
+    slow = nested_forms_pdf(depth=6, pages=6)
+    limits = DocumentLimits(page_timeout_s=0.5)  # worker_share 0: half of 2 = 1
+    try:
+        with PdfFile(slow, limits, pool=pool) as bomb, PdfFile(blank_pdf(1), limits, pool=pool) as other:
+            outcome = {}
+
+            def bomb_pages():
+                for k in range(6):
+                    try:
+                        bomb.render(k)
+                    except PageOverBudget:
+                        pass
+
+            threads = [threading.Thread(target=bomb_pages) for _ in range(2)]  # both children taken
+            for t in threads:
+                t.start()
+            time.sleep(0.1)  # both children busy with the bomb (setup only: the outcome does not race it)
+
+            def read_other():
+                try:
+                    outcome["shape"] = other.render(0).shape
+                except Exception as e:  # noqa: BLE001
+                    outcome["error"] = e
+
+            reader = threading.Thread(target=read_other)
+            reader.start()
+            reader.join(60)
+            for t in threads:
+                t.join(60)
+        # it waited at most one page's budget (0.5 s, its wait) for a child: without the
+        # share the bomb's pages took each freed child back and this was a 503 (Overloaded)
+        assert outcome == {"shape": (200, 400, 3)}
+    finally:
+        pool.close()
+
+
+def test_the_pool_gives_a_document_over_its_share_a_child_only_while_nobody_else_waits():
+    pool = WorkerPool(2)
+    try:
+        with pool.cond:
+            pool.in_use = {"a": 1}
+            assert pool._may_take("a", 1) is True  # nobody waits: a free child is used
+            pool.waiting, pool.shares = {"b": 1}, {"b": 1}
+            assert pool._may_take("a", 1) is False  # b is within its share: it goes first
+            assert pool._may_take("a", 2) is True  # a within a share of 2
+            pool.in_use = {"a": 1, "b": 1}
+            assert pool._may_take("a", 1) is True  # b over its own share does not block a
+            pool.in_use, pool.waiting, pool.shares = {}, {}, {}
+    finally:
+        pool.close()
