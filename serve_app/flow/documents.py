@@ -265,7 +265,7 @@ def open_document(data: bytes, limits: DocumentLimits, max_pixels: Optional[int]
         return PdfFile(data, limits, max_pixels, deadline=deadline)
     from serve_app.flow.tiff_pages import TiffPages
 
-    return TiffPages(data, limits, max_pixels, exif_transpose)
+    return TiffPages(data, limits, max_pixels, exif_transpose, deadline=deadline)
 
 
 async def open_pdf(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
@@ -282,7 +282,7 @@ async def open_document_async(data: bytes, limits: DocumentLimits, max_pixels: O
     """open_document off the event loop (a PDF on the worker pool's threads)."""
     if is_pdf(data):
         return await open_pdf(data, limits, max_pixels, deadline)
-    return await asyncio.to_thread(open_document, data, limits, max_pixels, exif_transpose)
+    return await asyncio.to_thread(open_document, data, limits, max_pixels, exif_transpose, deadline)
 
 
 def check_document(data: bytes, limits: DocumentLimits) -> int:

@@ -388,44 +388,53 @@ def test_a_document_of_slow_pages_is_abandoned_after_a_few_and_the_rest_are_not_
 
 
 def test_one_document_holds_at_most_its_share_of_children_while_another_waits():
-    """Two children, a document of slow pages reading two pages at once:
-    another document's page gets the second child as soon as one frees,
-    and the first document gets it back only while nobody else waits."""
+    """Two children, a document of slow pages reading two pages at once
+    (each stopped at its 0.5 s budget): another document's page gets the
+    next child that frees, not after the bomb's twelve pages (before, each
+    freed child could go back to the bomb's next page, and the other's
+    wait run out: a 503)."""
     import threading
 
     pool = WorkerPool(2)
     slow = nested_forms_pdf(depth=6, pages=6)
     limits = DocumentLimits(page_timeout_s=0.5)  # worker_share 0: half of 2 = 1
+    patient = DocumentLimits(page_timeout_s=30)  # the other's wait for a child: far past a bomb page's 0.5 s
     try:
-        with PdfFile(slow, limits, pool=pool) as bomb, PdfFile(blank_pdf(1), limits, pool=pool) as other:
-            outcome = {}
+        with PdfFile(slow, limits, pool=pool) as bomb, PdfFile(blank_pdf(1), patient, pool=pool) as other:
+            done = [0]  # bomb pages finished (each over its budget)
+            both = threading.Barrier(3)
 
             def bomb_pages():
-                for k in range(6):
-                    try:
-                        bomb.render(k)
-                    except PageOverBudget:
-                        pass
+                both.wait()
+                from serve_app.core.errors import Overloaded
 
-            threads = [threading.Thread(target=bomb_pages) for _ in range(2)]  # both children taken
+                for k in range(6):
+                    with pytest.raises((PageOverBudget, Overloaded)):  # its share taken: a wait that ran out
+                        bomb.render(k)
+                    done[0] += 1
+
+            threads = [threading.Thread(target=bomb_pages) for _ in range(2)]
             for t in threads:
                 t.start()
-            time.sleep(0.1)  # both children busy with the bomb (setup only: the outcome does not race it)
+            both.wait()
+            while pool.in_use.get(bomb.key, 0) < 2:  # both children drawing the bomb (an explicit step)
+                time.sleep(0.005)
+            got_child_at = []
+            hold = pool._hold
 
-            def read_other():
-                try:
-                    outcome["shape"] = other.render(0).shape
-                except Exception as e:  # noqa: BLE001
-                    outcome["error"] = e
+            def noting(key):  # when the other document is given its child: the bomb pages done by then
+                if key == other.key:
+                    got_child_at.append(done[0])
+                hold(key)
 
-            reader = threading.Thread(target=read_other)
-            reader.start()
-            reader.join(60)
+            pool._hold = noting
+            shape = other.render(0).shape
+            pages_before = got_child_at[0]
             for t in threads:
-                t.join(60)
-        # it waited at most one page's budget (0.5 s, its wait) for a child: without the
-        # share the bomb's pages took each freed child back and this was a 503 (Overloaded)
-        assert outcome == {"shape": (200, 400, 3)}
+                t.join(120)
+        assert shape == (200, 400, 3)
+        assert pages_before <= 2  # the page that freed its child (at most one per thread), not all 12
+        assert done[0] == 12  # every bomb page ended: over its budget, or refused while over its share
     finally:
         pool.close()
 
