@@ -24,8 +24,10 @@ from typing import Any, Optional
 import numpy as np
 
 from serve_app.core.engine_config import DocumentLimits
-from serve_app.core.errors import BadRequest, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
-from serve_app.flow.pdf_worker import PoolBusy, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool
+from serve_app.core.errors import BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
+from serve_app.flow.pdf_worker import (
+    PoolBusy, WorkerCannotStart, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool,
+)
 from serve_app.core.results import CharBox, TextLine
 
 PDF_MAGIC = b"%PDF-"
@@ -152,6 +154,8 @@ class PdfFile:
             raise PageOverBudget(f"{what} took over {budget:g} s (engine.documents."
                                  f"{'open' if index is None else 'page'}_timeout_s) and was stopped; "
                                  f"simplify it, or send the page as an image") from None
+        except WorkerCannotStart as e:
+            raise ConfigError(str(e)) from None
         except PoolBusy:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed waiting to read {what} of its PDF") from None

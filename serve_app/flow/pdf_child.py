@@ -288,11 +288,21 @@ def main(argv: list[str]) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = os.fdopen(os.dup(0), "rb")
-    server = _Server()
+    try:
+        server = _Server()
+    except (MemoryError, ImportError, OSError) as e:  # a low address-space limit inherited from the service
+        said = [line for line in str(e).splitlines() if line.strip()]  # numpy's is a page: its last line
+        _write_frame(out, {"ready": False, "message": f"its start-up failed ({type(e).__name__}: "
+                                                      f"{said[-1].strip() if said else ''}) with "
+                                                      f"{_vm_bytes() >> 20} MB of address space"})
+        return
     if memory_mb > 0:
         import resource
 
         limit = _vm_bytes() + memory_mb * 1024 * 1024
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)  # a limit over the inherited hard one cannot be set (it was a crash)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _write_frame(out, {"ready": True})  # started: what follows is timed per call by the parent
     while True:

@@ -54,6 +54,12 @@ class PoolBusy(Exception):
     """No child became free within the wait allowed."""
 
 
+class WorkerCannotStart(Exception):
+    """A child could not start at all (it said why, or exited at once): a
+    limit of this machine or process, not the document's fault, and not
+    cured by retrying (a low hard RLIMIT_AS inherited from the service)."""
+
+
 # -- framing ---------------------------------------------------------------------
 
 
@@ -127,14 +133,28 @@ class _Reader:
 CHILD_START_S = 30.0  # a child's start-up at most this long (0.2-0.5 s on an idle core)
 
 
+def _limit_hint() -> str:
+    """What to check when a child cannot start: this process's address-space
+    limit, which the child inherits."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard >> 20} MB"
+    return (f"the service's hard address-space limit (RLIMIT_AS, `ulimit -v`) is {shown}: a worker needs a few "
+            f"hundred MB to start plus up to engine.documents.worker_memory_mb; raise the limit")
+
+
 class _Child:
     def __init__(self, memory_mb: int):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where serve_app is
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "PYTHONPATH": root + (os.pathsep + path if path else "")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "serve_app.flow.pdf_child", str(memory_mb)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "serve_app.flow.pdf_child", str(memory_mb)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        except OSError as e:  # no memory to start a process at all
+            raise WorkerCannotStart(f"the document worker cannot start ({e}); {_limit_hint()}") from None
         self.reader = _Reader(self.proc.stdout.fileno())
         self.key: Optional[str] = None  # the document it holds open
         # Wait for its start-up (imports, memory limit) here, so a page's or an
@@ -143,9 +163,19 @@ class _Child:
             header, _ = self.reader.frame(time.monotonic() + CHILD_START_S)
         except (WorkerTimeout, WorkerDied, ValueError, struct.error):
             header = {}
-        if not header.get("ready"):  # a server problem, not the document's: a 503 to retry
+        if not header.get("ready"):  # a server problem, not the document's
+            code = self.proc.poll()
+            if code is None:
+                try:
+                    code = self.proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    code = None
             self.kill()
-            raise PoolBusy()
+            if "message" in header:
+                raise WorkerCannotStart(f"the document worker cannot start: {header['message']}; {_limit_hint()}")
+            if code is not None:
+                raise WorkerCannotStart(f"the document worker exited at start-up (code {code}); {_limit_hint()}")
+            raise PoolBusy()  # slow to start beside a busy core: a 503 to retry
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -25,8 +25,12 @@ from PIL import Image
 
 from serve_app.core.engine_config import DocumentLimits
 from serve_app.flow.documents import PageGeometry
-from serve_app.core.errors import BadImage, BadRequest, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
-from serve_app.flow.pdf_worker import PoolBusy, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool
+from serve_app.core.errors import (
+    BadImage, BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge,
+)
+from serve_app.flow.pdf_worker import (
+    PoolBusy, WorkerCannotStart, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool,
+)
 from serve_app.ocr.decode import to_bgr
 
 TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -140,6 +144,8 @@ class TiffPages:
                 raise DeadlineExceeded(f"the request's deadline passed while decoding {what}") from None
             raise PageOverBudget(f"{what} took over {budget:g} s to decode (engine.documents.page_timeout_s) "
                                  f"and was stopped; send it as an image of its own, or simpler") from None
+        except WorkerCannotStart as e:
+            raise ConfigError(str(e)) from None
         except PoolBusy:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed waiting to decode {what}") from None

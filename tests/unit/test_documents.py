@@ -453,3 +453,45 @@ def test_the_pool_gives_a_document_over_its_share_a_child_only_while_nobody_else
             pool.in_use, pool.waiting, pool.shares = {}, {}, {}
     finally:
         pool.close()
+
+
+# -- a child under a low hard RLIMIT_AS says so (issue 38, item 7) -----------------------------
+
+_UNDER_A_LIMIT = """
+import resource, sys
+from harness.pdfs import blank_pdf
+from serve_app.core.engine_config import DocumentLimits
+from serve_app.flow.documents import PdfFile
+from serve_app.flow.pdf_worker import WorkerPool
+
+data = blank_pdf(2)
+pool = WorkerPool(1)
+pool._spawner.submit(lambda: None).result()  # this process's own threads before its limit
+limit = int(sys.argv[1]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # hard too: the child inherits it
+try:
+    with PdfFile(data, DocumentLimits(), pool=pool) as pdf:
+        print("pages", pdf.pages)
+except Exception as e:
+    print("error", getattr(e, "status", None), e)
+"""
+
+
+@pytest.mark.parametrize("limit_mb", [60, 1000])
+def test_a_pdf_child_under_a_low_hard_address_space_limit_starts_within_it_or_says_why(limit_mb):
+    """The child set its limit to its start-up plus worker_memory_mb (3 GB)
+    over the service's hard one: it crashed, and every PDF got 503 `busy,
+    retry shortly` forever. Now it keeps within the hard limit; where even
+    its start-up does not fit, a 500 names RLIMIT_AS."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, str(limit_mb)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=120).stdout.strip().splitlines()[-1]
+    if limit_mb == 60:
+        assert out.startswith("error 500 the document worker cannot start") and "RLIMIT_AS" in out
+        assert "60 MB" in out
+    else:
+        assert out == "pages 2"
