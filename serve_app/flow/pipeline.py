@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -302,6 +303,8 @@ class Pipeline:
         ctx.check(f"rendering page {index + 1}")
         image = await pdf.run(pdf.render, index)
         render_ms = _ms(t0)
+        if options.visualize and index >= self.config.documents.max_picture_pages:
+            options = dataclasses.replace(options, visualize=False)  # pictures of the first pages only
         result = await self.read(image, options, ctx)
         del image
         timings = {"render": render_ms, **result.timings_ms}

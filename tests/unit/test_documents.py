@@ -495,3 +495,16 @@ def test_a_pdf_child_under_a_low_hard_address_space_limit_starts_within_it_or_sa
         assert "60 MB" in out
     else:
         assert out == "pages 2"
+
+
+def test_pictures_are_drawn_for_a_documents_first_pages_only():
+    """`visualize` on a 500-page document asked for ~1.8 GB of base64
+    pictures (PaddleX's ocrImage and inputImage per page); now only the
+    first documents.max_picture_pages pages have one."""
+    stand = Stand()
+    cfg = EngineConfig(documents=DocumentLimits(max_picture_pages=2))
+    doc = asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(
+        blank_pdf(5), OcrOptions(visualize="boxes")))
+    body = doc.to_dict()
+    assert ["visualization" in p for p in body["pages"]] == [True, True, False, False, False]
+    assert [p["results"][0]["text"] for p in body["pages"]] == ["grey255"] * 5  # every page still read
