@@ -251,8 +251,7 @@ class JobBook:
         return job.view() if job else None
 
     async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
-        """get's (status fields, stored result bytes), the result not parsed
-        (serve_app.jobs.state.Job.view_raw): what HTTP serves."""
+        """(status fields, stored result bytes), not parsed (Job.view_raw): what HTTP serves."""
         self.replace_dead_workers()
         await self._expire()
         job = self.jobs.get(job_id)
@@ -360,10 +359,8 @@ class JobBook:
             job.fail(code, message)
             await self._finished(job)
 
-    # An attempt that meets Overloaded (the PDF children or the pipeline
-    # are full) is tried again after these pauses (then the last, again),
-    # or the error's Retry-After if longer, while the job has waited under
-    # jobs.overloaded_wait_s in all; it is not one of the four attempts.
+    # An attempt that meets Overloaded (the service is full) is tried again after these pauses (then the
+    # last again) or its Retry-After if longer, within jobs.overloaded_wait_s; not one of the four attempts.
     OVERLOADED_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
 
     async def _run(self, job: Job) -> None:
@@ -381,8 +378,7 @@ class JobBook:
                     job.fail(Overloaded.code, f"the service stayed overloaded while the job waited {waited:g} s "
                              f"(jobs.overloaded_wait_s): {outcome.message}")
                     return
-                busy += 1
-                waited += step
+                busy, waited = busy + 1, waited + step
                 log.info("job %s: overloaded; tried again in %g s", job.job_id, step)
                 await self._pause(step)
                 continue
@@ -396,9 +392,7 @@ class JobBook:
         await asyncio.sleep(seconds)
 
     async def _run_once(self, job: Job, attempt: int, pause: Optional[float]) -> Any:
-        """One attempt: None once the job is decided (succeeded, or failed
-        for good), the Overloaded it met, or True to try again (after
-        `pause`, already waited)."""
+        """One attempt: None once the job is decided, the Overloaded it met, or True to try again (paused)."""
         try:
             result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
         except asyncio.TimeoutError:
