@@ -32,6 +32,7 @@ from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Una
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
 from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.formats import render
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
@@ -144,6 +145,8 @@ class Front:
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = metrics
         # Admission by cost (serve_app.serving.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
+        self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
+                                  args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
         self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
                                    max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
