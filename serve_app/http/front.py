@@ -32,12 +32,13 @@ from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Una
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
 from serve_app.core.request_options import OcrOptions, parse_options
-from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.formats import render
+from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
 from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
 from serve_app.http.headers import deadline_s
+from serve_app.ocr.image_header import check_structure
 from serve_app.serving.admission import Admission, Gate, current_client
 from serve_app.serving.live_stats import RollingHistory, deployment_summary, stage_summary
 from serve_app.serving.result_cache import Dedupe, ResultCache
@@ -182,6 +183,9 @@ class Front:
             left = ctx.time_left()
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
+            if not upload.is_document and isinstance(upload.data, (bytes, bytearray, memoryview)):
+                # the decoder's bounded walks (chunks, frames, segments), here at the door, before a price
+                await asyncio.to_thread(check_structure, upload.data)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
             with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
                 result, cache = await self.dedupe.read(

@@ -684,3 +684,19 @@ def test_text_hocr_and_alto_past_the_render_pool_are_a_503_not_a_thread_each(app
     assert r.status_code == 503 and "format=json" in r.json()["error"]["message"]
     assert client.post("/v1/ocr", content=b"ok", headers={"Content-Type": "image/png"}).status_code == 200  # JSON
     front.renders.held = 0
+
+
+@pytest.mark.parametrize("make", ["jpeg_comments", "chunks_after_idat_png", "gif_frames"])
+def test_a_flood_of_segments_chunks_or_frames_is_a_400_at_the_door(app, make):
+    """Walked at the door as decode walks it: refused before a price, a
+    cache look-up or the pipeline (a JPEG of comments took 9 s to decode)."""
+    from load_tests import hostile_costs
+
+    body = {"jpeg_comments": lambda: hostile_costs.jpeg_comments(1),
+            "chunks_after_idat_png": lambda: hostile_costs.chunks_after_idat_png(1),
+            "gif_frames": lambda: hostile_costs.gif_frames(2000)}[make]()
+    client, _ = app
+    for path in ("/v1/ocr", "/v1/ocr/jobs"):
+        r = client.post(path, content=body, headers={"Content-Type": "image/png"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_image", path
+    assert Fake.calls == []  # neither the pipeline nor the job store saw it
