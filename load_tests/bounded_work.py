@@ -13,13 +13,9 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 
 def _timed(fn, repeat: int) -> tuple[float, object]:

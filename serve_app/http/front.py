@@ -184,8 +184,12 @@ class Front:
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
             if not upload.is_document and isinstance(upload.data, (bytes, bytearray, memoryview)):
-                # the decoder's bounded walks (chunks, frames, segments), here at the door, before a price
-                await asyncio.to_thread(check_structure, upload.data)
+                # the decoder's bounded walks (chunks, frames, segments), here at the door, before a
+                # price; a small body's walk is a few hundred steps at most: inline
+                if len(upload.data) <= 256 * 1024:
+                    check_structure(upload.data)
+                else:
+                    await asyncio.to_thread(check_structure, upload.data)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
             with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
                 result, cache = await self.dedupe.read(
