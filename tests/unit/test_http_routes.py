@@ -700,3 +700,12 @@ def test_a_flood_of_segments_chunks_or_frames_is_a_400_at_the_door(app, make):
         r = client.post(path, content=body, headers={"Content-Type": "image/png"})
         assert r.status_code == 400 and r.json()["error"]["code"] == "bad_image", path
     assert Fake.calls == []  # neither the pipeline nor the job store saw it
+
+
+def test_a_paddlex_answer_over_max_answer_bytes_is_a_413_in_paddlex_shape(app):
+    client, front = app
+    front.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
+    front.args = front.args.model_copy(update={"max_answer_bytes": 4096})
+    assert client.post("/ocr", json=paddlex_file(b"short")).status_code == 200
+    r = client.post("/ocr", json=paddlex_file(b"y" * 5000))
+    assert r.status_code == 413 and r.json()["errorCode"] == 413 and "POST /v1/ocr/jobs" in r.json()["errorMsg"]
