@@ -146,7 +146,10 @@ class PdfFile:
         budget, by_deadline = self._budget(budget_s)
         what = "the PDF" if index is None else f"page {index + 1}"
         try:
-            return self.pool.call(op, self.key, self._data, args, budget, wait_s=budget,
+            # A free child is waited for up to another call's budget and a child's start (the
+            # child a slow page held is killed and started again), within the deadline.
+            wait = budget if by_deadline else 2 * budget
+            return self.pool.call(op, self.key, self._data, args, budget, wait_s=wait,
                                   share=self.limits.worker_share or max(1, self.pool.workers // 2))
         except WorkerTimeout:
             if by_deadline:

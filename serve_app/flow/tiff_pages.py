@@ -138,7 +138,8 @@ class TiffPages:
             header, body = self.pool.call(
                 "render", self.key, self._data, {"index": index, "exif": self.exif_transpose,
                                                  "max_pixels": self.max_pixels},
-                budget, wait_s=budget, share=self.limits.worker_share or max(1, self.pool.workers // 2))
+                budget, wait_s=budget if by_deadline else 2 * budget,  # as PdfFile's
+                share=self.limits.worker_share or max(1, self.pool.workers // 2))
         except WorkerTimeout:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed while decoding {what}") from None
