@@ -130,7 +130,7 @@ class Front:
                  admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors()):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
-        # pipeline replica (docs/request-path.md).
+        # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits

@@ -9,7 +9,7 @@ generous bound that only an unbounded request would pass: minutes), the
 ingress's memory, and that a normal request meanwhile is answered (200).
 
 The cases are load_tests/hostile_costs.py's (the benchmark measures them
-for docs/reliability.md)."""
+for docs/operations.md)."""
 
 from __future__ import annotations
 
