@@ -251,6 +251,17 @@ class IngressArgs(_Args):
     # in-flight slot; the whole body is under the one body size limit).
     max_batch_items: int = Field(32, ge=1, le=1000)
     batch_concurrency: int = Field(4, ge=1)  # (see max_batch_items)
+    # A synchronous answer (POST /v1/ocr, in any format) at most this many
+    # bytes (more: 413 naming the jobs API); a job's result has its own
+    # bound (jobs.max_result_bytes).
+    max_answer_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # Text/hOCR/ALTO written off the loop by render_workers threads with
+    # render_waiting more waiting (more: 503); sends of job results over
+    # large_result_bytes at most max_large_reads at once (more: 503).
+    render_workers: int = Field(1, ge=1)
+    render_waiting: int = Field(4, ge=0)  # (see render_workers)
+    large_result_bytes: int = Field(4 * 1024 * 1024, ge=1)  # (see render_workers)
+    max_large_reads: int = Field(2, ge=1)  # (see render_workers)
     # Admission by cost, inside the count limit above (serve_app.serving.admission).
     admission: AdmissionArgs = AdmissionArgs()
 
@@ -298,6 +309,10 @@ class JobArgs(_Args):
     max_claims: int = Field(4, ge=1, description="backend redis: a job whose worker died this many times (a job "
                             "that kills its replica) fails with `internal` instead of running again")
     job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
+    overloaded_wait_s: float = Field(
+        1800.0, ge=0, description="a job whose attempt meets `overloaded` (the PDF children or the pipeline are "
+        "full) is tried again after a growing pause (2 s doubling to 60 s, or the service's Retry-After if longer) "
+        "until it has waited this long in all; then it fails with `overloaded`")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(
         None, description="SQLite file holding every accepted job until it expires, so that a restarted store "

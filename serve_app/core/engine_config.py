@@ -264,6 +264,12 @@ class DocumentLimits(_Strict):
     worker_memory_mb: int = Field(3072, ge=0)
     page_timeout_s: float = Field(10.0, gt=0)  # a page's render or text layer at most this long (or the request's time left), then its child is killed
     open_timeout_s: float = Field(5.0, gt=0)  # opening a PDF (its page count, first page's size) at most this long
+    # Sharing the children between documents: one document holds at most
+    # worker_share of them while another document waits for one (0: half of
+    # `workers`, at least 1; while nobody else waits it may use them all).
+    worker_share: int = Field(0, ge=0, le=32)
+    max_picture_pages: int = Field(10, ge=0)  # `visualize`: pictures of a document's first this many pages only (the rest have none: a 500-page document asked ~1.8 GB of them)
+    max_pages_over_budget: int = Field(3, ge=1)  # a document is abandoned (413 page_over_budget) once this many of its pages ran past their budget; the rest are not read
     # The text layer (options.pdf_text_layer): characters per page and per
     # document at most (more: 413 naming the page); a dense newspaper page
     # has ~30,000.
