@@ -106,6 +106,11 @@ def rec_input(crop: np.ndarray, height: int = 48, max_width: int = 3200) -> np.n
     return ((x - 0.5) / 0.5).transpose(2, 0, 1)[None]
 
 
+def load_charset(path: Path) -> list[str]:
+    """PP-OCR's CTC dictionaries (use_space_char): the file's lines, then " "."""
+    return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()] + [" "]
+
+
 def ctc_greedy(probs: np.ndarray, charset: list[str]) -> str:
     """Best path, repeats merged, blank (0) dropped; index i>0 is charset[i-1]."""
     idx = probs.argmax(-1)

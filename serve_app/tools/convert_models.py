@@ -30,8 +30,8 @@ For each ONNX file of a set in models/manifest.json (`sets`):
    detectors on the peer images (probability maps under the bound, the
    binarised text masks equal within a tolerance), recognisers on crops of
    the peer images cut at PP-OCRv4's boxes (identical decoded strings);
-4. only then is it moved into the cache, `<cache>/<source sha256>/`, with
-   `conversion.json`: the source, the converted files' sizes and sha256
+4. only then is it moved into the cache, `<cache>/<source sha256>/`
+   (with the ONNX file, `source.onnx`), with `conversion.json`: the source, the converted files' sizes and sha256
    (which the service checks before loading), the converter's versions and
    the measured differences.
 
@@ -62,13 +62,14 @@ from typing import Optional
 
 # Stdlib only: the cache's place and the record's name, as the service reads them.
 from serve_app.inference.weights import CONVERSION_RECORD as RECORD, model_cache_root as cache_root
-from serve_app.tools.conversion_check import PARAMS, PROGRAM, ConversionError, verify
+from serve_app.tools.conversion_check import PARAMS, PROGRAM, ConversionError, load_charset, verify
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "models" / "manifest.json"
 # Bumped when the rewrite or the checks change: a cached entry of another
 # converter version is converted again.
 CONVERTER = "x2paddle-1.6.0+pir-rewrite-2"
+SOURCE = "source.onnx"
 
 
 def sha256_of(path: Path) -> str:
@@ -260,6 +261,8 @@ def build_entry(path: str, source: dict, wheel: Path, root: Path, charset: Optio
             record["versions"] = versions()
             record["seconds"] = round(time.perf_counter() - t0, 1)
             names = [PROGRAM, PARAMS]
+            # The ONNX file stays beside its conversion (`--verify-only` checks again against it).
+            shutil.move(str(src), tmp / SOURCE)
         else:
             shutil.move(str(src), tmp / src.name)
             names = [src.name]
@@ -273,11 +276,6 @@ def build_entry(path: str, source: dict, wheel: Path, root: Path, charset: Optio
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return record
-
-
-def load_charset(path: Path) -> list[str]:
-    # PP-OCR's CTC dictionaries (use_space_char): the file's lines, then " ".
-    return [line.rstrip("\r\n") for line in path.read_text(encoding="utf-8").splitlines()] + [" "]
 
 
 def ensure_all(root: Path, manifest: Path = MANIFEST, wheel: Optional[Path] = None) -> dict[str, str]:
