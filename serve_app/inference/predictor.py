@@ -289,9 +289,7 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
             cfg.set_mkldnn_cache_capacity(options.mkldnn_cache_capacity)
         else:
             cfg.disable_mkldnn()
-    # A Paddle 3 program (inference.json: the converted PP-OCRv6 sets) fails
-    # at create_predictor under memory_optimize_pass ("Not find predictor_id
-    # N and pass_name memory_optimize_pass", Paddle 3.3.1): it runs without.
+    # Paddle 3.3.1 fails create_predictor of a Paddle 3 program (.json: the PP-OCRv6 sets) with memory_optim on.
     if options.enable_memory_optim and str(files.program).endswith(".pdmodel"):
         cfg.enable_memory_optim()
     cfg.switch_ir_optim(options.switch_ir_optim)
