@@ -1,6 +1,7 @@
 """The check a converted model passes before it is cached
-(serve_app/tools/convert_models.py): Paddle's OpenVINO engine in fp32 (the
-service's CPU engine) against onnxruntime on the original ONNX file, on fixed
+(serve_app/tools/convert_models.py): Paddle configured as the service's CPU
+engine (enable_openvino_engine, fp32; Paddle 3.3.1 runs a Paddle 3 `.json`
+program on its oneDNN kernels even so) against onnxruntime on the original ONNX file, on fixed
 inputs and on real images. Build environment only (onnxruntime, paddle)."""
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ class ConversionError(RuntimeError):
 
 
 def paddle_runner(model_dir: Path, engine: str = "openvino") -> Callable[[np.ndarray], np.ndarray]:
-    """The converted model on one CPU thread: Paddle's OpenVINO engine in
-    fp32 (what the service runs on the CPU), or `native` (no oneDNN)."""
+    """The converted model on one CPU thread, configured as the service's
+    CPU engine (`openvino`, fp32: for a .json program Paddle 3.3.1 uses its
+    oneDNN kernels), or `native` (no oneDNN)."""
     from paddle import inference
 
     cfg = inference.Config(str(model_dir / PROGRAM), str(model_dir / PARAMS))
@@ -159,7 +161,7 @@ def verify(stage: str, model_dir: Path, onnx_path: Path, charset: Optional[list[
     ours, theirs = paddle_runner(model_dir, engine), onnx_runner(onnx_path)
     params = model_dir / PARAMS
     bound = BOUNDS[stage]
-    report: dict = {"engine": f"paddle-{engine}-fp32 vs onnxruntime", "bound": bound}
+    report: dict = {"engine": f"paddle ({engine} config, fp32) vs onnxruntime", "bound": bound}
     fixed = 0.0
     for x in fixed_inputs(stage):
         a, b = ours(x), theirs(x)

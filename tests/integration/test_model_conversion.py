@@ -1,6 +1,6 @@
 """The check every converted PP-OCRv6 model passes before it is used
 (serve_app/tools/conversion_check.py), run for real on the conversion `make
-install` made: Paddle's OpenVINO engine in fp32 against onnxruntime on the
+install` made: Paddle (the service's CPU config, fp32) against onnxruntime on the
 original ONNX file, on fixed inputs and on 60 crops of the peer images. The
 untouched conversion passes; the same files with a few weights altered are
 refused with an error naming the parameter file. PP-OCRv6 tiny's recogniser
