@@ -6,6 +6,7 @@ Ray's errors). No Ray: `Fake` records what reached the handles."""
 from __future__ import annotations
 
 import asyncio
+import json
 import types
 from typing import Any, Callable, Optional
 
@@ -81,6 +82,18 @@ async def jobs_get(job_id):
     return Fake.jobs.get(job_id)
 
 
+_HEAD = ("job_id", "status", "created_at", "started_at", "finished_at", "pages_done", "pages_total", "error")
+
+
+async def jobs_get_raw(job_id):
+    """JobStore.get_raw of a stored view: (status fields, the rest as JSON bytes or None)."""
+    view = Fake.jobs.get(job_id)
+    if view is None:
+        return None
+    rest = {k: v for k, v in view.items() if k not in _HEAD}
+    return {k: v for k, v in view.items() if k in _HEAD}, (json.dumps(rest).encode() if rest else None)
+
+
 class Cluster:
     """The platform as the front asks it (Serve's: serve_app.http.ingress.ServeCluster)."""
 
@@ -103,7 +116,7 @@ def stand_in_front(errors: HandleErrors = HandleErrors()) -> Front:
     Fake.reset()
     args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
     front = Front(types.SimpleNamespace(ocr=Method(pipeline_ocr)),
-                 types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get)),
+                 types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get), get_raw=Method(jobs_get_raw)),
                  ImageLimits(), args, DocumentLimits(),
                  PaddleXDefaults.of(EngineConfig()), cache=CacheArgs(max_bytes=0, share_in_flight=False), model_id="model",
                  lanes=LaneArgs(bulk_max_in_flight=1), errors=errors, cluster=Cluster(),

@@ -4,7 +4,7 @@ clients over the peer images, and prints the CPU seconds each process used
 in the window (from /proc), with core-seconds per image, per process and
 per part of the service (load_tests/hop_budget.py's groups).
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops cpu --clients 8 --seconds 30
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops budget cpu --clients 8 --seconds 30
     ... cpu_by_process.py --target simple              # the baseline, same clients and images
     ... cpu_by_process.py --pipeline-in-ingress false  # the pipeline in its own deployment
     ... cpu_by_process.py --json out.json              # also write the figures

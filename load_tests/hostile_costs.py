@@ -11,7 +11,7 @@ max latency, the baseline of this run), then each case: what is sent (its
 bytes), the status and error code the service answered, in what time, the
 ingress's peak RSS growth while it ran, and the normal client's requests
 meanwhile (how many, their statuses, p50 and max latency). Prints one table
-(markdown, for docs/reliability.md).
+(markdown).
 
 `CASES` is also what tests/integration/test_hostile_costs.py and the soak's
 hostile share (load_tests/soak.py) send."""

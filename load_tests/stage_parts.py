@@ -7,7 +7,7 @@ minus pipeline total) or inside the stages (the same work slower in the
 service's process).
 
     make serve   # or: serve run deployments.light.yaml (another shell)
-    flock -w 600 /tmp/ray-tests.lock .venv/bin/python -m load_tests hops stages --url http://127.0.0.1:8000
+    flock -w 600 /tmp/ray-tests.lock .venv/bin/python -m load_tests hops budget stages --url http://127.0.0.1:8000
 
 Every request has `Cache-Control: no-cache`; one untimed pass first (the
 service's shapes built after ready, the engine's warm-up), then

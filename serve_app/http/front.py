@@ -33,10 +33,12 @@ from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.formats import render
+from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
 from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
 from serve_app.http.headers import deadline_s
+from serve_app.ocr.image_header import check_structure
 from serve_app.serving.admission import Admission, Gate, current_client
 from serve_app.serving.live_stats import RollingHistory, deployment_summary, stage_summary
 from serve_app.serving.result_cache import Dedupe, ResultCache
@@ -128,7 +130,7 @@ class Front:
                  admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors()):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
-        # pipeline replica (docs/request-path.md).
+        # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
         self.limits = limits
@@ -144,6 +146,8 @@ class Front:
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = metrics
         # Admission by cost (serve_app.serving.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
+        self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
+                                  args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
         self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
                                    max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
@@ -179,6 +183,13 @@ class Front:
             left = ctx.time_left()
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
+            if not upload.is_document and isinstance(upload.data, (bytes, bytearray, memoryview)):
+                # the decoder's bounded walks (chunks, frames, segments), here at the door, before a
+                # price; a small body's walk is a few hundred steps at most: inline
+                if len(upload.data) <= 256 * 1024:
+                    check_structure(upload.data)
+                else:
+                    await asyncio.to_thread(check_structure, upload.data)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
             with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
                 result, cache = await self.dedupe.read(

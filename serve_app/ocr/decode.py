@@ -15,9 +15,7 @@ from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.image_formats import FORMATS, UNSUPPORTED, check_aspect
-from serve_app.ocr.image_header import png_dimensions
-
+from serve_app.ocr.image_formats import FORMATS, HEIF_NAMES, check_aspect, pillow_heif, unreadable  # noqa: F401  (pillow_heif: whether the extra is here)
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -25,12 +23,13 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
     limits.check_bytes(len(data))
+    from serve_app.ocr.image_header import check_structure  # chunks, frames, segments walked cheaply first
 
-    png_dimensions(data)  # a PNG's chunks walked cheaply first (BadImage if too many)
+    check_structure(data)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
-        raise BadImage(UNSUPPORTED) from None
+        raise unreadable(data) from None
     w, h = img.size
     if w < 1 or h < 1:
         raise BadImage(f"image has no pixels ({w}x{h})")
@@ -51,14 +50,25 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
 
 # Formats whose extra frames are not pages: an animation's frames, a stereo
 # JPEG's second view. Only the first is read; the answer says how many there were.
-FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG", "HEIF", "AVIF")  # JPEG: an MPO (stereo) has 2
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG") + HEIF_NAMES + ("AVIF",)  # JPEG: an MPO (stereo) has 2
 
 
 def frame_count(data: bytes) -> int:
     """How many frames an animated GIF, WebP, PNG or AVIF (an MPO, a HEIC
     burst) has; 1 for any other image, and for what cannot be read
     (decode_image says why).
-    Headers and frame headers only, no frame decoded."""
+    Headers and frame headers only, no frame decoded; a GIF's and a PNG's
+    counted by check_structure's bounded walk (Pillow's n_frames walks a
+    flood of them one by one)."""
+    from serve_app.ocr.image_header import check_structure
+
+    head = bytes(data[:8])
+    try:
+        walked = check_structure(data)
+    except BadImage:
+        return 1
+    if head[:3] == b"GIF" or head[:4] == b"\x89PNG":
+        return walked
     try:
         with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
             return max(1, int(getattr(img, "n_frames", 1)))

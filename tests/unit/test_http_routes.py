@@ -640,3 +640,72 @@ def test_paddlex_picture_of_a_maximum_size_image_is_bounded_and_the_pixel_limit_
         over = client.post("/ocr", json={"file": base64.b64encode(_png_of(4001, 1000)).decode(), "fileType": 1})
         assert over.status_code == 413 and over.json()["errorCode"] == 413 and "pixel" in over.json()["errorMsg"]
     assert len(decodes) == 2  # the refused one was stopped by decode_image's header check
+
+
+# -- bounded answers and reads (issue 38, item 5) -----------------------------------------------
+
+
+def test_a_synchronous_answer_over_max_answer_bytes_is_a_413_naming_the_jobs_api(app):
+    """A 49 kB text-layer PDF gave a 126 MB answer; now an answer over
+    ingress.max_answer_bytes is refused, naming where such results go."""
+    client, front = app
+    front.args = front.args.model_copy(update={"max_answer_bytes": 4096})
+    small = client.post("/v1/ocr", content=b"a short line", headers={"Content-Type": "image/png"})
+    assert small.status_code == 200 and small.json()["results"][0]["text"] == "a short line"
+    long_line = b"x" * 5000
+    for fmt in ("json", "text"):  # (the stand-in pipeline gives no boxes for hOCR)
+        r = client.post(f"/v1/ocr?format={fmt}", content=long_line, headers={"Content-Type": "image/png"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
+        assert "POST /v1/ocr/jobs" in r.json()["error"]["message"]
+
+
+def test_a_job_result_is_sent_as_its_stored_bytes_and_large_reads_are_gated(app):
+    client, front = app
+    box = [[1, 1], [20, 1], [20, 9], [1, 9]]
+    Fake.jobs["j1"] = {"job_id": "j1", "status": "succeeded", "created_at": 1.0, "request_id": "j1",
+                       "image": {"width": 30, "height": 10},
+                       "results": [{"text": "done é", "score": 0.9, "box": box}] * 50, "timings_ms": {}}
+    r = client.get("/v1/ocr/jobs/j1")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.json() == Fake.jobs["j1"]  # the head's fields and the stored result's, as one body
+    front.renders.large_bytes = 100  # this result is now "large"
+    front.renders.large_reads = front.renders.max_large_reads  # as if that many were being sent
+    busy = client.get("/v1/ocr/jobs/j1?format=hocr")
+    assert busy.status_code == 503 and int(busy.headers["retry-after"]) >= 1
+    front.renders.large_reads = 0
+    assert client.get("/v1/ocr/jobs/j1?format=hocr").status_code == 200
+    assert front.renders.held == 0 and front.renders.large_reads == 0  # nothing left held
+
+
+def test_text_hocr_and_alto_past_the_render_pool_are_a_503_not_a_thread_each(app):
+    client, front = app
+    front.renders.held = front.renders.slots  # as if every worker and waiting place were taken
+    r = client.post("/v1/ocr?format=hocr", content=b"ok", headers={"Content-Type": "image/png"})
+    assert r.status_code == 503 and "format=json" in r.json()["error"]["message"]
+    assert client.post("/v1/ocr", content=b"ok", headers={"Content-Type": "image/png"}).status_code == 200  # JSON
+    front.renders.held = 0
+
+
+@pytest.mark.parametrize("make", ["jpeg_comments", "chunks_after_idat_png", "gif_frames"])
+def test_a_flood_of_segments_chunks_or_frames_is_a_400_at_the_door(app, make):
+    """Walked at the door as decode walks it: refused before a price, a
+    cache look-up or the pipeline (a JPEG of comments took 9 s to decode)."""
+    from harness import hostile as hostile_costs
+
+    body = {"jpeg_comments": lambda: hostile_costs.jpeg_comments(1),
+            "chunks_after_idat_png": lambda: hostile_costs.chunks_after_idat_png(1),
+            "gif_frames": lambda: hostile_costs.gif_frames(2000)}[make]()
+    client, _ = app
+    for path in ("/v1/ocr", "/v1/ocr/jobs"):
+        r = client.post(path, content=body, headers={"Content-Type": "image/png"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "bad_image", path
+    assert Fake.calls == []  # neither the pipeline nor the job store saw it
+
+
+def test_a_paddlex_answer_over_max_answer_bytes_is_a_413_in_paddlex_shape(app):
+    client, front = app
+    front.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
+    front.args = front.args.model_copy(update={"max_answer_bytes": 4096})
+    assert client.post("/ocr", json=paddlex_file(b"short")).status_code == 200
+    r = client.post("/ocr", json=paddlex_file(b"y" * 5000))
+    assert r.status_code == 413 and r.json()["errorCode"] == 413 and "POST /v1/ocr/jobs" in r.json()["errorMsg"]

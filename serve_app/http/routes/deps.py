@@ -6,15 +6,16 @@ item's error). No Ray."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from dataclasses import replace
 from typing import Annotated, Optional
 
 from fastapi import Depends, Header, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
-from serve_app.core.errors import OcrError, Unauthorized
+from serve_app.core.errors import OcrError, TooLarge, Unauthorized
 from serve_app.core.request_options import FORMATS, OcrOptions
 from serve_app.flow.formats import render
 from serve_app.http.front import Front
@@ -73,13 +74,29 @@ def with_lane(opts: OcrOptions, request: Request, default: str) -> OcrOptions:
     return replace(opts, priority=header) if header is not None else opts.with_lane(default)
 
 
-async def formatted(body: dict, fmt: str) -> Response:
-    """The answer in the asked format: JSON as it is, else rendered (off
-    the event loop: a long document's XML takes a while)."""
+async def formatted(body: dict, fmt: str, front: Optional[Front] = None) -> Response:
+    """A synchronous answer in the asked format, written off the event loop
+    (JSON in a worker thread; text, hOCR, ALTO in the front's bounded
+    RenderPool: a long document's XML takes seconds), at most
+    ingress.max_answer_bytes (TooLarge naming the jobs API)."""
     if fmt == "json":
-        return JSONResponse(body)
-    content, media_type = await asyncio.to_thread(render, body, fmt)
+        content, media_type = await asyncio.to_thread(_json_bytes, body), "application/json"
+    elif front is None:
+        content, media_type = await asyncio.to_thread(render, body, fmt)
+    else:
+        content, media_type = await front.renders.render(body, fmt)
+    limit = front.args.max_answer_bytes if front is not None else None
+    size = len(content)
+    if limit is not None and size > limit:
+        raise TooLarge(f"the answer is {size} bytes, over the limit of {limit} for a synchronous request "
+                       f"(ingress.max_answer_bytes); submit it as a job (POST /v1/ocr/jobs) and fetch its result "
+                       f"from GET /v1/ocr/jobs/{{job_id}}, or ask for fewer pages or no per-character boxes")
     return Response(content, media_type=media_type)
+
+
+def _json_bytes(body: dict) -> bytes:
+    """As JSONResponse writes it."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
 
 
 def item_error(index: int, e: OcrError) -> dict:

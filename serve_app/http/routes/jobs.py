@@ -4,7 +4,7 @@ GET /v1/ocr/jobs/{job_id}."""
 import asyncio
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import NotFound
@@ -15,9 +15,10 @@ from serve_app.flow.upload import Upload
 from serve_app.http.body import parse_body
 from serve_app.http.front import downstream
 from serve_app.http.headers import idempotency_key
-from serve_app.http.routes.deps import V1, CurrentFront, Format, formatted, with_lane
+from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.jobs.clients import client_of_request
+from serve_app.jobs.state import job_body
 from serve_app.ocr.image_header import check_image_header
 
 router = APIRouter()
@@ -53,9 +54,14 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
     a succeeded job's result in that format (while it is not done, the
     JSON status whatever the format)."""
     fmt = with_format(parse_options(None), fmt).format
-    job = await downstream(front.jobs.get.remote(job_id))
-    if job is None:
+    found = await downstream(front.jobs.get_raw.remote(job_id))  # the stored result's bytes, never parsed there
+    if found is None:
         raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-    if job.get("status") != "succeeded":
-        return JSONResponse(job)
-    return await formatted(job, fmt)
+    head, blob = found
+    if head.get("status") != "succeeded" or blob is None:
+        return JSONResponse(head)
+    async with front.renders.reading(len(blob)):  # large results: a few sent at once
+        if fmt == "json":  # the stored bytes as they are, the status fields spliced in front
+            return Response(await asyncio.to_thread(job_body, head, blob), media_type="application/json")
+        content, media_type = await front.renders.render(blob, fmt)  # parsed and written in the pool
+        return Response(content, media_type=media_type)

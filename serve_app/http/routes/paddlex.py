@@ -5,13 +5,12 @@ import asyncio
 from dataclasses import replace
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 
 from serve_app.core.lanes import INTERACTIVE
 from serve_app.flow.upload import upload_of
 from serve_app.http import paddlex
 from serve_app.http.body import JSON_ONLY
-from serve_app.http.routes.deps import PADDLEX, CurrentFront, RequestId, with_lane
+from serve_app.http.routes.deps import PADDLEX, CurrentFront, RequestId, formatted, with_lane
 from serve_app.serving.result_cache import wants_fresh
 
 router = APIRouter()
@@ -36,6 +35,7 @@ async def paddlex_ocr(request: Request, front: CurrentFront, rid: RequestId):
         result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
                                          wants_fresh(request.headers.get("cache-control")))
     images = [paddlex.images_of(page) for page in paddlex.pages_of(result)] if opts.visualize else None
-    response = JSONResponse(paddlex.success(request.state.log_id, paddlex.result(result, opts, front.paddlex, images)))
+    response = await formatted(paddlex.success(request.state.log_id, paddlex.result(result, opts, front.paddlex, images)),
+                               "json", front)  # written off the loop, at most ingress.max_answer_bytes
     response.headers["X-Cache"] = cache
     return response

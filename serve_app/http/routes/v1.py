@@ -25,7 +25,7 @@ async def http_ocr(request: Request, front: CurrentFront, rid: RequestId, fmt: F
         result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
                                          wants_fresh(request.headers.get("cache-control")))
     request.state.timings_ms = result.get("timings_ms")
-    response = await formatted({"request_id": rid, **result}, opts.format)
+    response = await formatted({"request_id": rid, **result}, opts.format, front)
     response.headers["X-Cache"] = cache
     return response
 
