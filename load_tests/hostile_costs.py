@@ -154,5 +154,17 @@ def main(args: argparse.Namespace) -> int:
               f"{got['rss_mb']:.0f} MB | {summary(seen)} |")
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """Every case's request built as it is sent (no service): each a few
+    bytes to a few MiB, the cheapest, costliest requests it claims to be."""
+    from load_tests.cli import check
+
+    for case in CASES:
+        body, ctype = case.request()
+        check(0 < len(body) < 32 << 20 and ctype, f"{case.name}: {len(body)} bytes, {ctype!r}")
+        print(f"{case.name}: {len(body):,} bytes ({ctype}) -> {case.status} {case.code}")
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(standalone(__name__))
