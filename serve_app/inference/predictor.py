@@ -246,7 +246,7 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
             cfg.set_mkldnn_cache_capacity(options.mkldnn_cache_capacity)
         else:
             cfg.disable_mkldnn()
-    if options.enable_memory_optim:
+    if options.enable_memory_optim and str(files.program).endswith(".pdmodel"):  # Paddle 3.3.1 fails a .json with it
         cfg.enable_memory_optim()
     cfg.switch_ir_optim(options.switch_ir_optim)
     if options.enable_profile:

@@ -203,6 +203,15 @@ class RedisJobBook(JobBook):
         await self._forget_one(args=[self.P, job_id])
 
     async def get(self, job_id: str) -> Optional[dict]:
+        job = await self._get_job(job_id)
+        return job.view() if job is not None else None
+
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """get's (status fields, stored result bytes), the result not parsed."""
+        job = await self._get_job(job_id)
+        return job.view_raw() if job is not None else None
+
+    async def _get_job(self, job_id: str) -> Optional[Job]:
         self.replace_dead_workers()
         h = await self.r.hgetall(self._job(job_id))
         if not h:
@@ -210,7 +219,7 @@ class RedisJobBook(JobBook):
         job = self._from_hash(job_id, h)
         if job.status.done and time.time() - (job.finished or 0) > self.args.ttl_s:
             return None  # expired (dropped from the book by the next submit or finish)
-        return job.view()
+        return job
 
     async def acounts(self) -> dict[str, int]:
         pipe = self.r.pipeline(transaction=False)
