@@ -7,7 +7,7 @@ fails `docker build` there.
     python deploy/docker/build_steps.py python            # 3.11 or 3.12
     python deploy/docker/build_steps.py paddle PIN        # a CUDA build; its pin written to PIN
     python deploy/docker/build_steps.py deps PIN          # still that paddle, and one OpenCV
-    python deploy/docker/build_steps.py imports           # serve_app compiles, every module imports
+    python deploy/docker/build_steps.py imports [EXTRAS]  # serve_app compiles, every module imports
     python deploy/docker/build_steps.py models            # weights present, sizes and sha256 as the manifest
     python deploy/docker/build_steps.py configs FILE...   # Serve schema + the app's typed args
     python deploy/docker/build_steps.py tensorrt CUDA REQUIRE [PIN]   # serve_app.inference.tensorrt_libs install
@@ -104,12 +104,12 @@ def optional_extra(error: ImportError, pyproject: Path, installed: tuple = ("gpu
     return None
 
 
-def step_imports() -> str:
+def step_imports(extras: str = "gpu") -> str:
     """The package byte-compiles (the image runs with
     PYTHONDONTWRITEBYTECODE) and every module imports (a module moved
     without its importers fails here, not in a replica); a module that
     needs an optional extra the image does not install (pyproject.toml) is
-    named and skipped."""
+    named and skipped. `extras`: the image's EXTRAS (comma-separated)."""
     import compileall
     import importlib
     import pkgutil
@@ -127,7 +127,8 @@ def step_imports() -> str:
         try:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - each failure is reported
-            extra = optional_extra(e, pyproject) if isinstance(e, ImportError) else None
+            installed = tuple(x.strip() for x in extras.split(",") if x.strip())
+            extra = optional_extra(e, pyproject, installed) if isinstance(e, ImportError) else None
             if extra:
                 skipped.append(f"{name} (extra {extra})")
             else:
@@ -192,7 +193,7 @@ def main(argv=None) -> int:
     steps = {"python": lambda: step_python(),
              "paddle": lambda: step_paddle(Path(*rest)),
              "deps": lambda: step_deps(Path(*rest)),
-             "imports": lambda: step_imports(),
+             "imports": lambda: step_imports(*rest),
              "models": lambda: step_models(),
              "configs": lambda: step_configs(rest)}
     if step == "tensorrt":
