@@ -205,3 +205,12 @@ def tight_line_errors_at(precision: str, heights: list[int]) -> dict[int, tuple[
         read = lambda img: " ".join(line.text for line in eng.read(img).lines)  # noqa: E731
         return {h: tight_line_errors(read, lines, h) for h in heights}
 
+
+def engine_lines(name: str) -> list[dict]:
+    """A new engine's (the in-process defaults) lines for the peer image
+    `name`, as result dicts. For a test process with no engine of its own to
+    share: tests call it in a child (harness.in_child)."""
+    from serve_app.engine import OcrEngine
+
+    with OcrEngine() as eng:
+        return [line.to_dict() for line in eng.read(PEER / name).lines]
