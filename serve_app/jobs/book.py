@@ -250,6 +250,13 @@ class JobBook:
         job = self.jobs.get(job_id)
         return job.view() if job else None
 
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """(status fields, stored result bytes), not parsed (Job.view_raw): what HTTP serves."""
+        self.replace_dead_workers()
+        await self._expire()
+        job = self.jobs.get(job_id)
+        return job.view_raw() if job else None
+
     async def acounts(self) -> dict[str, int]:
         return self.counts()
 
@@ -352,38 +359,71 @@ class JobBook:
             job.fail(code, message)
             await self._finished(job)
 
+    # An attempt that meets Overloaded (the service is full) is tried again after these pauses (then the
+    # last again) or its Retry-After if longer, within jobs.overloaded_wait_s; not one of the four attempts.
+    OVERLOADED_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+
     async def _run(self, job: Job) -> None:
-        for attempt, pause in enumerate((*self.BACKOFF_S, None), start=1):
-            try:
-                result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
-            except asyncio.TimeoutError:
-                job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+        waited, busy = 0.0, 0
+        attempts = enumerate((*self.BACKOFF_S, None), start=1)
+        attempt, pause = next(attempts)
+        while True:
+            outcome = await self._run_once(job, attempt, pause)
+            if outcome is None:
                 return
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._closed or (task is not None and task.cancelling()):
-                    raise
-                # The call below was cancelled (its replica went away): like a dead replica, retry.
-                log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
-                if pause is not None:
-                    await asyncio.sleep(pause)
-            except Exception as e:
-                cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
-                if isinstance(cause, OcrError):  # the input's fault: final
-                    job.fail(cause.code, cause.message)
+            if isinstance(outcome, Overloaded):
+                step = max(self.OVERLOADED_BACKOFF_S[min(busy, len(self.OVERLOADED_BACKOFF_S) - 1)],
+                           min(60.0, float(getattr(outcome, "retry_after_s", 0) or 0)))
+                if waited + step > self.args.overloaded_wait_s:
+                    job.fail(Overloaded.code, f"the service stayed overloaded while the job waited {waited:g} s "
+                             f"(jobs.overloaded_wait_s): {outcome.message}")
                     return
-                # A replica died or was busy: the job is accepted, so retry.
-                log.warning("job %s attempt %d failed: %r", job.job_id, attempt, e)
-                if pause is not None:
-                    await asyncio.sleep(pause)
-            else:
-                blob = encode_result({"request_id": job.job_id, **result})
-                if len(blob) > self.result_limit:
-                    job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
-                else:
-                    job.succeed(blob)
+                busy, waited = busy + 1, waited + step
+                log.info("job %s: overloaded; tried again in %g s", job.job_id, step)
+                await self._pause(step)
+                continue
+            nxt = next(attempts, None)
+            if nxt is None:
+                job.fail("internal", "internal error; the job was not completed")
                 return
-        job.fail("internal", "internal error; the job was not completed")
+            attempt, pause = nxt
+
+    async def _pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def _run_once(self, job: Job, attempt: int, pause: Optional[float]) -> Any:
+        """One attempt: None once the job is decided, the Overloaded it met, or True to try again (paused)."""
+        try:
+            result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
+        except asyncio.TimeoutError:
+            job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+            return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed or (task is not None and task.cancelling()):
+                raise
+            # The call below was cancelled (its replica went away): like a dead replica, retry.
+            log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
+        except Exception as e:
+            cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
+            if isinstance(cause, Overloaded):  # full now, not the input's fault: later
+                return cause
+            if isinstance(cause, OcrError):  # the input's fault: final
+                job.fail(cause.code, cause.message)
+                return None
+            # A replica died or was busy: the job is accepted, so retry.
+            log.warning("job %s attempt %d failed: %r", job.job_id, attempt, e)
+        else:
+            # off the loop: a long document's result is tens of MB of JSON
+            blob = await asyncio.to_thread(encode_result, {"request_id": job.job_id, **result})
+            if len(blob) > self.result_limit:
+                job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
+            else:
+                job.succeed(blob)
+            return None
+        if pause is not None:
+            await asyncio.sleep(pause)
+        return True
 
     async def _attempt(self, job: Job) -> dict:
         return await self.run(job.image, job.options, job.progress)

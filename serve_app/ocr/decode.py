@@ -70,9 +70,9 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
     limits.check_bytes(len(data))
-    from serve_app.ocr.image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
+    from serve_app.ocr.image_header import check_structure  # chunks, frames, segments walked cheaply first
 
-    png_dimensions(data)
+    check_structure(data)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
@@ -104,7 +104,18 @@ def frame_count(data: bytes) -> int:
     """How many frames an animated GIF, WebP, PNG or AVIF (an MPO, a HEIC
     burst) has; 1 for any other image, and for what cannot be read
     (decode_image says why).
-    Headers and frame headers only, no frame decoded."""
+    Headers and frame headers only, no frame decoded; a GIF's and a PNG's
+    counted by check_structure's bounded walk (Pillow's n_frames walks a
+    flood of them one by one)."""
+    from serve_app.ocr.image_header import check_structure
+
+    head = bytes(data[:8])
+    try:
+        walked = check_structure(data)
+    except BadImage:
+        return 1
+    if head[:3] == b"GIF" or head[:4] == b"\x89PNG":
+        return walked
     try:
         with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
             return max(1, int(getattr(img, "n_frames", 1)))

@@ -14,7 +14,7 @@ from PIL import Image
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.decode import array_to_bgr, decode_image, flatten_alpha, to_bgr
+from serve_app.ocr.decode import array_to_bgr, decode_image, flatten_alpha, frame_count, to_bgr
 
 
 def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -475,3 +475,51 @@ def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
     data = encode(left, "MPO", save_all=True, append_images=[right])
     assert frame_count(data) == 2 and frame_count(encode(left, "JPEG")) == 1
     assert decode_image(data)[0, 0, 2] > 150  # red (BGR): the first view
+
+
+# -- every byte walk bounded, at decode and at a job's submit alike (issue 38, item 7) --------
+
+
+@pytest.mark.parametrize("name, what", [
+    ("PNG with 19 MiB of empty chunks after its image data", "chunks besides its image data"),
+    ("PNG with 19 MiB of empty IDAT chunks", "image data is cut into over"),
+    ("GIF of 1,000,000 one-pixel frames", "over 1000 frames"),
+    ("JPEG with 19 MiB of empty comments", "over 256 segments"),
+])
+def test_floods_of_chunks_frames_and_segments_are_a_400_at_decode_and_at_submit(name, what):
+    """Each decoded for 5-11 s before (Pillow walks them one by one; a JPEG's
+    comments 4 s more in the submit's header check); the walk stops at its bound."""
+    from load_tests.hostile_costs import CASES
+    from serve_app.ocr.image_header import check_image_header
+
+    body = next(c for c in CASES if c.name.startswith(name)).make()
+    for check in (decode_image, check_image_header):
+        with pytest.raises(BadImage, match=what):
+            check(body, ImageLimits())
+    assert frame_count(body) == 1  # not walked past its bound either
+
+
+def _saved(frames, fmt, **kw):
+    buf = io.BytesIO()
+    frames[0].save(buf, fmt, save_all=len(frames) > 1, append_images=frames[1:], **kw)
+    return buf.getvalue()
+
+
+def test_real_images_pass_the_walks_with_their_frames_counted():
+    from serve_app.ocr.image_header import check_structure
+
+    rng = np.random.default_rng(0)
+    noise = Image.fromarray(rng.integers(0, 256, (600, 800, 3), dtype=np.uint8))
+    three = [Image.new("RGB", (40, 30), (80 * k, 255 - 80 * k, 0)) for k in range(3)]
+    cases = [
+        (_saved([noise], "JPEG", progressive=True, quality=90), 1),  # ~10 scans, tables between them
+        (_saved([noise], "JPEG", quality=95, comment=b"scanned"), 1),
+        (_saved([noise], "PNG"), 1),  # 1.4 MB: its IDATs 64 KiB each
+        (_saved([noise], "PNG", optimize=True), 1),
+        (_saved(three, "GIF", duration=100, loop=0), 3),
+        (_saved([f.convert("RGB") for f in three], "PNG", duration=100), 3),  # an APNG
+    ]
+    for data, frames in cases:
+        assert check_structure(data) == frames
+        assert frame_count(data) == frames
+        assert decode_image(data).ndim == 3
