@@ -286,8 +286,8 @@ class Front:
 
     async def _probe_ready(self) -> dict:
         try:
-            return await self.pipeline.ready.remote()
-        except Exception:
+            return await asyncio.wait_for(self.pipeline.ready.remote(), timeout=self.args.ready_timeout_s)
+        except Exception:  # a stage that does not answer in time (or at all) is not ready
             return {}
 
     async def _gather_stats(self) -> dict:
