@@ -240,6 +240,10 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)  # (see body_timeout_s)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
+    # A probe of the stages not answered within this many seconds counts as
+    # not ready (503): with no live pipeline replica, Serve would hold the
+    # probe until one starts, and /readyz would hang instead of answering.
+    ready_timeout_s: float = Field(3.0, gt=0)
     # GET /v1/stats (the page's live view): answered from figures gathered at
     # most this many seconds ago; its request history is kept per bucket of
     # stats_bucket_s seconds over the last stats_span_s.

@@ -292,6 +292,21 @@ def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app)
     assert len(probes) == 2
 
 
+def test_readyz_answers_503_when_the_pipeline_never_answers_its_probe(app):
+    """With no live pipeline replica Serve holds the probe until one starts:
+    /readyz must answer not-ready instead of hanging with it."""
+    client, front = app
+    never = asyncio.Event()
+
+    async def ready():
+        await never.wait()  # never set: a probe nobody answers
+
+    front.pipeline.ready = Method(ready)
+    front.args = IngressArgs(ready_cache_s=0, ready_timeout_s=0.05)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json() == {"ready": False, "stages": {}}
+
+
 def test_job_submits_have_their_own_in_flight_gate(app):
     client, front = app
     front.in_flight = front.args.max_in_flight  # synchronous requests are all busy: submits still go through
