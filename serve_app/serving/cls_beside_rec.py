@@ -72,11 +72,16 @@ class RecognizerWithParts(_Recognizer):
             if det is not None:
                 self.parts["det"] = det.result()
 
+    # Other model sets' stages in this process (PipelineWithModels): their work counts as busy too.
+    peers: tuple = ()
+
     def _others_busy(self) -> bool:
         # The detector or classifier has an image or crops queued or running:
         # the recogniser's shapes left after ready wait (they would take the
         # cores from that request; the first request after ready was 0.8-1.1 s).
-        return any(part.replica.pending for part in self.parts.values())
+        # So does any other set's detector or recogniser in this process.
+        return any(part.replica.pending for part in self.parts.values()) or any(
+            peer.replica.pending or any(part.replica.pending for part in peer.parts.values()) for peer in self.peers)
 
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
         return await self.parts["cls"].classify(crops, deadline, lane)
@@ -136,6 +141,8 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         for name in names[1:]:
             self.sets[name] = RecognizerWithParts.func_or_class(for_model(engine, name), rec_args, None, det_args,
                                                                 lanes)
+        for s in self.sets.values():
+            s.peers = tuple(other for other in self.sets.values() if other is not s)
         self._setup({name: (Stages(
             detect=lambda image, params, ctx, s=s: s.detect(image, ctx.deadline, params, ctx.lane),
             classify=classify,
