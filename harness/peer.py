@@ -127,3 +127,30 @@ def cer(reads: dict[str, list[str]], labels: dict[str, list[str]]) -> float:
         e, c = label_errors(reads.get(name, []), want)
         errors, chars = errors + e, chars + c
     return errors / max(chars, 1)
+
+
+def rapidocr_paddle_reads(names: list[str], threads: int) -> dict[str, list[dict]]:
+    """What RapidOCR-paddle (the reference PP-OCRv4 pipeline, its default
+    parameters; `threads` changes no reading parameter) reads in each peer
+    image. Its predictors grow by every input shape they see (~11 GB over
+    the 60 images): tests call it in a child (harness.in_child)."""
+    from rapidocr_paddle import RapidOCR
+
+    ocr = RapidOCR(cpu_math_library_num_threads=threads)
+    out = {}
+    for name in names:
+        res, _ = ocr(str(PEER / name))
+        out[name] = [{"box": [[float(x) for x in p] for p in r[0]], "text": r[1], "score": float(r[2])}
+                     for r in (res or [])]
+    return out
+
+
+def read_with_cache(cache_dir, name: str) -> tuple[list[str], dict]:
+    """A new engine (the in-process defaults, its compiled-model cache in
+    `cache_dir`) reading the peer image `name`: its lines' texts and each
+    predictor's cache record. Tests call it in a child (harness.in_child)."""
+    from serve_app.engine import OcrEngine, default_engine_config
+
+    cfg = default_engine_config()
+    with OcrEngine(cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"cache_dir": cache_dir})})) as eng:
+        return [line.text for line in eng.read(PEER / name).lines], {p.name: p.cache for p in eng._predictors}

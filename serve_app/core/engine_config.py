@@ -28,15 +28,16 @@ class TensorRTOptions(_Strict):
     # always equals the batch dimension's max.
     max_batch_size: int = 8
     min_subgraph_size: int = 3  # subgraphs with fewer ops than this stay on Paddle's GPU kernels instead of TensorRT
-    # The engines' precision. Below fp32 a replica starts only after an agreement check against fp32 on
-    # real images (serve_app/inference/precision_check.py); int8 is first calibrated on them (serve_app/inference/int8_calibration.py).
+    # The engines' precision. Below fp32 a replica is checked against fp32 on real images at start and
+    # serves at fp32 when outside the bound (serve_app/inference/precision_check.py); int8 is first
+    # calibrated on them (serve_app/inference/int8_calibration.py).
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
     use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
     # Serialized engines and the tuned shape-range file land here
     # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in
     # it, so one at a time builds and writes while the others wait and then
     # read what it wrote: node-local, or shared storage whose flock works
-    # across clients (the KubeRay claim, deploy/kuberay/trt-cache-pvc.yaml).
+    # across clients (the KubeRay claim of --trt-cache-claim, deploy/kuberay/trt-cache-pvc.yaml).
     cache_dir: Optional[str] = None
     # Every input shape this predictor can be given (N, C, H, W). In a Serve
     # replica the app builder fills it from the stage's closed set (detector

@@ -53,6 +53,11 @@ class _Server:
         if op == "open":
             n = len(self.doc)
             first = self._size(0) if n else None
+            if n > 1:
+                # The page count prices the request at the door: a /Count that
+                # lies (or a broken page tree) is a 400 here, before it is priced.
+                # The last page's size is read from its dictionary, not loaded.
+                self._size(n - 1)
             return {"pages": n, "first": first}, b""
         index = int(req["index"])
         if op == "size":

@@ -17,7 +17,9 @@ replicas:
   in jobs and image bytes, the per-job result bound and each client's share
   of the result store (the rules of serve_app.jobs.results, here in Lua).
 
-Keys share one hash tag ({app}), so a Redis Cluster keeps a book in one slot.
+One standalone Redis (or a primary with replicas behind one address): the
+scripts name their keys from a prefix rather than passing them as KEYS, and
+the client is not a cluster client, so a Redis Cluster is refused at start.
 No Ray import: unit-tested against a real redis-server."""
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ class RedisJobBook(JobBook):
         the workers. Jobs another replica left behind are taken up as their
         leases run out."""
         await self.r.ping()
+        try:
+            cluster = int((await self.r.info("cluster")).get("cluster_enabled", 0))
+        except Exception:  # noqa: BLE001  a managed Redis may refuse INFO: it is then taken as standalone
+            cluster = 0
+        if cluster:
+            raise ConfigError(f"the job book's Redis at {self.url_shown} runs in cluster mode, which the book does "
+                              "not support (its scripts reach keys the cluster cannot route): point jobs.redis_url_env "
+                              "at a standalone Redis, or a primary with replicas behind one address")
         if self.args.redis_fsync != "any":
             try:
                 config = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)

@@ -12,7 +12,7 @@ from PIL import Image
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.decode import FORMATS, UNSUPPORTED, check_aspect
+from serve_app.ocr.decode import FORMATS, check_aspect, unreadable
 
 
 def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
@@ -25,7 +25,7 @@ def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:
         with Image.open(io.BytesIO(data), formats=FORMATS) as img:
             w, h = img.size
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
-        raise BadImage(UNSUPPORTED) from None
+        raise unreadable(data) from None
     if w < 1 or h < 1:
         raise BadImage(f"image has no pixels ({w}x{h})")
     if w * h > limits.max_pixels:

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from serve_app.core.errors import BadRequest, TooLarge
 from serve_app.flow.documents import open_document
 from serve_app.ocr.image_header import png_dimensions
 from serve_app.flow.upload import upload_of
@@ -49,8 +50,10 @@ def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024)
     """A request's Size from headers only: an encoded image's header (from
     its first `header_bytes`; a PNG's chunk headers walked, at most a few
     hundred), an array's shape, a PDF's page count and first page (opened
-    in a PDF worker, no page is rendered). Anything unreadable is costed as
-    UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
+    in a PDF worker, no page is rendered). A document that opening refuses
+    (broken, a page count that lies, too many pages) raises that refusal:
+    it is answered for what it is, never priced. Anything else unreadable
+    is costed as UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
     try:
         upload = upload_of(data)
         data = upload.data
@@ -76,6 +79,8 @@ def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024)
                 found = img.size
         w, h = found
         return Size(max(1, w * h), tiles=_tiles(h, w), width=w, height=h)
+    except (BadRequest, TooLarge):
+        raise  # a document refused for what it is (a page count that lies, too many pages), before it is priced
     except Exception:
         return Size(UNKNOWN_PIXELS, known=False)
 

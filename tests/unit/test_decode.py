@@ -423,6 +423,51 @@ def test_a_heic_of_two_images_reads_the_first_and_counts_both():
     assert decode_image(data)[..., 2].mean() > 60  # the gradient, not the black one
 
 
+def test_without_the_heic_extra_a_heic_is_a_415_naming_it_and_the_rest_still_reads(tmp_path):
+    """The default install has no pillow-heif (its wheels bundle GPL-2 x265):
+    in a process where it cannot be imported, a HEIC (and junk labelled as
+    one) is a 415 naming the extra, at the header check and at decode; AVIF
+    (Pillow's own libavif), PNG and other junk read or fail as before."""
+    import json
+    import subprocess
+    import sys
+
+    photo = gradient_photo()
+    for name, data in {"heic": encode(photo, "HEIF", quality=95), "avif": encode(photo, "AVIF", quality=95),
+                       "png": encode(photo, "PNG"), "heic_junk": b"\x00\x00\x00\x18ftypheic" + b"\x00" * 200,
+                       "junk": b"not an image at all"}.items():
+        (tmp_path / name).write_bytes(data)
+    code = f"""
+import json, sys
+sys.modules["pillow_heif"] = None  # as if the extra were not installed
+from pathlib import Path
+from serve_app.core.engine_config import ImageLimits
+from serve_app.ocr import decode
+from serve_app.ocr.image_header import check_image_header
+out = {{"heif_opener": decode.pillow_heif is not None}}
+for name in ("heic", "avif", "png", "heic_junk", "junk"):
+    data = Path({str(tmp_path)!r}, name).read_bytes()
+    for step, call in (("header", lambda: check_image_header(data, ImageLimits())),
+                       ("decode", lambda: decode.decode_image(data).shape)):
+        try:
+            out[name + " " + step] = list(call())
+        except Exception as e:
+            out[name + " " + step] = [type(e).__name__, getattr(e, "status", None), str(e)]
+print(json.dumps(out))
+"""
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout)
+    assert got.pop("heif_opener") is False
+    for step in ("header", "decode"):
+        for name in ("heic", "heic_junk"):
+            kind, status, message = got[f"{name} {step}"]
+            assert (kind, status) == ("UnsupportedMediaType", 415), got
+            assert "`heic`" in message and "pip install -e '.[heic]'" in message, message
+        assert got[f"junk {step}"][:2] == ["BadImage", 400], got
+    assert got["avif decode"] == got["png decode"] == [64, 96, 3]
+    assert got["avif header"] == got["png header"] == [96, 64]
+
+
 def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
     from serve_app.ocr.decode import frame_count
 
