@@ -105,4 +105,4 @@ def build_app(args: Optional[dict] = None):
     identity = model_identity(engine) if len(engines) == 1 else hashlib.sha256(
         "".join(f"{name}:{model_identity(e)};" for name, e in engines.items()).encode()).hexdigest()
     return OcrIngress.bind(pipeline, jobs, engine.limits, a.ingress, engine.documents,
-                           PaddleXDefaults.of(engine), a.cache, identity, a.lanes)
+                           PaddleXDefaults.of(engine), a.cache, identity, a.lanes, tuple(a.models))
