@@ -73,6 +73,9 @@ def build_app(args: Optional[dict] = None):
             set's deployments are named with `_{set}` (their own block in
             the Serve config) and share the default set's classifier."""
             named = (lambda d, name: d.options(name=f"{name}{suffix}")) if suffix else (lambda d, name: d)
+            # TensorRT's shape ranges from this set's own closed input shapes (its ladders).
+            det_args = with_shape_ranges("det", a.detector, eng)
+            rec_args = with_shape_ranges("rec", a.recognizer, eng)
             cls_here = with_cls and cls_beside
             if cls_here or a.detector.beside_recognizer:  # the models in one process
                 from serve_app.serving.cls_beside_rec import RecognizerWithParts

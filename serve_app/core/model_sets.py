@@ -88,6 +88,14 @@ class ModelSet:
     # them itself (EngineConfig applies them; values from the module doc).
     det_options: dict[str, Any] = field(default_factory=dict)
     rec_options: dict[str, Any] = field(default_factory=dict)
+    # The official TensorRT dynamic shapes (min, opt, max NCHW) its
+    # inference.yml gives (Hpi.backend_configs.tensorrt.dynamic_shapes),
+    # stage -> ranges; None: the files carry none. Read, not used: a GPU
+    # replica collects its ranges from the service's own closed input shapes
+    # (serve_app/inference/shape_ranges.py), whose heights and widths lie
+    # within these (tests/unit/test_model_sets.py) and whose batch sizes
+    # (det.batch_size, rec batch limits) are the profile's own.
+    trt_shapes: Optional[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = None
 
     def describe(self, default: bool = False) -> dict[str, Any]:
         """The set as GET /v1/models lists it."""
@@ -101,6 +109,9 @@ class ModelSet:
 
 _V6_DET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "thresh": 0.2, "unclip_ratio": 1.4,
            "max_candidates": 3000}
+# det and rec inference.yml of both tiers: the same ranges.
+_V6_TRT = {"det": ((1, 3, 32, 32), (1, 3, 736, 736), (1, 3, 4000, 4000)),
+           "rec": ((1, 3, 48, 160), (1, 3, 48, 320), (8, 3, 48, 3200))}
 # The Latin languages whose letters both v6 dictionaries write (checked by
 # the unit test against the files).
 _LATIN = ("de", "fr", "es", "pt", "it", "nl", "pl", "cs", "sv", "da", "no", "fi")
@@ -117,14 +128,14 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         det="PP-OCRv6_small_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_small_rec",
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
         cost=Cost(None, None),
-        det_options={**_V6_DET, "box_thresh": 0.45},
+        det_options={**_V6_DET, "box_thresh": 0.45}, trt_shapes=_V6_TRT,
     ),
     ModelSet(
         name="ppocrv6_tiny", title="PP-OCRv6 tiny",
         det="PP-OCRv6_tiny_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_tiny_rec",
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
         cost=Cost(5.96, 0.37),
-        det_options={**_V6_DET, "box_thresh": 0.4},
+        det_options={**_V6_DET, "box_thresh": 0.4}, trt_shapes=_V6_TRT,
     ),
 )}
 

@@ -99,3 +99,29 @@ def test_models_lists_dictionary_languages_and_cost():
     assert {"de", "fr", "es", "pl", "zh", "en"} <= set(row["languages"])
     assert set(row["cost"]) == {"det_gflop_960", "rec_gflop_crop", "relative"}
     assert SETS["ppocrv4_mobile"].describe(default=True)["default"] is True
+
+
+def test_each_sets_tensorrt_ranges_in_the_gpu_profile_come_from_its_closed_shapes_within_the_official_ones():
+    """Read, not run (no GPU here): the GPU profile serving every set gives
+    each set's detector and recogniser TensorRT the closed set of shapes it
+    warms; their heights and widths lie within the official ranges of the v6
+    files' inference.yml (the batch dimension is the profile's own)."""
+    from pathlib import Path
+
+    import yaml
+
+    from serve_app.app import with_shape_ranges
+
+    root = Path(__file__).resolve().parents[2]
+    args = yaml.safe_load((root / "deployments.gpu.yaml").read_text())["applications"][0]["args"]
+    a = AppArgs(**{**args, "models": list(SETS)})
+    for name, engine in a.engines().items():
+        for stage, stage_args in (("det", a.detector), ("rec", a.recognizer)):
+            trt = with_shape_ranges(stage, stage_args, engine).predictor.tensorrt
+            assert trt.input_shapes and trt.max_batch_size == max(s[0] for s in trt.input_shapes)
+            official = SETS[name].trt_shapes
+            if official is None:
+                continue
+            lo, _, hi = official[stage]
+            for shape in trt.input_shapes:
+                assert all(lo[i] <= shape[i] <= hi[i] for i in (1, 2, 3)), (name, stage, shape)
