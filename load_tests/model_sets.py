@@ -53,6 +53,7 @@ def main(argv=None) -> int:
     rows, engines = {}, {}
     for model in args.models:
         before = rss_mb()
+        print(f"loading {model}", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         try:
             engines[model] = e = OcrEngine(cfg, model=model)
@@ -60,6 +61,7 @@ def main(argv=None) -> int:
             print(f"{model}: not loaded: {exc}"[:400])
             continue
         load_s = time.perf_counter() - t0
+        print(f"warming {model}", file=sys.stderr, flush=True)
         warm_s = e.warm()
         t0 = time.perf_counter()
         e.read(PEER / names[0])
