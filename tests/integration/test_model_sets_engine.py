@@ -1,6 +1,6 @@
 """Each model set through the in-process engine's command line, real models:
-PP-OCRv6 small reads a German line's ö and ß exactly, each v6 tier reads a
-peer image, and each set's dictionary writes every language the set lists.
+each PP-OCRv6 tier reads a German line's ö and ß exactly and two peer
+images, and each set's dictionary writes every language the set lists.
 The v6 tiers run in a child process each (`python -m serve_app --model`,
 the CLI door): an engine keeps ~1 GB after close, the child's goes back
 when it exits. No Ray."""
@@ -45,12 +45,10 @@ def text(body: dict) -> str:
 @pytest.mark.parametrize("model", ["ppocrv6_small", "ppocrv6_tiny"])
 def test_each_v6_tier_reads_a_german_line_and_a_peer_image(model, german):
     got = cli(model, german, PEER / "paddleocr_ger_1.jpg", PEER / "rapidocr_ch_en_num.jpg")
-    if model == "ppocrv6_small":
-        assert text(got[0]) == GERMAN_LINE
-    else:  # tiny: the ö and ß at least (its recogniser is the weaker)
-        assert "ö" in text(got[0]) and "ß" in text(got[0])
-    assert "EPPING" in text(got[1])  # the road sign "EPPING / Twinned with Eppingen, Germany"
-    assert len(got[2]["results"]) >= 10  # a product photo of 18 lines (RapidOCR's own assertion on v4)
+    assert text(got[0]) == GERMAN_LINE
+    # the road sign "EPPING / Twinned with Eppingen, Germany"
+    assert {"EPPING", "Twinned with", "Eppingen, Germany"} <= {r["text"] for r in got[1]["results"]}
+    assert got[2]["results"][0]["text"] == "正品促销"  # the product photo's first line (RapidOCR's own assertion)
 
 
 def test_the_default_set_cannot_write_the_german_letters(engine, german):
