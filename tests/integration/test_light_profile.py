@@ -96,7 +96,9 @@ def test_one_recogniser_process_holds_the_three_stages(light):
 
     url, config = light
     r = requests.get(f"{url}/readyz", timeout=10)
-    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True}
+    # every served set's stages, a further set's as "det@SET" and "rec@SET" (the classifier is shared)
+    further = {f"{stage}@{name}": True for name in ("ppocrv6_small", "ppocrv6_tiny") for stage in ("det", "rec")}
+    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True, **further}
     deployments = serve.status().applications["ocr"].deployments
     assert "DirectionClassifier" not in deployments and "TextDetector" not in deployments
     models = models_deployment(config)
