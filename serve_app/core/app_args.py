@@ -358,6 +358,14 @@ class AppArgs(_Args):
     """The `args:` block of an application in deployments.yaml."""
 
     engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    # The model sets this application serves (serve_app.core.model_sets);
+    # the first is the default (a request naming none). Each set has its
+    # own detector and recogniser (deployments of their own, or predictors
+    # in the pipeline's process with recognizer.with_pipeline), all loaded
+    # and warmed before the application is ready; the direction classifier
+    # is shared. engine's settings apply to every set, each set's own
+    # detector thresholds and normalisation filling what engine does not name.
+    models: list[str] = ["ppocrv4_mobile"]
     ingress: IngressArgs = IngressArgs()
     cache: CacheArgs = CacheArgs()
     jobs: JobArgs = JobArgs()
@@ -365,6 +373,19 @@ class AppArgs(_Args):
     classifier: ClassifierArgs = ClassifierArgs()
     recognizer: RecognizerArgs = RecognizerArgs()
     lanes: LaneArgs = LaneArgs()
+
+    @field_validator("models")
+    @classmethod
+    def _served(cls, v: list[str]) -> list[str]:
+        from serve_app.core.model_sets import check_served
+
+        return check_served(v)
+
+    def engines(self) -> dict[str, EngineConfig]:
+        """Each served set's engine config, the default first."""
+        from serve_app.core.engine_config import for_model
+
+        return {name: for_model(self.engine, name) for name in self.models}
 
     @model_validator(mode="after")
     def _pipeline_beside_models(self) -> "AppArgs":

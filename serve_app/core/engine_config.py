@@ -336,10 +336,14 @@ class EngineConfig(_Strict):
     """Everything the in-process engine needs: model files, stage
     parameters, limits and the default predictor options."""
 
-    det_model: Optional[str] = None  # directory; None = the default model set
-    cls_model: Optional[str] = None  # directory; None = the default model set
-    rec_model: Optional[str] = None  # directory; None = the default model set
-    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the default model set's
+    # The model set (serve_app.core.model_sets): its models, dictionary, and
+    # the detector thresholds and normalisation its authors give it, for the
+    # det/rec fields this config does not name itself.
+    model: str = "ppocrv4_mobile"
+    det_model: Optional[str] = None  # directory; None = the model set's
+    cls_model: Optional[str] = None  # directory; None = the model set's
+    rec_model: Optional[str] = None  # directory; None = the model set's
+    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the model set's
     det: DetOptions = DetOptions()
     cls: ClsOptions = ClsOptions()
     rec: RecOptions = RecOptions()
@@ -347,6 +351,57 @@ class EngineConfig(_Strict):
     limits: ImageLimits = ImageLimits()
     documents: DocumentLimits = DocumentLimits()
     predictor: PredictorOptions = PredictorOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_set_defaults(cls, data: Any) -> Any:
+        """The model set's own det/rec values under what the config gives."""
+        if not isinstance(data, dict) or data.get("model", "ppocrv4_mobile") == "ppocrv4_mobile":
+            return data
+        from serve_app.core.model_sets import SETS
+
+        chosen = SETS.get(data["model"])
+        if chosen is None:
+            raise ValueError(f"unknown model set {data['model']!r}; known sets: {', '.join(SETS)}")
+        out = dict(data)
+        for key, defaults in (("det", chosen.det_options), ("rec", chosen.rec_options)):
+            if defaults:
+                given = out.get(key) or {}
+                given = given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else dict(given)
+                out[key] = {**defaults, **given}
+        return out
+
+    @model_validator(mode="after")
+    def _known_model(self) -> "EngineConfig":
+        from serve_app.core.model_sets import SETS
+
+        if self.model not in SETS:
+            raise ValueError(f"unknown model set {self.model!r}; known sets: {', '.join(SETS)}")
+        return self
+
+
+def for_model(base: EngineConfig, name: str) -> EngineConfig:
+    """`base` reading with the model set `name`: the same settings, with the
+    set's own det/rec values where `base` names none (values `base` holds
+    only because its own set gave them are not carried over). The same
+    object when `name` is base's set, so the default set's config (and its
+    results) stay exactly as they are."""
+    from serve_app.core.model_sets import model_set
+
+    if name == base.model:
+        return base
+    model_set(name)  # ConfigError for an unknown name
+    given = base.model_dump(exclude_unset=True)
+    own = model_set(base.model)
+    for key, defaults in (("det", own.det_options), ("rec", own.rec_options)):
+        block = given.get(key)
+        if block:
+            given[key] = {k: v for k, v in block.items() if not (k in defaults and _same(v, defaults[k]))}
+    return EngineConfig.model_validate({**given, "model": name})
+
+
+def _same(a: Any, b: Any) -> bool:
+    return tuple(a) == tuple(b) if isinstance(a, (list, tuple)) else a == b
 
 
 def reference_config(**overrides) -> EngineConfig:

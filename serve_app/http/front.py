@@ -31,6 +31,7 @@ from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Unavailable
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
+from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.formats import render
 from serve_app.flow.upload import Upload, upload_of
@@ -125,12 +126,14 @@ class Front:
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
                  model_id: str = "", lanes: LaneArgs = LaneArgs(), *, metrics: Any, cluster: Any,
-                 admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors()):
+                 admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors(),
+                 models: tuple[str, ...] = (DEFAULT_MODEL,)):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
         # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
+        self.models = tuple(models)  # the model sets served (serve_app.core.model_sets), the default first
         self.limits = limits
         self.args = args
         self.documents = documents
@@ -174,13 +177,16 @@ class Front:
         answered: hit | shared | miss | bypass). `fresh`: computed alone,
         not looked up (Cache-Control: no-cache)."""
         late = late or "not done within the request's deadline"
-        popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
+        # The model set first: unserved is a 400 before admission, cache or any
+        # work (nothing is ever loaded for a request); it is part of the key.
+        popts = opts.with_model(self.models).for_pipeline()  # the key: JSON and rendered formats share one computation
+        factor = SETS[popts.model].cost.relative or 1.0  # its price, relative to the default set's
         try:
             left = ctx.time_left()
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
-            with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits, factor=factor) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
                     late, fresh, admit=gate.admit)

@@ -98,16 +98,38 @@ def default_stage_dir(stage: str) -> Path:
     return root
 
 
-def model_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
-    """Resolve `stage` ("det", "cls", "rec") to its program and params files."""
-    if directory is None:
+DEFAULT_MODEL = "ppocrv4_mobile"
+# Until the converted PP-OCRv6 files have their installed home: a directory
+# holding {small,tiny}/{det,rec}/ (x2paddle's output) and the two dictionaries.
+V6_DIR_ENV = "OCR_V6_MODELS"
+
+
+def _set_dir(model: str, stage: str) -> Path:
+    """The converted directory of a PP-OCRv6 set's det or rec."""
+    import os
+
+    root = os.environ.get(V6_DIR_ENV)
+    if not root:
+        raise ModelError(f"model set {model} needs its converted PP-OCRv6 files: set {V6_DIR_ENV} to the "
+                         f"directory holding small/ and tiny/ (models/README.md), or point det_model/rec_model "
+                         f"and rec_dict at your own files")
+    return Path(root).expanduser() / model.rsplit("_", 1)[1] / stage
+
+
+def model_files(stage: str, directory: Optional[str] = None, model: str = DEFAULT_MODEL) -> ModelFiles:
+    """Resolve `stage` ("det", "cls", "rec") of the model set `model` (or
+    the user's `directory`) to its program and params files. Every set's
+    classifier is the default set's (serve_app.core.model_sets)."""
+    if directory is None and (model == DEFAULT_MODEL or stage == "cls"):
         d = default_stage_dir(stage)
         return ModelFiles(stage, d / "inference.pdmodel", d / "inference.pdiparams")
-    d = Path(directory).expanduser()
+    d = Path(directory).expanduser() if directory is not None else _set_dir(model, stage)
     if not d.is_dir():
         raise ModelError(f"{stage} model directory {d} does not exist or is not a directory")
     params = d / "inference.pdiparams"
-    for program in (d / "inference.pdmodel", d / "inference.json"):
+    if not params.is_file() and (d / "model.pdiparams").is_file():  # x2paddle's names
+        params = d / "model.pdiparams"
+    for program in (d / "inference.pdmodel", d / "inference.json", d / "model.json", d / "model.pdmodel"):
         if program.is_file():
             break
     else:
@@ -123,7 +145,17 @@ def model_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
     return ModelFiles(stage, program, params)
 
 
-def dictionary_path(path: Optional[str] = None) -> Path:
+def dictionary_path(path: Optional[str] = None, model: str = DEFAULT_MODEL) -> Path:
+    """The recogniser's dictionary: `path`, else the model set's."""
+    if path is None and model != DEFAULT_MODEL:
+        from serve_app.core.model_sets import model_set
+
+        name = model_set(model).dictionary.file
+        rec = _set_dir(model, "rec")
+        for p in (rec / name, rec.parent.parent / name, rec / "dict.txt"):
+            if p.is_file():
+                return p
+        raise ModelError(f"model set {model}: its dictionary {name} is not in {rec} nor {rec.parent.parent}")
     if path is None:
         entry = load_manifest()["stages"]["dict"]
         root = _carrier_root() / entry["path"]
