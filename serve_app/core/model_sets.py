@@ -63,7 +63,8 @@ class Dictionary:
 class Cost:
     """What one image costs with this set, as /v1/models lists it.
     GFLOP: per detector input of 960x960 and per recogniser crop of
-    48x320 (None where not counted); relative: img/s of ppocrv4_mobile over
+    48x320, counted from the models' ONNX files (load_tests/model_flops.py;
+    None where not counted); relative: img/s of ppocrv4_mobile over
     this set's on the same images, engine on this machine (the README's
     model table names the run)."""
 
@@ -121,13 +122,13 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv4_mobile", title="PP-OCRv4 mobile (2023)",
         det="ch_PP-OCRv4_det_infer", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="ch_PP-OCRv4_rec_infer",
         dictionary=Dictionary("ppocr_keys_v1.txt", 6623), languages=("zh", "en"),
-        cost=Cost(10.36, 1.39, 1.0),
+        cost=Cost(10.36, 1.40, 1.0),
     ),
     ModelSet(
         name="ppocrv6_small", title="PP-OCRv6 small",
         det="PP-OCRv6_small_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_small_rec",
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
-        cost=Cost(None, None),
+        cost=Cost(19.50, 2.18),
         det_options={**_V6_DET, "box_thresh": 0.45}, trt_shapes=_V6_TRT,
     ),
     ModelSet(
