@@ -11,6 +11,7 @@ on white. Everything is deterministic: the same call gives the same pixels.
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -66,6 +67,7 @@ ACCENTED = (
     "Gdańsk, Wrocław, Kraków, Poznań",
     "Nabywca: Stanisław Wójcik, Kędzierzyn",
     "Źródło dostawy: hurtownia Ćmielów",
+    "Należność proszę wpłacić na konto w mBanku",
     # Nordic (Swedish, Danish, Norwegian, Finnish)
     "Kvitto från Åhléns, Drottninggatan 53",
     "Att betala: 1 249,00 kr inklusive moms",
@@ -211,7 +213,7 @@ def chinese_page(size: int, chars_per_line: int, spacing: float = 1.35) -> Item:
     m = 2 * size
     probe = ImageDraw.Draw(Image.new("L", (1, 1)))
     width = max(int(probe.textlength(t, font=f)) for t in lines) + 2 * m
-    pitch = int(round(size * spacing))
+    pitch = round(size * spacing)
     img = Image.new("L", (width, len(lines) * pitch + 2 * m), 255)
     draw = ImageDraw.Draw(img)
     boxes = []
@@ -261,7 +263,7 @@ def peer_labels() -> list[Item]:
     return out
 
 
-# name -> (builder, unit of its truth, how it is scored)
+# name -> (builder, what its truth counts)
 SETS = {
     "latin": (accented_latin, "lines"),
     "english": (english, "lines"),
@@ -282,3 +284,63 @@ def missing_characters(items: list[Item], dictionary: Path) -> set[str]:
     (the space is always written)."""
     have = set(dictionary.read_text(encoding="utf-8").splitlines())
     return {c for it in items for t in it.truth for c in t if c != " " and c not in have}
+
+
+# scoring: one edit distance (harness.peer's); the peer labels by harness.peer.label_errors
+
+
+def _norm(s: str, nfkc: bool) -> str:
+    s = unicodedata.normalize("NFKC", s) if nfkc else s
+    return " ".join(s.split())
+
+
+def score_lines(truth: tuple[str, ...], reads: list[str], nfkc: bool = False) -> tuple[int, int, int, int, int]:
+    """(truth lines, lines read (any text), exact, character errors, truth
+    characters): truth line i against read i (callers pair them)."""
+    from harness.peer import levenshtein
+
+    n = read = exact = errors = chars = 0
+    for want, got in zip(truth, reads):
+        want, got = _norm(want, nfkc), _norm(got, nfkc)
+        n += 1
+        read += bool(got)
+        exact += want == got
+        errors += levenshtein(want, got)
+        chars += len(want)
+    return n, read, exact, errors, chars
+
+
+def page_reads(boxes, lines: list[tuple[str, list]]) -> list[str]:
+    """For each truth line box (x0, y0, x1, y1) of a page, the read lines
+    whose box centre lies in it, left to right, joined: a line the
+    detector split in two is still compared whole."""
+    out = []
+    for x0, y0, x1, y1 in boxes:
+        inside = []
+        for text, box in lines:
+            cx = sum(p[0] for p in box) / len(box)
+            cy = sum(p[1] for p in box) / len(box)
+            if y0 <= cy <= y1 and x0 <= cx <= x1:
+                inside.append((cx, text))
+        out.append("".join(t for _, t in sorted(inside)))
+    return out
+
+
+def score_item(set_name: str, truth: tuple[str, ...], boxes, lines: list[tuple[str, list]]) -> tuple[int, ...]:
+    """(truth items, read, exact, character errors, truth characters) for
+    one image. Line images: all text read, in reading order, against the
+    line. Pages: each truth line against the read lines inside its box
+    (NFKC on both sides: full- and half-width punctuation count alike).
+    Peer images: each label against the read line where it needs the
+    fewest edits (harness.peer.label_errors; exact = a read line holds it)."""
+    if set_name == "peer":
+        from harness.peer import label_errors
+
+        squashed = ["".join(t.split()) for t, _ in lines]
+        errors, chars = label_errors([t for t, _ in lines], list(truth))
+        exact = sum(any("".join(w.split()) in s for s in squashed) for w in truth)
+        read = sum(label_errors([t for t, _ in lines], [w])[0] < len("".join(w.split())) for w in truth)
+        return len(truth), read, exact, errors, chars
+    if boxes:
+        return score_lines(truth, page_reads(boxes, lines), nfkc=True)
+    return score_lines(truth, [" ".join(t for t, _ in lines)])
