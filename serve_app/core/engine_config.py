@@ -364,7 +364,8 @@ class EngineConfig(_Strict):
         if chosen is None:
             raise ValueError(f"unknown model set {data['model']!r}; known sets: {', '.join(SETS)}")
         out = dict(data)
-        for key, defaults in (("det", chosen.det_options), ("rec", chosen.rec_options)):
+        for key, defaults in (("det", chosen.det_options), ("rec", chosen.rec_options),
+                              ("predictor", chosen.predictor_options)):
             if defaults:
                 given = out.get(key) or {}
                 given = given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else dict(given)
@@ -393,7 +394,7 @@ def for_model(base: EngineConfig, name: str) -> EngineConfig:
     model_set(name)  # ConfigError for an unknown name
     given = base.model_dump(exclude_unset=True)
     own = model_set(base.model)
-    for key, defaults in (("det", own.det_options), ("rec", own.rec_options)):
+    for key, defaults in (("det", own.det_options), ("rec", own.rec_options), ("predictor", own.predictor_options)):
         block = given.get(key)
         if block:
             given[key] = {k: v for k, v in block.items() if not (k in defaults and _same(v, defaults[k]))}

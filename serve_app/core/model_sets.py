@@ -89,6 +89,11 @@ class ModelSet:
     # them itself (EngineConfig applies them; values from the module doc).
     det_options: dict[str, Any] = field(default_factory=dict)
     rec_options: dict[str, Any] = field(default_factory=dict)
+    # PredictorOptions its files need (same rule): the converted v6 files
+    # (Paddle 3 PIR programs) fail Paddle Inference's memory_optimize pass
+    # at create_predictor ("Not find predictor_id N and pass_name
+    # memory_optimize_pass"), so their predictors run without it.
+    predictor_options: dict[str, Any] = field(default_factory=dict)
     # The official TensorRT dynamic shapes (min, opt, max NCHW) its
     # inference.yml gives (Hpi.backend_configs.tensorrt.dynamic_shapes),
     # stage -> ranges; None: the files carry none. Read, not used: a GPU
@@ -130,6 +135,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
         cost=Cost(19.50, 2.18),
         det_options={**_V6_DET, "box_thresh": 0.45}, trt_shapes=_V6_TRT,
+        predictor_options={"enable_memory_optim": False},
     ),
     ModelSet(
         name="ppocrv6_tiny", title="PP-OCRv6 tiny",
@@ -137,6 +143,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
         cost=Cost(5.96, 0.37),
         det_options={**_V6_DET, "box_thresh": 0.4}, trt_shapes=_V6_TRT,
+        predictor_options={"enable_memory_optim": False},
     ),
 )}
 

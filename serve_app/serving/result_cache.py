@@ -44,9 +44,8 @@ def model_identity(engine: Any) -> str:
     """What the results depend on besides the request: the weights (their
     sha256 from models/manifest.json for the default set, else the files'
     own digests) and every engine setting (thresholds, sizes, limits)."""
-    from serve_app.inference.weights import (
-        DEFAULT_MODEL, dictionary_path, file_sha256, load_manifest, model_digest, model_files,
-    )
+    from serve_app.core.model_sets import DEFAULT_MODEL
+    from serve_app.inference.weights import dictionary_path, file_sha256, load_manifest, model_digest, model_files
 
     h = hashlib.sha256(engine.model_dump_json().encode())
     manifest = load_manifest()

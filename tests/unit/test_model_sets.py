@@ -42,7 +42,10 @@ def test_values_the_config_names_win_over_the_sets():
     cfg = EngineConfig(det=DetOptions(box_thresh=0.7), predictor=PredictorOptions(cpu_math_library_num_threads=2))
     tiny = for_model(cfg, "ppocrv6_tiny")
     assert tiny.det.box_thresh == 0.7 and tiny.det.thresh == 0.2
-    assert tiny.predictor == cfg.predictor
+    # the predictor as configured, but without the memory_optimize pass the converted v6 files cannot take
+    assert tiny.predictor == cfg.predictor.model_copy(update={"enable_memory_optim": False})
+    named = EngineConfig(predictor=PredictorOptions(enable_memory_optim=True))
+    assert for_model(named, "ppocrv6_tiny").predictor.enable_memory_optim is True  # named: it wins
     # small -> tiny: small's own box_thresh is not carried over as if the user had set it
     assert for_model(for_model(EngineConfig(), "ppocrv6_small"), "ppocrv6_tiny").det.box_thresh == 0.4
     # the reference mode keeps its sizing (736, "min") under any set
