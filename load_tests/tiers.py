@@ -28,10 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `python load_tests/tiers.py` as well as `-m`
-    sys.path.insert(0, str(REPO))
-
 MODELS = ("ppocrv4_mobile", "ppocrv6_small", "ppocrv6_tiny")
 BASE = "ppocrv4_mobile"
 # GFLOP per detector input of 960x960 and per recogniser crop of 48x320
