@@ -314,6 +314,8 @@ def run(args: argparse.Namespace) -> dict:
     for m in args.models:
         print(f"{m}: reading {', '.join(args.sets)} ...", file=sys.stderr, flush=True)
         runs[m] = call_in_child(measure, m, args.sets, args.sample, args.repeats, args.threads, args.memory_optim)
+        if args.out:  # what is measured so far survives a later model's failure
+            args.out.write_text(render(args, runs, conv, figures, started, time.perf_counter() - t0))
     report = render(args, runs, conv, figures, started, time.perf_counter() - t0)
     print(report)
     if args.out:
