@@ -291,6 +291,8 @@ def smoke(args: argparse.Namespace) -> int:
     that the program runs and reads (seconds; measures nothing)."""
     args.models, args.sets, args.sample, args.repeats = [BASE], ["english"], 2, 1
     runs = run(args)
+    if BASE not in runs:
+        raise SystemExit(f"smoke check failed: {BASE} did not run")
     s = summarise(runs[BASE], None)["english"]
     if not (s["images"] == 2 and s["read"] == 2 and s["ips"] > 0):
         raise SystemExit(f"smoke check failed: ppocrv4_mobile read {s['read']} of 2 English lines")
@@ -310,13 +312,19 @@ def run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     figures = gflop_figures()
     conv = call_in_child(conv_gflops, args.threads)
-    runs = {}
+    runs: dict[str, dict] = {}
+    failed: dict[str, str] = {}
     for m in args.models:
         print(f"{m}: reading {', '.join(args.sets)} ...", file=sys.stderr, flush=True)
-        runs[m] = call_in_child(measure, m, args.sets, args.sample, args.repeats, args.threads, args.memory_optim)
+        try:
+            runs[m] = call_in_child(measure, m, args.sets, args.sample, args.repeats, args.threads, args.memory_optim)
+        except Exception as e:  # noqa: BLE001 (one model failing leaves the others' table)
+            failed[m] = f"{type(e).__name__}: {str(e)[:300]}"
+            print(f"{m} failed: {failed[m]}", file=sys.stderr, flush=True)
         if args.out:  # what is measured so far survives a later model's failure
             args.out.write_text(render(args, runs, conv, figures, started, time.perf_counter() - t0))
     report = render(args, runs, conv, figures, started, time.perf_counter() - t0)
+    report += "".join(f"\n- {m} FAILED: {err}\n" for m, err in failed.items())
     print(report)
     if args.out:
         args.out.write_text(report)
