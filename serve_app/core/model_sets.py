@@ -63,13 +63,11 @@ class Dictionary:
 class Cost:
     """What one image costs with this set, as /v1/models lists it.
     GFLOP: per detector input of 960x960 and per recogniser crop of
-    48x320 (None where not counted); relative: img/s of ppocrv4_mobile over
-    this set's on the same images, in-process engine (`python -m load_tests
-    model_sets`, 2026-12-03, 2 shared cores: 4.13 / 0.83 / 2.15 img/s on the
-    60 peer images; the README's model table). The converted v6 programs
-    run on oneDNN fp32, not OpenVINO (Paddle 3.3.1 does not hand a Paddle 3
-    program to it): hence small at 5x v4's cost although its FLOPs are not.
-    Admission prices a request by it (serve_app.serving.admission)."""
+    48x320, counted from the models' ONNX files (load_tests/model_flops.py;
+    None where not counted); relative: img/s of ppocrv4_mobile over this
+    set's on the same images, in-process engine on this machine (the
+    README's model table names the run). Admission prices a request by it
+    (serve_app.serving.admission)."""
 
     det_gflop_960: Optional[float]
     rec_gflop_crop: Optional[float]
@@ -130,13 +128,13 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv4_mobile", title="PP-OCRv4 mobile (2023)",
         det="ch_PP-OCRv4_det_infer", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="ch_PP-OCRv4_rec_infer",
         dictionary=Dictionary("ppocr_keys_v1.txt", 6623), languages=("zh", "en"),
-        cost=Cost(10.36, 1.39, 1.0),
+        cost=Cost(10.36, 1.40, 1.0),
     ),
     ModelSet(
         name="ppocrv6_small", title="PP-OCRv6 small",
         det="PP-OCRv6_small_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_small_rec",
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
-        cost=Cost(None, None, 5.0),
+        cost=Cost(19.50, 2.18, 5.0),
         det_options={**_V6_DET, "box_thresh": 0.45}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
