@@ -119,16 +119,25 @@ def ray_processes() -> list[str]:
     return out
 
 
-def load_config(path: Path = DEFAULT_CONFIG, cache: bool = False) -> dict:
+def load_config(path: Path = DEFAULT_CONFIG, cache: bool = False, model_sets: bool = False) -> dict:
     """The config file, with each application's job journal (if it has one)
     moved to a fresh temporary file: a test's or a benchmark's service never
     picks up another run's jobs. Unless `cache`, the ingress's result cache
     and in-flight sharing are off: tests and benchmarks send the same images
-    again and again to make work, and must get it done."""
+    again and again to make work, and must get it done. Unless `model_sets`,
+    an application serves only its default model set (the first of
+    `models`; further sets' deployment blocks dropped): the profiles serve
+    three, and loading and warming the v6 sets in every test service would
+    cost each a minute and ~3 GB; the tests of the sets ask for them."""
     config = yaml.safe_load(Path(path).read_text())
     for app in config["applications"]:
         if not cache and app.get("import_path") == "serve_app.app:build_app":
             app.setdefault("args", {})["cache"] = {"max_bytes": 0, "share_in_flight": False}
+        sets = app.get("args", {}).get("models") or []
+        if not model_sets and len(sets) > 1:
+            app["args"]["models"] = sets[:1]
+            further = {f"{kind}_{name}" for name in sets[1:] for kind in ("TextDetector", "TextRecognizer")}
+            app["deployments"] = [d for d in app.get("deployments", []) if d["name"] not in further]
         jobs = app.get("args", {}).get("jobs")
         if jobs and jobs.get("journal"):
             jobs["journal"] = str(Path(tempfile.mkdtemp(prefix="ocr-jobs-")) / "jobs.sqlite")

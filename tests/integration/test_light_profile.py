@@ -56,7 +56,7 @@ def pipeline_apart(config: dict) -> dict:
 def light(request):
     start_ray()
     try:
-        config = load_config(LIGHT)
+        config = load_config(LIGHT, model_sets=True)  # the shipped profile: all three sets
         assert config["applications"][0]["args"]["recognizer"]["with_pipeline"] is True
         if request.param == "pipeline apart":
             config = pipeline_apart(config)
