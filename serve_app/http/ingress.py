@@ -106,7 +106,7 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
                                    max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
-                             cache.share_in_flight, CacheMetrics(), downstream)
+                             cache.share_in_flight, CacheMetrics(), downstream, flight_timeout_s=args.max_timeout_s)
         self._ready = Reused(self._probe_ready)  # the stages' readiness, one probe at a time
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
         self._stats = Reused(self._gather_stats)  # the live figures, one gathering at a time
@@ -138,11 +138,11 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
             left = ctx.time_left()
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
-            # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
+            # Admitted only if it starts a computation (a hit costs nothing; a shared one shares its ticket).
             with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
-                    late, fresh, admit=gate.admit)
+                    late, fresh, gate=gate)
                 gate.done(result)
         except Exception as e:
             raise unwrap(e) from None

@@ -45,6 +45,12 @@ drains at the measured rate) when
   ledger or of the in-flight requests while other clients are about
   (reason "client_share"; see Admission.admit).
 
+A request that joins an identical computation in flight (the result
+cache's Dedupe) is not admitted again: it shares that computation's
+ticket, which stays in the ledger until the computation ends or its last
+waiter leaves (then it is cancelled), charged to the first request still
+waiting on it. No computation runs outside the ledger.
+
 Otherwise a request is admitted to an empty ledger (a poor estimate never
 starves a large request), and until a drain rate is measured only the cost
 bound applies. The model learns only from plausible answers: a request
@@ -52,7 +58,7 @@ whose size was unknown, or whose seconds are far (10x) from the model's
 own estimate, teaches nothing, and the rest are clipped to 2x of it, so
 that a few hostile requests cannot make every pixel cost seconds. Headers
 are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
-this. Cached and shared answers never reach admission (they cost nothing)."""
+this. Cached answers never reach admission (they cost nothing)."""
 
 from __future__ import annotations
 
@@ -119,7 +125,8 @@ class Admission:
         self.meter = DrainMeter(args.drain_window_s)
         self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
-        self.owner: dict[int, Optional[str]] = {}  # seq -> its client
+        self.owner: dict[int, Optional[str]] = {}  # seq -> the client it is charged to
+        self.waiters: dict[int, list[Optional[str]]] = {}  # seq -> clients of the requests waiting on it
         self.queued_s = 0.0
         self.seq = 0
         self.refused: dict[str, int] = {}
@@ -197,6 +204,23 @@ class Admission:
         self._set_queued(now)
         return ticket
 
+    def join(self, ticket: Ticket, client: Optional[str]) -> None:
+        """A request (of `client`) waits on the computation `ticket` pays
+        for. The ledger charges a ticket to its first waiter still waiting:
+        the request that was admitted, then, once it leaves, the next."""
+        if ticket.seq in self.held:
+            self.waiters.setdefault(ticket.seq, []).append(client)
+            self.owner[ticket.seq] = self.waiters[ticket.seq][0]
+
+    def leave(self, ticket: Ticket, client: Optional[str]) -> None:
+        waiting = self.waiters.get(ticket.seq)
+        if waiting is None or client not in waiting:
+            return
+        waiting.remove(client)
+        if waiting and ticket.seq in self.held:
+            self.owner[ticket.seq] = waiting[0]
+            self.note_client(waiting[0])
+
     def count_refusal(self, reason: str, client: Optional[str] = None) -> None:
         """A refusal by reason (deadline, cost_bound, too_big, client_share;
         the ingress adds in_flight, with its client: it was here)."""
@@ -212,6 +236,7 @@ class Admission:
         if ticket is None or self.held.pop(ticket.seq, None) is None:
             return
         self.owner.pop(ticket.seq, None)
+        self.waiters.pop(ticket.seq, None)
         now = self.clock()
         seconds = now - ticket.admitted_at
         if result is not None:
@@ -272,7 +297,7 @@ class Gate:
         self.result: Optional[dict] = None
         self.client = CLIENT.get()
 
-    async def admit(self) -> None:
+    async def admit(self) -> Ticket:
         header_bytes = getattr(self.admission.args, "header_bytes", 256 * 1024)
         upload = upload_of(self.data)  # the door's Upload (serve_app.flow.upload): its kind is known
         if self.documents is not None and upload.is_document:  # a PDF opened in a PDF worker, on the pool's threads
@@ -295,9 +320,29 @@ class Gate:
                 check_aspect(size.width, size.height, self.limits)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
         self.ticket = self.admission.admit(size, left, self.client)
+        return self.ticket
 
     def done(self, result: Any) -> None:
         self.result = result if isinstance(result, dict) else None
+
+    # -- a ticket that outlives this request (serve_app.serving.result_cache.Dedupe) --
+    def hand_over(self) -> None:
+        """The ticket now belongs to a computation others may join: it is
+        ended by `end` when that computation ends, not when this request leaves."""
+        self.ticket = None
+
+    def join(self, ticket: Ticket) -> None:
+        """This request waits on the computation `ticket` pays for."""
+        self.admission.join(ticket, self.client)
+
+    def leave(self, ticket: Ticket) -> None:
+        self.admission.leave(ticket, self.client)
+
+    def end(self, ticket: Optional[Ticket], result: Any, late: bool = False) -> None:
+        """The computation `ticket` paid for ended: with its result, or None."""
+        self.admission.finish(ticket, result if isinstance(result, dict) else None, late)
+        if ticket is self.ticket:
+            self.ticket = None
 
     def __enter__(self) -> "Gate":
         return self

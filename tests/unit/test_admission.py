@@ -370,6 +370,132 @@ def test_a_refused_admission_starts_no_computation():
     assert started == [] and flights == {}
 
 
+class HeldCall:
+    """A handle call that runs until the test releases it (explicit steps, no race of sleeps)."""
+
+    def __init__(self, calls: list, deadline):
+        self.deadline = deadline
+        self.cancelled = False
+        self.release = asyncio.Event()
+        calls.append(self)
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self):
+        await self.release.wait()
+        return {"results": [{"text": "TEST"}]}
+
+    def cancel(self):
+        self.cancelled = True
+        self.task.cancel()
+
+    def __await__(self):
+        return self.task.__await__()
+
+
+async def until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.001)
+
+
+def reader(a: Admission, d: Dedupe, start, clock):
+    """read(body, timeout, client): one request through the gate and the table, as the ingress does."""
+    from serve_app.serving.admission import set_client
+
+    def read(body, timeout, client):
+        async def one():
+            set_client(client)
+            gate = Gate(a, body, timeout, DocumentLimits(), clock=clock)
+            with gate:
+                result, how = await d.read(body, OcrOptions(), timeout, start, gate=gate)
+                gate.done(result)
+                return result, how
+        return asyncio.ensure_future(one())
+    return read
+
+
+def test_a_joined_request_shares_the_ticket_which_stays_charged_after_the_payer_leaves():
+    """The hostile pair (issue 38, item 1): a body with a short deadline,
+    then the same body with 600 s that joins its computation. When the
+    payer leaves, the computation stays in the ledger, charged to the
+    joiner's client, until it ends; of eight such pairs the ledger's bound
+    (four requests' cost) admits four and refuses the rest, instead of
+    running eight with the ledger at 0. (Each costs 10 ms here, to fit
+    the payer's 250 ms deadline.)"""
+    clock = Clock()
+    a = Admission(args(prior_base_s=0.01, max_queued_cost_s=0.045), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=True, flight_timeout_s=600)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        payers, joiners = [], []
+        for i in range(8):
+            body = png(100 + i, 100)
+            payer = read(body, 0.25, "addr:payer")
+            await until(lambda: payer.done() or len(d.flights) > len(joiners))
+            if not payer.done():  # admitted: its computation is in flight; the same body joins it
+                joiners.append(read(body, 600, "addr:joiner"))
+                # joined: each earlier flight has its joiner, this one its payer too
+                await until(lambda: payer.done() or sum(f.waiters for f in d.flights.values()) == len(joiners) + 1)
+            payers.append((await asyncio.gather(payer, return_exceptions=True))[0])
+        held = (a.queued_s, sorted(set(a.owner.values())), len(a.held))
+        for call in calls:
+            call.release.set()
+        answers = await asyncio.gather(*joiners)
+        return calls, payers, held, answers
+
+    calls, payers, held, answers = asyncio.run(go())
+    assert [type(p).__name__ for p in payers] == ["DeadlineExceeded"] * 4 + ["Overloaded"] * 4
+    assert held == (pytest.approx(0.04), ["addr:joiner"], 4)  # charged to the client still waiting
+    assert len(calls) == 4 and all(c.deadline is not None for c in calls)  # never without a deadline
+    assert [how for _, how in answers] == ["shared"] * 4 and all(r["results"] for r, _ in answers)
+    assert a.queued_s == 0 and not a.held and not a.owner and not a.waiters
+
+
+def test_a_shared_computation_leaves_the_ledger_cancelled_when_its_last_waiter_leaves():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=True, flight_timeout_s=600)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        body = png(50, 50)
+        first = read(body, 0.02, "addr:a")  # (the prior: 1 s of work; an empty ledger admits it)
+        await until(lambda: d.flights)
+        second = read(body, 600, "addr:b")
+        await until(lambda: next(iter(d.flights.values())).waiters == 2)
+        await asyncio.gather(first, return_exceptions=True)
+        during = (a.queued_s, list(a.owner.values()))
+        second.cancel()  # its client went away
+        await asyncio.gather(second, return_exceptions=True)
+        await asyncio.sleep(0)
+        return calls, during, d
+
+    calls, during, d = asyncio.run(go())
+    assert during == (pytest.approx(1.0), ["addr:b"])
+    assert calls[0].cancelled and not d.flights and a.queued_s == 0 and not a.held
+
+
+def test_a_request_alone_that_goes_away_cancels_its_computation_and_gives_its_cost_back():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=False)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        r = read(png(50, 50), 600, "addr:a")
+        await until(lambda: calls)
+        held = a.queued_s
+        r.cancel()
+        await asyncio.gather(r, return_exceptions=True)
+        return calls, held
+
+    calls, held = asyncio.run(go())
+    assert held == pytest.approx(1.0) and calls[0].cancelled and a.queued_s == 0
+
+
 # -- admission that cannot be gamed (issue 24, item 3) ---------------------------------------
 
 
