@@ -199,6 +199,15 @@ class AdmissionArgs(_Args):
     prior_s_per_line: float = Field(0.006, ge=0)  # (see prior_base_s)
     # Each detector tile past the first (a long image) adds this much work (not learned).
     prior_s_per_tile: float = Field(0.1, ge=0)
+    # Learning is bounded: a page's learned cost is used within this many
+    # times of the prior's for its size, either way, and only answers that
+    # read text teach the model (blank pages do not).
+    model_drift: float = Field(4.0, ge=1)
+    # A `visualize` picture adds this much work per megapixel (not learned).
+    s_per_picture_mp: float = Field(0.05, ge=0)
+    # With page orientation on, at least this share of pages is priced as
+    # read twice (turned); more once more are seen turned.
+    min_turned_share: float = Field(0.1, ge=0, le=1)
     # One request's own estimated work at most, as a share of
     # max_queued_cost_s, even to an empty ledger: more is a 503 that names
     # the jobs API (POST /v1/ocr/jobs), for a big document, say.

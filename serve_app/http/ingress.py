@@ -139,7 +139,7 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
             if left is not None and left <= 0:
                 raise DeadlineExceeded(late)
             # Admitted only if it starts a computation (a hit costs nothing; a shared one shares its ticket).
-            with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits, options=popts) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
                     late, fresh, gate=gate)

@@ -2,9 +2,12 @@
 Ray import.
 
 A request's cost is an estimate of the seconds it takes the service to read
-it when alone ("seconds of work"), from its pixels (the image header; a PDF:
-its pages x its first page's pixels at the render DPI) before anything is
-decoded:
+it when alone ("seconds of work"), from its pixels (the image header; a
+document: each page's own, from PDFium's page sizes at the render DPI or
+the TIFF's directories; a bad document is refused before it is priced)
+and the work its options add (fine-pass tiles, turned pages read twice, a
+picture), before anything is decoded, by the cost model of the model set
+that reads it (options.model):
 
     seconds = base + per_mp * megapixels + per_line * lines,
     lines   = (lines per megapixel, learned) * megapixels at the door.
@@ -56,7 +59,10 @@ starves a large request), and until a drain rate is measured only the cost
 bound applies. The model learns only from plausible answers: a request
 whose size was unknown, or whose seconds are far (10x) from the model's
 own estimate, teaches nothing, and the rest are clipped to 2x of it, so
-that a few hostile requests cannot make every pixel cost seconds. Headers
+that a few hostile requests cannot make every pixel cost seconds; an
+answer that read no text (a blank page) or was read twice teaches
+nothing; and every coefficient stays within model_drift times of its
+prior (serve_app.serving.cost.CostModel). Headers
 are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
 this. Cached answers never reach admission (they cost nothing)."""
 
@@ -120,8 +126,8 @@ class Admission:
         self.metrics = metrics
         self.clock = clock
         self.default_retry_s = default_retry_s
-        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line,
-                               s_per_tile=args.prior_s_per_tile)
+        self.models: dict[Optional[str], CostModel] = {}  # one cost model per model set (options.model)
+        self.model = self.model_for(None)
         self.meter = DrainMeter(args.drain_window_s)
         self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
@@ -132,6 +138,20 @@ class Admission:
         self.refused: dict[str, int] = {}
         self.max_requests = max_requests  # the ingress's count limit (for the clients' shares)
         self.seen: dict[str, float] = {}  # client -> when last seen (admitted or refused)
+
+    MAX_MODELS = 16  # cost models kept (model sets are few; a name is checked before it gets here)
+
+    def model_for(self, name: Optional[str]) -> CostModel:
+        """The cost model of a model set (None: the default set)."""
+        model = self.models.get(name)
+        if model is None:
+            a = self.args
+            model = CostModel(a.prior_base_s, a.prior_s_per_mp, a.prior_s_per_line, s_per_tile=a.prior_s_per_tile,
+                              drift=a.model_drift, s_per_picture_mp=a.s_per_picture_mp,
+                              min_turned=a.min_turned_share)
+            if len(self.models) < self.MAX_MODELS or name is None:
+                self.models[name] = model
+        return model
 
     def note_client(self, client: Optional[str]) -> None:
         """A client was here now (admitted, or refused before admission)."""
@@ -158,7 +178,7 @@ class Admission:
     def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None) -> Ticket:
         """A Ticket for the request, or Overloaded (503) with Retry-After."""
         now = self.clock()
-        cost = self.model.estimate(size)
+        cost = self.model_for(size.model).estimate(size)
         rate = self.meter.rate(now)
         slowdown = self.calibration.factor
         self.note_client(client)
@@ -185,8 +205,8 @@ class Admission:
             self.count_refusal(d.reason or "deadline")
             if d.reason == "too_big":
                 limit = self.args.max_request_share * self.args.max_queued_cost_s
-                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s) of "
-                                 f"{size.megapixels:.1f} MP), over the {limit:g} s one request may take here "
+                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s), "
+                                 f"{size.total_megapixels:.1f} MP in all), over the {limit:g} s one request may take here "
                                  f"(ingress.admission.max_request_share); submit it as a job instead "
                                  f"(POST /v1/ocr/jobs, then GET /v1/ocr/jobs/{{job_id}})",
                                  retry_after_s=d.retry_after_s)
@@ -241,8 +261,12 @@ class Admission:
         seconds = now - ticket.admitted_at
         if result is not None:
             self.meter.finished(now, ticket.cost_s)
-            if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
-                self.model.observe(ticket.size, count_lines(result), seconds)
+            model = self.model_for(ticket.size.model)
+            turned, read = count_turned(result)
+            if ticket.size.orientation:
+                model.observe_turned(turned, read)
+            if ticket.alone and self.seq == ticket.seq and not turned:  # ran alone, read once: its latency is its cost
+                model.observe(ticket.size, count_lines(result), seconds)
             if ticket.expected_s > 0:
                 self.calibration.observe(seconds / ticket.expected_s)
                 if self.metrics is not None:
@@ -268,7 +292,15 @@ class Admission:
         return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
                 "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
                 "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
-                "model": self.model.snapshot()}
+                "model": self.model.snapshot(),
+                "models": {name: m.snapshot() for name, m in self.models.items() if name is not None}}
+
+
+def count_turned(result: dict) -> tuple[int, int]:
+    """(pages read twice because turned, pages read) of a result body."""
+    pages = result.get("pages") if "pages" in result else [result]
+    turned = sum(1 for p in pages if isinstance(p, dict) and "orientation" in (p.get("timings_ms") or {}))
+    return turned, len(pages)
 
 
 def count_lines(result: dict) -> int:
@@ -285,9 +317,10 @@ class Gate:
 
     def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
                  deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
-                 limits: Any = None):
+                 limits: Any = None, options: Any = None):
         self.admission = admission
         self.data = data
+        self.options = options  # the request's OcrOptions: the work they add, and the model set that reads it
         self.documents = documents
         self.limits = limits  # ImageLimits: an image over max_pixels is a 413, never priced
         # Time left is taken when admit() runs: a request may wait (a batch's items, a shared flight).
@@ -305,11 +338,11 @@ class Gate:
 
             pool = shared_pool(self.documents.workers, self.documents.worker_memory_mb)
             size = await asyncio.get_running_loop().run_in_executor(
-                pool.executor, image_size, upload, self.documents, header_bytes)
+                pool.executor, image_size, upload, self.documents, header_bytes, self.options)
         elif isinstance(upload.data, np.ndarray):
-            size = image_size(upload)
+            size = image_size(upload, None, header_bytes, self.options)
         else:  # a header, from its first header_bytes: off the event loop all the same
-            size = await asyncio.to_thread(image_size, upload, None, header_bytes)
+            size = await asyncio.to_thread(image_size, upload, None, header_bytes, self.options)
         if self.limits is not None and not upload.is_document and size.known:
             # What the decoder would answer, at once and whatever the load: over the
             # pixel limit a 413 (a decompression bomb is not work too big to take),

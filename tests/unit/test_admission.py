@@ -118,6 +118,117 @@ def test_documents_and_nonsense_are_not_learned():
     assert (m.theta == before).all() and m.observed == 0
 
 
+def sized_tiff(sizes: list[tuple[int, int]]) -> bytes:
+    """A 1-bit TIFF, each page of its own size (G4: a blank page is a few bytes)."""
+    ims = [Image.new("1", wh, 1) for wh in sizes]
+    buf = io.BytesIO()
+    ims[0].save(buf, format="TIFF", compression="group4", save_all=True, append_images=ims[1:])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["tiff", "pdf"])
+def test_every_page_of_a_document_is_priced_from_its_own_header_not_its_first(kind):
+    """Issue 38, item 2: 199 pages whose first is 16 x 16 px are priced as
+    199 full pages, not 199 x the sliver; each page's size is read from
+    the TIFF's directories or PDFium's page sizes (nothing rendered)."""
+    from harness.pdfs import sized_pdf
+
+    limits = DocumentLimits()
+    if kind == "tiff":
+        body = sized_tiff([(16, 16)] + [(2000, 2800)] * 198)
+        full = 2000 * 2800
+    else:  # 16 px at the render DPI, then A4 pages
+        sliver = 16 * 72 / limits.render_dpi
+        body = sized_pdf([(sliver, sliver)] + [(595, 842)] * 198)
+        full = image_size(sized_pdf([(595, 842)]), limits).pixels
+    size = image_size(body, limits)
+    assert size.pages == 199 and size.page_pixels[0] == 256 and set(size.page_pixels[1:]) == {full}
+    m = CostModel(0.15, 0.2, 0.006)
+    page = m.estimate(Size(full))
+    assert m.estimate(size) == pytest.approx(198 * page + m.estimate(Size(256)))
+    assert m.estimate(size) > 5 * 199 * m.estimate(Size(256))  # the old price: 199 x the sliver's
+
+
+@pytest.mark.parametrize("body, code", [
+    ("lying", "bad_request"), ("long_page", "bad_request"), ("tiff_page_over_limit", "too_large"),
+])
+def test_a_bad_document_is_refused_for_being_bad_before_it_is_priced(body, code):
+    from harness.pdfs import lying_count_pdf, sized_pdf
+    from serve_app.core.errors import OcrError
+
+    data = {"lying": lying_count_pdf(199),
+            "long_page": sized_pdf([(595, 842)] * 3 + [(1, 10_000)]),
+            "tiff_page_over_limit": sized_tiff([(16, 16), (9000, 9000)])}[body]
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        with Gate(a, data, 10.0, DocumentLimits(max_page_pixels=50_000_000), clock=clock) as gate:
+            await gate.admit()
+
+    with pytest.raises(OcrError) as e:
+        asyncio.run(go())
+    assert e.value.code == code and "page" in e.value.message
+    assert a.seq == 0 and a.queued_s == 0 and not a.refused  # never priced, nothing held
+
+
+def test_the_options_add_their_work_to_the_price():
+    from serve_app.core.request_options import parse_options
+
+    m = CostModel(0.15, 0.2, 0.006, s_per_tile=0.1, min_turned=0.1)
+    plain = image_size(png(4000, 4000), options=parse_options({"page_orientation": False}))
+    turned = image_size(png(4000, 4000), options=parse_options({"page_orientation": True}))
+    fine = image_size(png(4000, 4000), options=parse_options({"page_orientation": False, "limit_side_len": 640}))
+    picture = image_size(png(4000, 4000), options=parse_options({"page_orientation": False, "visualize": True}))
+    base = m.estimate(plain)
+    assert m.estimate(turned) == pytest.approx(base * 1.1)  # a tenth of the pages priced as read twice
+    assert fine.extra_tiles == 31 and m.estimate(fine) == pytest.approx(base + 31 * 0.1)  # at most max_tiles
+    assert m.estimate(picture) == pytest.approx(base + 0.05 * 16)
+    for _ in range(200):  # every page seen turned: priced as read twice
+        m.observe_turned(1, 1)
+    assert m.estimate(turned) == pytest.approx(base * 2, rel=0.01)
+
+
+def test_blank_or_adversarial_pages_cannot_move_the_model_far():
+    """Blank 40 MP pages answered in 1.5 s teach nothing; 40 MP pages with
+    one line each, answered fast, move a 40 MP page's price at most
+    `drift` times down from the prior's (a floor), and absurdly slow
+    answers at most `drift` times up (a ceiling)."""
+    m = CostModel(0.15, 0.2, 0.006, drift=4.0)
+    big = Size(40_000_000)
+    prior = m.estimate(big)
+    for _ in range(300):
+        m.observe(big, 0, 1.5)  # blank
+    assert m.observed == 0 and m.estimate(big) == prior
+    for _ in range(2000):
+        m.observe(big, 1, 0.5 * m.estimate(big))  # one line, each answered in half its price
+        m.observe(Size(1_000_000), 1, 0.5 * m.estimate(Size(1_000_000)))
+    assert m.observed > 0 and m.estimate(big) == pytest.approx(prior / 4)
+    m2 = CostModel(0.15, 0.2, 0.006, drift=4.0)
+    for _ in range(2000):
+        m2.observe(Size(100_000), 5, 2.0 * m2.estimate(Size(100_000)))
+    assert m2.estimate(Size(100_000)) <= 4 * CostModel(0.15, 0.2, 0.006).estimate(Size(100_000)) + 1e-9
+
+
+def test_each_model_set_has_its_own_cost_model():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(Size(1_000_000, model="ppocrv6_small"), None)
+    clock.t += 3.0
+    a.finish(t, RESULT)
+    assert a.models["ppocrv6_small"].observed == 1 and a.model.observed == 0
+    assert "ppocrv6_small" in a.snapshot()["models"]
+
+
+def test_a_page_read_twice_teaches_only_the_turned_share():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(Size(1_000_000, orientation=True), None)
+    clock.t += 2.0
+    a.finish(t, {"results": [{"text": "a"}], "timings_ms": {"det": 1.0, "orientation": 900.0}})
+    assert a.model.observed == 0 and a.model.turned_share() > 0.1
+
+
 # -- the drain rate ------------------------------------------------------------------------
 
 
@@ -634,7 +745,7 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
     strip = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 40_000_000, 8, 2, 0, 0, 0)) \
         + chunk(b"IEND", b"")
     clock = Clock()
-    a = Admission(args(), None, clock)
+    a = Admission(args(model_drift=1000), None, clock)  # a prior of 1 s at any size: let it learn freely
     limits = ImageLimits(max_pixels=50_000_000, max_aspect=500.0)
     for _ in range(60):  # a slow service: about 3 s a megapixel
         a.model.observe(Size(1_000_000), 60, 3.0)
