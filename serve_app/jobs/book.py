@@ -10,6 +10,10 @@ What a careless or hostile client can cost is bounded here:
   max_finished_bytes of them, counted as stored, a share of each per client:
   serve_app.jobs.results) besides their time to live, so junk that fails at
   once never locks the store and one client cannot evict another's results;
+- one client holds at most jobs.client_share of capacity and of the queued
+  bytes (more: 503 with Retry-After), and the workers take the queued jobs
+  of each lane client by client in turn (serve_app.core.lanes.LaneQueue):
+  one client's thousand jobs do not make another's wait behind them;
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -80,6 +84,9 @@ class JobBook:
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
         self.held_bytes = 0  # image bytes of unfinished jobs held in memory
+        # each client's unfinished jobs and their image bytes (its share of capacity and max_queued_bytes)
+        self.client_unfinished: dict[str, int] = {}
+        self.client_held: dict[str, int] = {}
         # Job ids to run: interactive jobs first, bulk ones (the default) by
         # age (serve_app.core.lanes); the lane lives in each job's options.
         self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
@@ -151,8 +158,8 @@ class JobBook:
             if job.status.done:
                 self._keep_finished(job)
             else:
-                self.unfinished += 1
-                self.queue.put_nowait(job.job_id, self._lane(job))
+                self._hold(job, +1)
+                self.queue.put_nowait(job.job_id, self._lane(job), job.client)
                 unfinished += 1
         gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
         for job_id in gone:
@@ -182,12 +189,7 @@ class JobBook:
                         f"use a new key for a new request")
                 return job.view()
         nbytes = image_nbytes(image)
-        if self.unfinished >= self.args.capacity:
-            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
-                             retry_after_s=self._retry_after())
-        if self.held_bytes + nbytes > self.args.max_queued_bytes:
-            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
-                             retry_after_s=self._retry_after())
+        self.check_room(client, nbytes)
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
                   fingerprint=payload, nbytes=nbytes, client=client)
         pending = asyncio.get_running_loop().create_future() if key else None
@@ -235,14 +237,53 @@ class JobBook:
         except Exception as e:  # noqa: BLE001  it stays in the file: it runs after a restart, unseen
             self._journal_failed(e)
 
+    def check_room(self, client: str, nbytes: int) -> None:
+        """Overloaded (503, Retry-After) unless a new job of `client` of
+        `nbytes` fits: the store's capacity and queued bytes, this client's
+        share of each (jobs.client_share), and room for its result that takes
+        nobody else's (serve_app.jobs.results.ResultShares.room_for)."""
+        share = self.args.client_share
+        mine, held = self.client_unfinished.get(client, 0), self.client_held.get(client, 0)
+        if self.unfinished >= self.args.capacity:
+            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
+                             retry_after_s=self._retry_after())
+        if self.held_bytes + nbytes > self.args.max_queued_bytes:
+            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
+                             retry_after_s=self._retry_after())
+        if mine >= max(1, int(self.args.capacity * share)) or held + nbytes > max(1, int(self.args.max_queued_bytes * share)):
+            raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
+                             f"(jobs.client_share {share:g} of capacity and of max_queued_bytes) while the store "
+                             f"serves everyone; retry once some have finished",
+                             retry_after_s=self._retry_after(mine))
+        if not self.finished.room_for(client, self.unfinished):
+            raise Overloaded(f"the job store's results are full ({len(self.finished)} results, "
+                             f"{self.finished.total_bytes} bytes) of other clients' results, kept until their "
+                             f"time to live; retry later", retry_after_s=self._results_retry_after())
+
+    def _results_retry_after(self) -> int:
+        oldest = self.finished.oldest_finished()
+        if oldest is None:
+            return self._retry_after()
+        return max(1, min(3600, math.ceil(oldest + self.args.ttl_s - time.time())))
+
+    def _hold(self, job: Job, sign: int) -> None:
+        """Count an unfinished job in (+1) or out (-1), the store's and its client's."""
+        self.unfinished += sign
+        self.held_bytes += sign * job.nbytes
+        c = job.client
+        self.client_unfinished[c] = self.client_unfinished.get(c, 0) + sign
+        self.client_held[c] = self.client_held.get(c, 0) + sign * job.nbytes
+        if self.client_unfinished[c] <= 0:
+            del self.client_unfinished[c]
+            self.client_held.pop(c, None)
+
     def _accept(self, job: Job) -> None:
         key = job.key
         self.jobs[job.job_id] = job
         if key:
             self.by_key[key] = job.job_id
-        self.unfinished += 1
-        self.held_bytes += job.nbytes
-        self.queue.put_nowait(job.job_id, self._lane(job))
+        self._hold(job, +1)
+        self.queue.put_nowait(job.job_id, self._lane(job), job.client)
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -266,12 +307,13 @@ class JobBook:
         job journaled before lanes has none: bulk)."""
         return lane_of(job.options.priority, BULK)
 
-    def _retry_after(self) -> int:
-        """About when a slot frees up: the queue's length over the workers,
-        times a job's average time; 5 s before any job has finished."""
+    def _retry_after(self, jobs: Optional[int] = None) -> int:
+        """About when a slot frees up: the queue's length (or `jobs`) over
+        the workers, times a job's average time; 5 s before any job has finished."""
         if self._job_seconds is None:
             return 5
-        return max(1, min(60, math.ceil(self.unfinished / self.args.concurrency * self._job_seconds)))
+        n = self.unfinished if jobs is None else jobs
+        return max(1, min(60, math.ceil(n / self.args.concurrency * self._job_seconds)))
 
     def _journal_failed(self, e: BaseException) -> None:
         self.journal_error = repr(e)
@@ -392,8 +434,7 @@ class JobBook:
         """Book-keeping of a job that has just finished (its image was dropped)."""
         if job.job_id in self.jobs and job.job_id not in self.finished:
             self._keep_finished(job)
-            self.unfinished -= 1
-            self.held_bytes -= job.nbytes
+            self._hold(job, -1)
             job.nbytes = 0
         try:
             await self._write("finish", job)
