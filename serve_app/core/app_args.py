@@ -241,6 +241,15 @@ class IngressArgs(_Args):
     # (127.0.0.1, localhost, ::1) or allow_anonymous is true.
     auth_token_env: Optional[str] = None
     allow_anonymous: bool = False  # (see auth_token_env)
+    # Per-client tokens: the name of an environment variable holding
+    # NAME:TOKEN pairs (commas or spaces between). Each is accepted as the
+    # bearer token, and names its holder as a client for the fair shares
+    # (serve_app/http/clients.py); else a client is its address.
+    client_tokens_env: Optional[str] = None
+    # Proxies trusted to say who the client is (addresses or networks):
+    # from one of these, the client is the rightmost X-Forwarded-For entry
+    # that is not one. Empty (the default): the TCP peer, never a header.
+    trusted_proxies: list[str] = Field(default_factory=list)
     # A request body must arrive within this many seconds (or the request's
     # own deadline, if shorter), else 408; a body being read holds no
     # in-flight slot. Bodies being read or worked on hold at most

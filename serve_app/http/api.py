@@ -89,9 +89,25 @@ RequestId = Annotated[str, Depends(request_id)]
 
 def authorized(request: Request, _: RequestId) -> None:
     """Bearer-token check for /v1 routes (when ingress.auth_token_env is set)."""
-    token = _ingress().token
-    if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+    if not bearer_ok(request):
         raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
+
+
+def has_token() -> bool:
+    """The service requires a token (the shared one, or named ones)."""
+    ingress = _ingress()
+    return ingress.token is not None or bool(ingress.clients.named_tokens)
+
+
+def bearer_ok(request: Request) -> bool:
+    """No token required, or the request bears the shared token or a named one."""
+    ingress = _ingress()
+    if not has_token():
+        return True
+    authorization = request.headers.get("authorization")
+    if ingress.token is not None and bearer_matches(authorization, ingress.token):
+        return True
+    return ingress.clients.token_name(authorization) is not None
 
 
 V1 = [Depends(authorized)]
@@ -211,11 +227,10 @@ async def docs_behind_token(request: Request, call_next):
     anonymous local service), a browser's POST from another site's page
     (its Origin is not this service) is refused: a page elsewhere must not
     be able to drive the service through its visitor's browser."""
-    token = _ingress().token
     if app_path(request) in DOC_PATHS:
-        if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+        if not bearer_ok(request):
             return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
-    elif token is None and request.method == "POST" and cross_origin(request):
+    elif not has_token() and request.method == "POST" and cross_origin(request):
         return await domain_error(request, Forbidden(
             f"a POST from the page of another origin ({request.headers['origin']}) is refused by a service "
             "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls"))
@@ -235,9 +250,10 @@ async def count_outcomes(request: Request, call_next):
     """Every /v1 request's status, error code and latency, counted in one
     place; an exception no handler took becomes a 500 JSON error."""
     t0 = time.perf_counter()
-    # The client, for its fair share of admission (serve_app.serving.admission): its address (the token is one
-    # shared secret: it names no client). Set here, it reaches the route's task.
-    set_client(f"addr:{request.client.host}" if request.client else None)
+    # The client, for its fair shares (admission, jobs): its named token, else its address as the connection
+    # (or a trusted proxy) says, never an unchecked header (serve_app/http/clients.py). Set here, it reaches
+    # the route's task.
+    set_client(_ingress().clients.of(request.client.host if request.client else None, request.headers))
     try:
         response = await call_next(request)
     except Exception as exc:

@@ -25,6 +25,7 @@ from serve_app.serving.admission import Admission, Gate, current_client
 from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded
 from serve_app.flow.formats import render
+from serve_app.http.clients import ClientIdentity
 from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
 from serve_app.http.headers import check_exposure, deadline_s
 from serve_app.core.lanes import BULK, INTERACTIVE
@@ -118,7 +119,8 @@ class OcrIngress(V1Routes, PaddleXRoutes, JobRoutes, PageRoutes):
                                   f"variable is empty or unset in the ingress replica (set it, e.g. through "
                                   f"runtime_env.env_vars, or remove auth_token_env)")
             self.token = token.encode()
-        check_exposure(_serve_host(), self.token is not None, args.allow_anonymous)
+        self.clients = ClientIdentity.from_args(args)  # who a request's client is (serve_app/http/clients.py)
+        check_exposure(_serve_host(), self.token is not None or bool(self.clients.named_tokens), args.allow_anonymous)
 
     # -- the one read path -----------------------------------------------------
     async def read(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",

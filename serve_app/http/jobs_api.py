@@ -13,7 +13,7 @@ from serve_app.http.body import parse_body
 from serve_app.http.headers import idempotency_key
 from serve_app.http.schema import ocr_request_body
 from serve_app.ocr.image_header import check_image_header
-from serve_app.jobs.clients import client_of_request
+from serve_app.serving.admission import current_client
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import parse_options, with_format
 from serve_app.flow.upload import Upload
@@ -35,7 +35,7 @@ class JobRoutes:
             # Junk is a 400 now, not a failed job later (header only, off
             # the loop); a document is opened, its pages counted, none rendered.
             await asyncio.to_thread(self._check_upload, upload)
-            job = await downstream(self.jobs.submit.remote(upload.data, opts, key, client_of_request(request)))
+            job = await downstream(self.jobs.submit.remote(upload.data, opts, key, current_client() or "addr:?"))
         return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                             headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 

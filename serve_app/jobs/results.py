@@ -1,5 +1,5 @@
 """Finished jobs' results, kept until their time to live, with a share per
-client (serve_app.jobs.clients: the token, else the address).
+client (serve_app/http/clients.py: a named token, else the address).
 
 The store holds at most `max_finished` results and `max_finished_bytes` of
 them (counted as stored: the result's JSON bytes). One client may hold at

@@ -99,7 +99,7 @@ MODULES: dict[str, str] = {
     # jobs: the job book, its journal and Redis backends, the JobStore deployment
     "serve_app.jobs": "serve_app.jobs.store",
     "serve_app.job_book": "serve_app.jobs.book",
-    "serve_app.job_clients": "serve_app.jobs.clients",
+    "serve_app.job_clients": "serve_app.http.clients",
     "serve_app.job_journal": "serve_app.jobs.journal",
     "serve_app.job_redis": "serve_app.jobs.redis_book",
     "serve_app.job_results": "serve_app.jobs.results",
