@@ -26,7 +26,7 @@ from serve_app.http import paddlex
 from serve_app.serving.admission import set_client
 from serve_app.core.errors import BadRequest, Forbidden, OcrError, Overloaded, Unauthorized, Unavailable
 from serve_app.flow.formats import render
-from serve_app.http.headers import bearer_matches, priority
+from serve_app.http.headers import priority
 from serve_app.core.request_options import FORMATS, OcrOptions
 
 if TYPE_CHECKING:
@@ -96,18 +96,13 @@ def authorized(request: Request, _: RequestId) -> None:
 def has_token() -> bool:
     """The service requires a token (the shared one, or named ones)."""
     ingress = _ingress()
-    return ingress.token is not None or bool(ingress.clients.named_tokens)
+    return ingress.clients.requires_token(ingress.token)
 
 
 def bearer_ok(request: Request) -> bool:
     """No token required, or the request bears the shared token or a named one."""
     ingress = _ingress()
-    if not has_token():
-        return True
-    authorization = request.headers.get("authorization")
-    if ingress.token is not None and bearer_matches(authorization, ingress.token):
-        return True
-    return ingress.clients.token_name(authorization) is not None
+    return ingress.clients.authorized(request.headers.get("authorization"), ingress.token)
 
 
 V1 = [Depends(authorized)]

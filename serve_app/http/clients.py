@@ -128,6 +128,19 @@ class ClientIdentity:
                 found = name
         return found
 
+    def requires_token(self, shared: Optional[bytes]) -> bool:
+        """The service requires a token: the shared one (`shared`), or named ones."""
+        return shared is not None or bool(self.named_tokens)
+
+    def authorized(self, authorization: Optional[str], shared: Optional[bytes]) -> bool:
+        """No token required, or `authorization` bears the shared token or a named one."""
+        if not self.requires_token(shared):
+            return True
+        scheme, _, given = (authorization or "").partition(" ")
+        if shared is not None and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), shared):
+            return True
+        return self.token_name(authorization) is not None
+
     def peer(self, client_host: Optional[str], headers: Mapping[str, str]) -> Optional[str]:
         """The TCP peer's address, as far as the replica can tell (see the module's doc)."""
         if client_host is None:

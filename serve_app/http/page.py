@@ -110,7 +110,8 @@ class PageRoutes:
                        for s, r in stages.items()},
             "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
                         "bulk_in_flight": self.bulk_in_flight,
-                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot()},
+                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot(),
+                        "cache": self.dedupe.stats()},
             "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
         }
 

@@ -77,3 +77,13 @@ def test_bad_named_tokens_are_a_config_error(raw):
 def test_a_bad_trusted_proxy_is_a_config_error():
     with pytest.raises(ConfigError):
         ClientIdentity(trusted_proxies=["not-an-address"])
+
+
+def test_the_shared_token_or_a_named_one_authorizes():
+    shared = ClientIdentity()
+    assert shared.authorized(None, None) and not shared.requires_token(None)
+    assert shared.authorized("Bearer tok", b"tok") and not shared.authorized("Bearer x", b"tok")
+    named = ClientIdentity(parse_named_tokens("alice:s3cret"))
+    assert named.requires_token(None) and not named.authorized(None, None)
+    assert named.authorized("Bearer s3cret", None) and named.authorized("Bearer tok", b"tok")
+    assert not named.authorized("Bearer nope", b"tok")
