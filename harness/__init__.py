@@ -14,4 +14,6 @@ the working directory). Nothing here imports pytest.
 - `netns_cluster`: a Ray cluster whose nodes have their own addresses (one
   network namespace each, on a bridge; needs root and iproute2).
 - `xml_checks`, `readme_blocks`: ALTO/hOCR checks; the README's commands.
+- `front`: a Front (serve_app/http/front.py) over stand-in pipeline and job-store
+  handles, for the route tests.
 """

@@ -46,14 +46,42 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return out
 
 
-def require_root_and_ip() -> None:
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+WHY_ROOT = ("it makes network namespaces (`ip netns add`, which mounts them under /run/netns: CAP_SYS_ADMIN), "
+            "a bridge and veth pairs (CAP_NET_ADMIN), and runs each node's `ray start` inside one "
+            "(`ip netns exec`): run `make test` as root with those capabilities, as CI does")
+
+
+def effective_caps(status: str = "") -> int:
+    """This process's effective capability bits (/proc/self/status CapEff)."""
+    if not status:
+        with open("/proc/self/status") as f:
+            status = f.read()
+    for line in status.splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def missing_for_netns(euid: int, caps: int, has_ip: bool) -> list[str]:
+    """What this process lacks to build the test's network namespaces."""
     missing = []
-    if os.geteuid() != 0:
-        missing.append(f"root (running as uid {os.geteuid()}; network namespaces need CAP_NET_ADMIN)")
-    if shutil.which("ip") is None:
-        missing.append("iproute2's `ip` (Debian: apt-get install iproute2)")
+    if euid != 0:
+        missing.append(f"euid 0 (running as uid {euid})")
+    else:
+        lacking = [name for name, bit in (("CAP_NET_ADMIN", CAP_NET_ADMIN), ("CAP_SYS_ADMIN", CAP_SYS_ADMIN))
+                   if not caps >> bit & 1]
+        if lacking:  # root in a container started without them
+            missing.append(f"{' and '.join(lacking)} (root here, without them)")
+    if not has_ip:
+        missing.append("iproute2's `ip` (Debian: apt-get install iproute2; make test-system installs it)")
+    return missing
+
+
+def require_root_and_ip() -> None:
+    missing = missing_for_netns(os.geteuid(), effective_caps(), shutil.which("ip") is not None)
     if missing:
-        raise RuntimeError("the separate-address cluster test needs " + " and ".join(missing))
+        raise RuntimeError("the separate-address cluster test needs " + " and ".join(missing) + ": " + WHY_ROOT)
 
 
 def namespace(node: str) -> str:

@@ -54,12 +54,20 @@ def http_status(url: str, timeout: float = 5.0) -> int:
         return 0
 
 
+# The object store of a cluster started here: Ray's default is 30% of the
+# machine's memory (~7 GB of /dev/shm on 24 GB); the service's objects are
+# requests' bytes and decoded images (a 40 MP page is 120 MB), and beyond the
+# bound Ray spills to disk rather than fail.
+OBJECT_STORE_BYTES = 2 << 30
+
+
 def start_ray(**init_kwargs) -> None:
     import ray
 
     ray.shutdown()
     # address="local": always a new cluster of our own, never one found running.
-    init_kwargs = {"include_dashboard": False, "log_to_driver": False, **init_kwargs}
+    init_kwargs = {"include_dashboard": False, "log_to_driver": False, "object_store_memory": OBJECT_STORE_BYTES,
+                   **init_kwargs}
     try:
         ray.init(address="local", **init_kwargs)
     except Exception as e:

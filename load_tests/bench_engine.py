@@ -64,7 +64,7 @@ the warm-up pass is counted in the notes.
 Run (from the repository root)::
 
     .venv/bin/python -m load_tests bench_engine --quick        # ~1-2 minutes
-    .venv/bin/python -m load_tests bench_engine --per-image --out docs/bench.md
+    .venv/bin/python -m load_tests bench_engine --per-image --out load_tests/out/bench_engine.md
 
 Options: ``--threads N``, ``--repeats R``, ``--images DIR``, ``--quick``
 (8 representative images, 1 repeat), ``--per-image``, ``--out FILE``,

@@ -3,7 +3,7 @@ the single-process HTTP server (load_tests/simple_server.py) and the
 service side by side in one run, one request at a time, over the same
 images; and the engine's speedup from 1 to 2 threads. (Until issue #23 the
 service could also run the pipeline in the ingress; that placement was
-measured against this one and removed: docs/request-path.md.)
+measured against this one and removed.)
 
     flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops
 

@@ -11,7 +11,7 @@ max latency, the baseline of this run), then each case: what is sent (its
 bytes), the status and error code the service answered, in what time, the
 ingress's peak RSS growth while it ran, and the normal client's requests
 meanwhile (how many, their statuses, p50 and max latency). Prints one table
-(markdown, for docs/reliability.md).
+(markdown).
 
 `CASES` is also what tests/integration/test_hostile_costs.py and the soak's
 hostile share (load_tests/soak.py) send."""
@@ -64,6 +64,42 @@ def empty_chunks_png(mib: float) -> bytes:
     return real[:33] + c * int(mib * 1024 * 1024 / len(c)) + real[33:]
 
 
+def _png_chunk(kind: bytes, data: bytes = b"") -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def chunks_after_idat_png(mib: float) -> bytes:
+    """A 1x1 PNG with `mib` MiB of empty private chunks after its image
+    data (the bound on chunks before it did not count these)."""
+    real = png_strip(1, 1)
+    end = real.rindex(b"IEND") - 4
+    return real[:end] + _png_chunk(b"prVt") * int(mib * 1024 * 1024 / 12) + real[end:]
+
+
+def empty_idats_png(mib: float) -> bytes:
+    """A 1x1 PNG whose image data is followed by `mib` MiB of empty IDAT chunks."""
+    real = png_strip(1, 1)
+    end = real.rindex(b"IEND") - 4
+    return real[:end] + _png_chunk(b"IDAT") * int(mib * 1024 * 1024 / 12) + real[end:]
+
+
+def gif_frames(n: int) -> bytes:
+    """A 1x1 GIF of `n` frames (14 bytes each)."""
+    head = b"GIF89a" + struct.pack("<HHBBB", 1, 1, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+    frame = b"\x2c" + struct.pack("<HHHHB", 0, 0, 1, 1, 0) + b"\x02\x02\x44\x01\x00"
+    return head + frame * n + b"\x3b"
+
+
+def jpeg_comments(mib: float) -> bytes:
+    """A small JPEG with `mib` MiB of empty comment segments after its start."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (64, 64), 255).save(buf, "JPEG")
+    real = buf.getvalue()
+    return real[:2] + b"\xff\xfe\x00\x02" * int(mib * 1024 * 1024 / 4) + real[2:]
+
+
 @dataclass(frozen=True)
 class Case:
     name: str  # what is sent, for the table
@@ -97,6 +133,11 @@ CASES = (
     Case("PNG of 1 x 40,000,000 px", long_png_40m, "image/png", 400, "bad_image"),
     Case("PNG with 19 MiB of empty chunks", lambda: empty_chunks_png(19), "image/png", 400, "bad_image"),
     Case("blank PDF of 500 A4 pages", lambda: blank_pdf(500, (595, 842)), "application/pdf", 503, "overloaded"),
+    Case("PNG with 19 MiB of empty chunks after its image data", lambda: chunks_after_idat_png(19), "image/png",
+         400, "bad_image"),
+    Case("PNG with 19 MiB of empty IDAT chunks", lambda: empty_idats_png(19), "image/png", 400, "bad_image"),
+    Case("GIF of 1,000,000 one-pixel frames (14 MiB)", lambda: gif_frames(1_000_000), "image/gif", 400, "bad_image"),
+    Case("JPEG with 19 MiB of empty comments", lambda: jpeg_comments(19), "image/jpeg", 400, "bad_image"),
 )
 
 

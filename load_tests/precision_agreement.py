@@ -3,10 +3,10 @@
     python -m load_tests precision_agreement                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
     python -m load_tests precision_agreement --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
 
-The same measure a TensorRT fp16/int8 replica must pass before it is ready
-(serve_app/inference/precision_check.py, 99.5%): on the packaged real images
-(serve_app/inference/calibration), detector boxes matched at IoU >= 0.9, angle
-decisions identical, recognised lines identical, each stage on its own
+The same measure a TensorRT fp16/int8 replica is judged by before it is ready
+(serve_app/inference/precision_check.py; outside the bound it serves at fp32):
+on the packaged real images (serve_app/inference/calibration), the detector's
+mean box IoU, identical angle decisions, the recogniser's CER, each stage on its own
 inputs (the crops are cut at the recorded boxes, so a stage's figure does
 not inherit another's differences). One table; the baseline row is the
 reference against itself (100% by construction: it shows the measure is
@@ -67,7 +67,8 @@ def main(argv=None) -> int:
     import cv2
 
     from serve_app.core.engine_config import EngineConfig
-    from serve_app.inference.precision_check import THRESHOLD, UNITS, agreement, answers, box_agreement, check_items
+    from serve_app.inference.precision_check import (UNITS, PrecisionMismatch, agreement, answers, box_agreement,
+                                                     check_items, decide)
     from serve_app.inference.predictor import PaddlePredictor
     from serve_app.inference.weights import model_files
 
@@ -90,13 +91,21 @@ def main(argv=None) -> int:
         for name in list(outs)[1:]:
             cand = answers(stage, outs[name])
             agreed = box_agreement(names, ref, cand) if stage == "det" else agreement(names, ref, cand, UNITS[stage])
-            rows.append((stage, name, times[name], agreed, "passes" if agreed.fraction >= THRESHOLD else "refused"))
-    print(f"## Agreement with {variants(a.device, 'rec', engine)[0][0]} per stage (packaged real images; the start-up check "
-          f"needs {100 * THRESHOLD:.1f}%)\n")
-    print("| stage | engine | agreement | % | verdict | ms (all items, sequential) |\n|---|---|---|---:|---|---:|")
+            try:
+                decide(stage, name, agreed)
+                verdict = "passes"
+            except PrecisionMismatch:
+                verdict = "falls back to fp32"
+            rows.append((stage, name, times[name], agreed, verdict))
+    print(f"## Agreement with {variants(a.device, 'rec', engine)[0][0]} per stage (packaged real images; the start-up "
+          "check's bounds: rec CER <= 1%, det mean box IoU >= 0.9, cls 98% identical)\n")
+    print("| stage | engine | agreement | % | CER | mean IoU | verdict | ms (all items, sequential) |\n"
+          "|---|---|---|---:|---:|---:|---|---:|")
     for stage, name, ms, agreed, verdict in rows:
+        cer = "" if agreed.cer is None else f"{100 * agreed.cer:.2f}%"
+        iou = "" if agreed.mean_iou is None else f"{agreed.mean_iou:.3f}"
         print(f"| {stage} | {name} | {agreed.identical}/{agreed.total} {agreed.unit} | {100 * agreed.fraction:.1f} | "
-              f"{verdict} | {ms:.0f} |")
+              f"{cer} | {iou} | {verdict} | {ms:.0f} |")
     for stage, name, ms, agreed, verdict in rows:
         if agreed.differing:
             print(f"\n{stage}, {name}, first differences: " +

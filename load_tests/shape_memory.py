@@ -4,9 +4,7 @@ predictor, fed input shapes at random, RSS printed as it goes.
 
     .venv/bin/python -m load_tests shape_memory --stage rec --shapes 200            # widths 320-1600 in 32 px steps
     .venv/bin/python -m load_tests shape_memory --stage rec --ladder --images 400   # the service's closed set, then random crops
-    .venv/bin/python -m load_tests shape_memory --stage det --shapes 300            # sides 320-1280, multiples of 32
-
-Numbers from these runs are in docs/reliability.md ("Memory and input shapes")."""
+    .venv/bin/python -m load_tests shape_memory --stage det --shapes 300            # sides 320-1280, multiples of 32"""
 
 from __future__ import annotations
 

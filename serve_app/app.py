@@ -82,6 +82,6 @@ def build_app(args: Optional[dict] = None):
     from serve_app.serving.result_cache import model_identity
 
     # One pipeline placement: the OcrPipeline deployment serves sync reads
-    # and jobs alike (docs/request-path.md, "Where the pipeline runs").
+    # and jobs alike (docs/architecture.md, "Deployments").
     return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
                            PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), a.lanes)

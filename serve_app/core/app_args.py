@@ -42,7 +42,7 @@ class ModelArgs(_Args):
     # this many seconds (checked within Serve's health checks, so at most
     # every health_check_period_s); 0 = not periodically.
     canary_interval_s: float = Field(60.0, ge=0)
-    # The process's glibc heap (serve_app/serving/heap.py, docs/performance.md, "The heap, again"): with
+    # The process's glibc heap (serve_app/serving/heap.py, docs/operations.md, "Memory"): with
     # a model beside the recogniser, the recogniser's values hold (one process, one heap).
     malloc_arena_max: Optional[int] = Field(
         1, ge=1, le=64,
@@ -57,7 +57,7 @@ class ModelArgs(_Args):
         "M_MMAP_THRESHOLD, set before its predictor is built): larger buffers are mapped on every "
         "allocation and unmapped when freed. null (the default): glibc's own threshold, which rises to the "
         "largest buffer freed, so image-sized buffers are reused from the heap; 131072 was the default "
-        "before and cost ~25 ms of page faults per image here (docs/performance.md, \"The heap, again\"). "
+        "before and cost ~25 ms of page faults per image here (`python -m load_tests heap_settings`). "
         "At least 64 KiB and at most 32 MiB (glibc's own ceiling)")
     malloc_trim_idle_s: Optional[float] = Field(
         1.0, gt=0,
@@ -100,7 +100,7 @@ class RecognizerArgs(ModelArgs):
     # the same text, and no request waits on the predictor for more than
     # the one build running when it came; but the builds take CPU from the
     # other stages, so the first requests after ready are slower
-    # (serve_app/serving/deferred_shapes.py, docs/performance.md). Applies
+    # (serve_app/serving/deferred_shapes.py). Applies
     # with bucket padding unless TensorRT is on (it builds an engine per
     # shape; a replica on the CPU fallback defers); otherwise every shape is warmed.
     warm: Literal["full", "core"] = "core"
@@ -183,8 +183,8 @@ class AdmissionArgs(_Args):
     # estimates are still measured and exported.
     enabled: bool = True
     # Seconds of work (estimated, as if each request ran alone) admitted and
-    # unfinished at once; more: 503 (reason cost_bound). One request is
-    # always admitted to an empty ledger.
+    # unfinished at once; more: 503 (reason cost_bound). An empty ledger
+    # admits any request within max_request_share (below).
     max_queued_cost_s: float = Field(60.0, gt=0)
     # Admitted only when expected to finish within this share of the time
     # left to its deadline (the rest is margin for estimation error).
@@ -258,6 +258,10 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)  # (see body_timeout_s)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
+    # A probe of the stages not answered within this many seconds counts as
+    # not ready (503): with no live pipeline replica, Serve would hold the
+    # probe until one starts, and /readyz would hang instead of answering.
+    ready_timeout_s: float = Field(3.0, gt=0)
     # GET /v1/stats (the page's live view): answered from figures gathered at
     # most this many seconds ago; its request history is kept per bucket of
     # stats_bucket_s seconds over the last stats_span_s.
@@ -269,6 +273,17 @@ class IngressArgs(_Args):
     # in-flight slot; the whole body is under the one body size limit).
     max_batch_items: int = Field(32, ge=1, le=1000)
     batch_concurrency: int = Field(4, ge=1)  # (see max_batch_items)
+    # A synchronous answer (POST /v1/ocr, in any format) at most this many
+    # bytes (more: 413 naming the jobs API); a job's result has its own
+    # bound (jobs.max_result_bytes).
+    max_answer_bytes: int = Field(32 * 1024 * 1024, ge=1024)
+    # Text/hOCR/ALTO written off the loop by render_workers threads with
+    # render_waiting more waiting (more: 503); sends of job results over
+    # large_result_bytes at most max_large_reads at once (more: 503).
+    render_workers: int = Field(1, ge=1)
+    render_waiting: int = Field(4, ge=0)  # (see render_workers)
+    large_result_bytes: int = Field(4 * 1024 * 1024, ge=1)  # (see render_workers)
+    max_large_reads: int = Field(2, ge=1)  # (see render_workers)
     # Admission by cost, inside the count limit above (serve_app.serving.admission).
     admission: AdmissionArgs = AdmissionArgs()
 
@@ -316,6 +331,10 @@ class JobArgs(_Args):
     max_claims: int = Field(4, ge=1, description="backend redis: a job whose worker died this many times (a job "
                             "that kills its replica) fails with `internal` instead of running again")
     job_timeout_s: float = Field(600.0, gt=0, description="one attempt of a job longer than this fails it")
+    overloaded_wait_s: float = Field(
+        1800.0, ge=0, description="a job whose attempt meets `overloaded` (the PDF children or the pipeline are "
+        "full) is tried again after a growing pause (2 s doubling to 60 s, or the service's Retry-After if longer) "
+        "until it has waited this long in all; then it fails with `overloaded`")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
     journal: Optional[str] = Field(
         None, description="SQLite file holding every accepted job until it expires, so that a restarted store "

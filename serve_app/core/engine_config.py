@@ -28,15 +28,16 @@ class TensorRTOptions(_Strict):
     # always equals the batch dimension's max.
     max_batch_size: int = 8
     min_subgraph_size: int = 3  # subgraphs with fewer ops than this stay on Paddle's GPU kernels instead of TensorRT
-    # The engines' precision. Below fp32 a replica starts only after an agreement check against fp32 on
-    # real images (serve_app/inference/precision_check.py); int8 is first calibrated on them (serve_app/inference/int8_calibration.py).
+    # The engines' precision. Below fp32 a replica is checked against fp32 on real images at start and
+    # serves at fp32 when outside the bound (serve_app/inference/precision_check.py); int8 is first
+    # calibrated on them (serve_app/inference/int8_calibration.py).
     precision: Literal["fp32", "fp16", "int8"] = "fp16"
     use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
     # Serialized engines and the tuned shape-range file land here
     # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in
     # it, so one at a time builds and writes while the others wait and then
     # read what it wrote: node-local, or shared storage whose flock works
-    # across clients (the KubeRay claim, deploy/kuberay/trt-cache-pvc.yaml).
+    # across clients (the KubeRay claim of --trt-cache-claim, deploy/kuberay/trt-cache-pvc.yaml).
     cache_dir: Optional[str] = None
     # Every input shape this predictor can be given (N, C, H, W). In a Serve
     # replica the app builder fills it from the stage's closed set (detector
@@ -82,9 +83,9 @@ class PredictorOptions(_Strict):
     mkldnn_cache_capacity: int = Field(
         20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
     )
-    enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN here: docs/bench_engine.md)
+    enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN: docs/architecture.md, "Why the choices")
     # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
-    # (speed and accuracy of each: docs/architecture.md, "Why the choices"). fp32 for
+    # (docs/architecture.md, "Why the choices"; `python -m load_tests precision_agreement` compares a precision with fp32). fp32 for
     # bit-for-bit reproducibility across machines.
     openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     switch_ir_optim: bool = True  # Paddle's IR graph optimisation passes
@@ -143,7 +144,7 @@ class DetOptions(_Strict):
     # is scaled up to at least min_side first (tiny crops; the long side
     # stays within the last rung), and padded up to a multiple of rung /
     # short_steps with `pad` (masked out of the output). 21 input shapes by
-    # default; how these were chosen: docs/reliability.md.
+    # default; `python -m load_tests det_sizing` compares sizings.
     side_ladder: list[int] = [640, 960, 1280]
     min_side: int = Field(256, ge=1)  # "ladder": the short side is scaled up to at least this first
     short_steps: int = Field(4, ge=1, le=64)  # "ladder": the short side is padded to a multiple of rung / short_steps
@@ -195,7 +196,7 @@ class RecOptions(_Strict):
     # Padded widths a crop can get (ascending): a crop takes the smallest
     # that holds it; wider than the last, it is squeezed to the last. Each
     # (batch size, width) input shape costs the OpenVINO engine memory once
-    # (docs/reliability.md), so a short ladder closes the set of shapes
+    # (docs/operations.md, "Memory"), so a short ladder closes the set of shapes
     # (warmed before ready).
     # Empty: multiples of width_bucket up to max_width.
     width_ladder: list[int] = [320, 384, 448, 512, 576, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3200]
@@ -263,6 +264,12 @@ class DocumentLimits(_Strict):
     worker_memory_mb: int = Field(3072, ge=0)
     page_timeout_s: float = Field(10.0, gt=0)  # a page's render or text layer at most this long (or the request's time left), then its child is killed
     open_timeout_s: float = Field(5.0, gt=0)  # opening a PDF (its page count, first page's size) at most this long
+    # Sharing the children between documents: one document holds at most
+    # worker_share of them while another document waits for one (0: half of
+    # `workers`, at least 1; while nobody else waits it may use them all).
+    worker_share: int = Field(0, ge=0, le=32)
+    max_picture_pages: int = Field(10, ge=0)  # `visualize`: pictures of a document's first this many pages only (the rest have none: a 500-page document asked ~1.8 GB of them)
+    max_pages_over_budget: int = Field(3, ge=1)  # a document is abandoned (413 page_over_budget) once this many of its pages ran past their budget; the rest are not read
     # The text layer (options.pdf_text_layer): characters per page and per
     # document at most (more: 413 naming the page); a dense newspaper page
     # has ~30,000.

@@ -24,8 +24,10 @@ from typing import Any, Optional
 import numpy as np
 
 from serve_app.core.engine_config import DocumentLimits
-from serve_app.core.errors import BadRequest, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
-from serve_app.flow.pdf_worker import PoolBusy, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool
+from serve_app.core.errors import BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
+from serve_app.flow.pdf_worker import (
+    PoolBusy, WorkerCannotStart, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool,
+)
 from serve_app.core.results import CharBox, TextLine
 
 PDF_MAGIC = b"%PDF-"
@@ -144,13 +146,19 @@ class PdfFile:
         budget, by_deadline = self._budget(budget_s)
         what = "the PDF" if index is None else f"page {index + 1}"
         try:
-            return self.pool.call(op, self.key, self._data, args, budget, wait_s=budget)
+            # A free child is waited for up to another call's budget and a child's start (the
+            # child a slow page held is killed and started again), within the deadline.
+            wait = budget if by_deadline else 2 * budget
+            return self.pool.call(op, self.key, self._data, args, budget, wait_s=wait,
+                                  share=self.limits.worker_share or max(1, self.pool.workers // 2))
         except WorkerTimeout:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed while reading {what} of its PDF") from None
             raise PageOverBudget(f"{what} took over {budget:g} s (engine.documents."
                                  f"{'open' if index is None else 'page'}_timeout_s) and was stopped; "
                                  f"simplify it, or send the page as an image") from None
+        except WorkerCannotStart as e:
+            raise ConfigError(str(e)) from None
         except PoolBusy:
             if by_deadline:
                 raise DeadlineExceeded(f"the request's deadline passed waiting to read {what} of its PDF") from None
@@ -275,7 +283,7 @@ def open_document(data: bytes, limits: DocumentLimits, max_pixels: Optional[int]
         return PdfFile(data, limits, max_pixels, deadline=deadline)
     from serve_app.flow.tiff_pages import TiffPages
 
-    return TiffPages(data, limits, max_pixels, exif_transpose)
+    return TiffPages(data, limits, max_pixels, exif_transpose, deadline=deadline)
 
 
 async def open_pdf(data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
@@ -292,7 +300,7 @@ async def open_document_async(data: bytes, limits: DocumentLimits, max_pixels: O
     """open_document off the event loop (a PDF on the worker pool's threads)."""
     if is_pdf(data):
         return await open_pdf(data, limits, max_pixels, deadline)
-    return await asyncio.to_thread(open_document, data, limits, max_pixels, exif_transpose)
+    return await asyncio.to_thread(open_document, data, limits, max_pixels, exif_transpose, deadline)
 
 
 def check_document(data: bytes, limits: DocumentLimits) -> int:

@@ -2,8 +2,8 @@
 MEMORY_MB`, started by serve_app/flow/pdf_worker.py's pool): PDFium in its
 own address space, limited (RLIMIT_AS) to what it had after start-up plus
 MEMORY_MB; it answers one framed request at a time (open a document, a
-page's size, render, text layer) with a JSON header and raw bytes, and dies
-with its parent. No Ray import."""
+page's size, render, text layer; a multi-page TIFF's page decoded) with a
+JSON header and raw bytes, and dies with its parent. No Ray import."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ class _Server:
     def __init__(self):
         import numpy  # noqa: F401  (imported before the address-space limit: to_numpy() needs it)
         import pypdfium2 as pdfium
+        from PIL import Image, ImageOps, TiffImagePlugin  # noqa: F401  (a TIFF's pages: _Tiff)
 
         self.pdfium = pdfium
         self.key: Optional[str] = None
@@ -40,6 +41,13 @@ class _Server:
             if self.doc is not None:
                 self.doc.close()
                 self.doc, self.key = None, None
+            if payload[:4] in _TIFF_MAGICS:  # a multi-page TIFF's pages are decoded here too
+                try:
+                    self.doc = _Tiff(payload)
+                except Exception as e:  # noqa: BLE001
+                    return {"error": "bad_tiff", "message": f"{type(e).__name__}"}, b""
+                self.key = req["key"]
+                return self.doc.handle(req)
             try:
                 self.doc = pdfium.PdfDocument(payload)
             except pdfium.PdfiumError as e:
@@ -49,10 +57,17 @@ class _Server:
             self.key = req["key"]
         elif self.key != req["key"] or self.doc is None:
             return {"error": "bad_pdf", "message": "document not held"}, b""
+        if isinstance(self.doc, _Tiff):
+            return self.doc.handle(req)
         op = req["op"]
         if op == "open":
             n = len(self.doc)
             first = self._size(0) if n else None
+            if n > 1:
+                # The page count prices the request at the door: a /Count that
+                # lies (or a broken page tree) is a 400 here, before it is priced.
+                # The last page's size is read from its dictionary, not loaded.
+                self._size(n - 1)
             return {"pages": n, "first": first}, b""
         if op == "sizes":  # every page's size (for its price), none loaded
             return {"sizes": [self._size(i) for i in range(len(self.doc))]}, b""
@@ -128,6 +143,60 @@ class _Server:
         finally:
             page.close()
         return {"lines": [ln for ln in lines if ln[0]]}, b""
+
+
+_TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
+
+
+class _Tiff:
+    """A TIFF held open: its pages decoded one at a time, each within the
+    parent's budget (a tile-heavy page decodes for most of a second)."""
+
+    def __init__(self, data: bytes):
+        import io
+
+        from PIL import Image
+
+        Image.MAX_IMAGE_PIXELS = None  # the parent checked each page's size from its directory
+        self.img = Image.open(io.BytesIO(data), formats=("TIFF",))
+
+    def handle(self, req: dict) -> tuple[dict, bytes]:
+        if req["op"] != "render":
+            return {"error": "bad_tiff", "message": f"op {req['op']!r} is not for a TIFF"}, b""
+        import warnings
+
+        from PIL import ImageOps
+
+        index = int(req["index"])
+        try:
+            self.img.seek(index)
+        except Exception as e:  # noqa: BLE001
+            raise _PageError(index, f"page {index + 1} of the TIFF cannot be read ({type(e).__name__})") from None
+        w, h = self.img.size
+        if w * h > int(req["max_pixels"]):
+            raise _PageError(index, f"page {index + 1} of the TIFF is {w}x{h} pixels, over the limit")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.img.load()
+                page = ImageOps.exif_transpose(self.img) if req.get("exif") else self.img.copy()
+        except MemoryError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise _PageError(index, f"page {index + 1} of the TIFF is corrupt or truncated "
+                                    f"({type(e).__name__})") from None
+        # Modes whose meaning is not in their bytes alone (a palette, ink)
+        # become RGB(A) here, as serve_app.ocr.decode.to_bgr would make them.
+        if page.mode == "P":
+            page = page.convert("RGBA" if "transparency" in page.info else "RGB")
+        elif page.mode in ("CMYK", "YCbCr", "LAB", "HSV"):
+            page = page.convert("RGB")
+        elif page.mode == "PA":
+            page = page.convert("RGBA")
+        return {"mode": page.mode, "size": list(page.size)}, page.tobytes()
+
+    def close(self) -> None:
+        self.img.close()
 
 
 class _PageError(Exception):
@@ -226,11 +295,21 @@ def main(argv: list[str]) -> None:
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     inp = os.fdopen(os.dup(0), "rb")
-    server = _Server()
+    try:
+        server = _Server()
+    except (MemoryError, ImportError, OSError) as e:  # a low address-space limit inherited from the service
+        said = [line for line in str(e).splitlines() if line.strip()]  # numpy's is a page: its last line
+        _write_frame(out, {"ready": False, "message": f"its start-up failed ({type(e).__name__}: "
+                                                      f"{said[-1].strip() if said else ''}) with "
+                                                      f"{_vm_bytes() >> 20} MB of address space"})
+        return
     if memory_mb > 0:
         import resource
 
         limit = _vm_bytes() + memory_mb * 1024 * 1024
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)  # a limit over the inherited hard one cannot be set (it was a crash)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     _write_frame(out, {"ready": True})  # started: what follows is timed per call by the parent
     while True:

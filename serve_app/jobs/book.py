@@ -10,10 +10,8 @@ What a careless or hostile client can cost is bounded here:
   max_finished_bytes of them, counted as stored, a share of each per client:
   serve_app.jobs.results) besides their time to live, so junk that fails at
   once never locks the store and one client cannot evict another's results;
-- one client holds at most jobs.client_share of capacity and of the queued
-  bytes (more: 503 with Retry-After), and the workers take the queued jobs
-  of each lane client by client in turn (serve_app.core.lanes.LaneQueue):
-  one client's thousand jobs do not make another's wait behind them;
+- one client holds at most its share of capacity and queued bytes (503,
+  serve_app.jobs.shares); the workers take jobs client by client in turn;
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -38,6 +36,7 @@ from typing import Any, Awaitable, Callable, Optional
 from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
 from serve_app.jobs.journal import JobJournal
 from serve_app.jobs.results import ALL, ResultShares
+from serve_app.jobs.shares import check_room, hold
 from serve_app.jobs.state import Job, JobStatus, encode_result
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
 from serve_app.core.request_options import OcrOptions
@@ -158,7 +157,7 @@ class JobBook:
             if job.status.done:
                 self._keep_finished(job)
             else:
-                self._hold(job, +1)
+                hold(self, job, +1)
                 self.queue.put_nowait(job.job_id, self._lane(job), job.client)
                 unfinished += 1
         gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
@@ -189,7 +188,7 @@ class JobBook:
                         f"use a new key for a new request")
                 return job.view()
         nbytes = image_nbytes(image)
-        self.check_room(client, nbytes)
+        check_room(self, client, nbytes)  # serve_app.jobs.shares
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
                   fingerprint=payload, nbytes=nbytes, client=client)
         pending = asyncio.get_running_loop().create_future() if key else None
@@ -237,52 +236,12 @@ class JobBook:
         except Exception as e:  # noqa: BLE001  it stays in the file: it runs after a restart, unseen
             self._journal_failed(e)
 
-    def check_room(self, client: str, nbytes: int) -> None:
-        """Overloaded (503, Retry-After) unless a new job of `client` of
-        `nbytes` fits: the store's capacity and queued bytes, this client's
-        share of each (jobs.client_share), and room for its result that takes
-        nobody else's (serve_app.jobs.results.ResultShares.room_for)."""
-        share = self.args.client_share
-        mine, held = self.client_unfinished.get(client, 0), self.client_held.get(client, 0)
-        if self.unfinished >= self.args.capacity:
-            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
-                             retry_after_s=self._retry_after())
-        if self.held_bytes + nbytes > self.args.max_queued_bytes:
-            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
-                             retry_after_s=self._retry_after())
-        if mine >= max(1, int(self.args.capacity * share)) or held + nbytes > max(1, int(self.args.max_queued_bytes * share)):
-            raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
-                             f"(jobs.client_share {share:g} of capacity and of max_queued_bytes) while the store "
-                             f"serves everyone; retry once some have finished",
-                             retry_after_s=self._retry_after(mine))
-        if not self.finished.room_for(client, self.unfinished):
-            raise Overloaded(f"the job store's results are full ({len(self.finished)} results, "
-                             f"{self.finished.total_bytes} bytes) of other clients' results, kept until their "
-                             f"time to live; retry later", retry_after_s=self._results_retry_after())
-
-    def _results_retry_after(self) -> int:
-        oldest = self.finished.oldest_finished()
-        if oldest is None:
-            return self._retry_after()
-        return max(1, min(3600, math.ceil(oldest + self.args.ttl_s - time.time())))
-
-    def _hold(self, job: Job, sign: int) -> None:
-        """Count an unfinished job in (+1) or out (-1), the store's and its client's."""
-        self.unfinished += sign
-        self.held_bytes += sign * job.nbytes
-        c = job.client
-        self.client_unfinished[c] = self.client_unfinished.get(c, 0) + sign
-        self.client_held[c] = self.client_held.get(c, 0) + sign * job.nbytes
-        if self.client_unfinished[c] <= 0:
-            del self.client_unfinished[c]
-            self.client_held.pop(c, None)
-
     def _accept(self, job: Job) -> None:
         key = job.key
         self.jobs[job.job_id] = job
         if key:
             self.by_key[key] = job.job_id
-        self._hold(job, +1)
+        hold(self, job, +1)
         self.queue.put_nowait(job.job_id, self._lane(job), job.client)
 
     async def get(self, job_id: str) -> Optional[dict]:
@@ -290,6 +249,13 @@ class JobBook:
         await self._expire()
         job = self.jobs.get(job_id)
         return job.view() if job else None
+
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """(status fields, stored result bytes), not parsed (Job.view_raw): what HTTP serves."""
+        self.replace_dead_workers()
+        await self._expire()
+        job = self.jobs.get(job_id)
+        return job.view_raw() if job else None
 
     async def acounts(self) -> dict[str, int]:
         return self.counts()
@@ -394,38 +360,71 @@ class JobBook:
             job.fail(code, message)
             await self._finished(job)
 
+    # An attempt that meets Overloaded (the service is full) is tried again after these pauses (then the
+    # last again) or its Retry-After if longer, within jobs.overloaded_wait_s; not one of the four attempts.
+    OVERLOADED_BACKOFF_S = (2.0, 4.0, 8.0, 16.0, 32.0, 60.0)
+
     async def _run(self, job: Job) -> None:
-        for attempt, pause in enumerate((*self.BACKOFF_S, None), start=1):
-            try:
-                result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
-            except asyncio.TimeoutError:
-                job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+        waited, busy = 0.0, 0
+        attempts = enumerate((*self.BACKOFF_S, None), start=1)
+        attempt, pause = next(attempts)
+        while True:
+            outcome = await self._run_once(job, attempt, pause)
+            if outcome is None:
                 return
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._closed or (task is not None and task.cancelling()):
-                    raise
-                # The call below was cancelled (its replica went away): like a dead replica, retry.
-                log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
-                if pause is not None:
-                    await asyncio.sleep(pause)
-            except Exception as e:
-                cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
-                if isinstance(cause, OcrError):  # the input's fault: final
-                    job.fail(cause.code, cause.message)
+            if isinstance(outcome, Overloaded):
+                step = max(self.OVERLOADED_BACKOFF_S[min(busy, len(self.OVERLOADED_BACKOFF_S) - 1)],
+                           min(60.0, float(getattr(outcome, "retry_after_s", 0) or 0)))
+                if waited + step > self.args.overloaded_wait_s:
+                    job.fail(Overloaded.code, f"the service stayed overloaded while the job waited {waited:g} s "
+                             f"(jobs.overloaded_wait_s): {outcome.message}")
                     return
-                # A replica died or was busy: the job is accepted, so retry.
-                log.warning("job %s attempt %d failed: %r", job.job_id, attempt, e)
-                if pause is not None:
-                    await asyncio.sleep(pause)
-            else:
-                blob = encode_result({"request_id": job.job_id, **result})
-                if len(blob) > self.result_limit:
-                    job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
-                else:
-                    job.succeed(blob)
+                busy, waited = busy + 1, waited + step
+                log.info("job %s: overloaded; tried again in %g s", job.job_id, step)
+                await self._pause(step)
+                continue
+            nxt = next(attempts, None)
+            if nxt is None:
+                job.fail("internal", "internal error; the job was not completed")
                 return
-        job.fail("internal", "internal error; the job was not completed")
+            attempt, pause = nxt
+
+    async def _pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def _run_once(self, job: Job, attempt: int, pause: Optional[float]) -> Any:
+        """One attempt: None once the job is decided, the Overloaded it met, or True to try again (paused)."""
+        try:
+            result = await asyncio.wait_for(self._attempt(job), self.args.job_timeout_s)
+        except asyncio.TimeoutError:
+            job.fail(DeadlineExceeded.code, f"the job was not done within {self.args.job_timeout_s:g} s")
+            return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed or (task is not None and task.cancelling()):
+                raise
+            # The call below was cancelled (its replica went away): like a dead replica, retry.
+            log.warning("job %s attempt %d was cancelled below", job.job_id, attempt)
+        except Exception as e:
+            cause = getattr(e, "cause", None) or e  # a Ray task error wraps the replica's exception
+            if isinstance(cause, Overloaded):  # full now, not the input's fault: later
+                return cause
+            if isinstance(cause, OcrError):  # the input's fault: final
+                job.fail(cause.code, cause.message)
+                return None
+            # A replica died or was busy: the job is accepted, so retry.
+            log.warning("job %s attempt %d failed: %r", job.job_id, attempt, e)
+        else:
+            # off the loop: a long document's result is tens of MB of JSON
+            blob = await asyncio.to_thread(encode_result, {"request_id": job.job_id, **result})
+            if len(blob) > self.result_limit:
+                job.fail("result_too_large", result_too_large(len(blob), self.result_limit))
+            else:
+                job.succeed(blob)
+            return None
+        if pause is not None:
+            await asyncio.sleep(pause)
+        return True
 
     async def _attempt(self, job: Job) -> dict:
         return await self.run(job.image, job.options, job.progress)
@@ -434,7 +433,7 @@ class JobBook:
         """Book-keeping of a job that has just finished (its image was dropped)."""
         if job.job_id in self.jobs and job.job_id not in self.finished:
             self._keep_finished(job)
-            self._hold(job, -1)
+            hold(self, job, -1)
             job.nbytes = 0
         try:
             await self._write("finish", job)

@@ -17,7 +17,9 @@ replicas:
   in jobs and image bytes, the per-job result bound and each client's share
   of the result store (the rules of serve_app.jobs.results, here in Lua).
 
-Keys share one hash tag ({app}), so a Redis Cluster keeps a book in one slot.
+One standalone Redis (or a primary with replicas behind one address): the
+scripts name their keys from a prefix rather than passing them as KEYS, and
+the client is not a cluster client, so a Redis Cluster is refused at start.
 No Ray import: unit-tested against a real redis-server."""
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ class RedisJobBook(JobBook):
         the workers. Jobs another replica left behind are taken up as their
         leases run out."""
         await self.r.ping()
+        try:
+            cluster = int((await self.r.info("cluster")).get("cluster_enabled", 0))
+        except Exception:  # noqa: BLE001  a managed Redis may refuse INFO: it is then taken as standalone
+            cluster = 0
+        if cluster:
+            raise ConfigError(f"the job book's Redis at {self.url_shown} runs in cluster mode, which the book does "
+                              "not support (its scripts reach keys the cluster cannot route): point jobs.redis_url_env "
+                              "at a standalone Redis, or a primary with replicas behind one address")
         if self.args.redis_fsync != "any":
             try:
                 config = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
@@ -208,6 +218,15 @@ class RedisJobBook(JobBook):
         await self._forget_one(args=[self.P, job_id])
 
     async def get(self, job_id: str) -> Optional[dict]:
+        job = await self._get_job(job_id)
+        return job.view() if job is not None else None
+
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """get's (status fields, stored result bytes), the result not parsed."""
+        job = await self._get_job(job_id)
+        return job.view_raw() if job is not None else None
+
+    async def _get_job(self, job_id: str) -> Optional[Job]:
         self.replace_dead_workers()
         h = await self.r.hgetall(self._job(job_id))
         if not h:
@@ -215,7 +234,7 @@ class RedisJobBook(JobBook):
         job = self._from_hash(job_id, h)
         if job.status.done and time.time() - (job.finished or 0) > self.args.ttl_s:
             return None  # expired (dropped from the book by the next submit or finish)
-        return job.view()
+        return job
 
     async def acounts(self) -> dict[str, int]:
         pipe = self.r.pipeline(transaction=False)

@@ -1,7 +1,8 @@
 """The Redis side of the Redis job book (serve_app/jobs/redis_book.py): its
-keys (one hash tag per application, so a Redis Cluster keeps a book in one
-slot), each atomic step as a Lua script (submit, claim, renew, progress,
-finish, forget, expire), and the check that the server keeps the durability
+keys (one prefix per application; standalone Redis only: the scripts build
+key names from the prefix, so a Redis Cluster could not route them), each
+atomic step as a Lua script (submit, claim, renew, progress, finish, forget,
+expire), and the check that the server keeps the durability
 promise (appendonly, appendfsync). No Ray import."""
 
 from __future__ import annotations

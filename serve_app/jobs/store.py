@@ -15,6 +15,8 @@ the workers start with the replica and stop with it."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
 from typing import Any, Callable, Optional
@@ -95,7 +97,18 @@ class JobStore:
                                       client or "handle")
 
     async def get(self, job_id: str) -> Optional[dict]:
-        return await self.book.get(job_id)
+        """The job's view, its result parsed (in a worker thread, not on
+        the loop that serves every other call)."""
+        raw = await self.book.get_raw(job_id)
+        if raw is None:
+            return None
+        head, blob = raw
+        return head if blob is None else {**head, **await asyncio.to_thread(json.loads, blob)}
+
+    async def get_raw(self, job_id: str) -> Optional[tuple[dict, Optional[bytes]]]:
+        """(status fields, the stored result's JSON bytes), nothing parsed:
+        HTTP serves the bytes as they are (serve_app.jobs.state.job_body)."""
+        return await self.book.get_raw(job_id)
 
     async def counts(self) -> dict[str, int]:
         return await self.book.acounts()

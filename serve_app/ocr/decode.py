@@ -11,25 +11,57 @@ import warnings
 
 import cv2
 import numpy as np
-import pillow_heif
 from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import ImageLimits
-from serve_app.core.errors import BadImage, TooLarge
+from serve_app.core.errors import BadImage, TooLarge, UnsupportedMediaType
 
 # We enforce our own pixel limit from the header; PIL's global one would
 # raise a DecompressionBombError with a message of its own first.
 Image.MAX_IMAGE_PIXELS = None
 
 # HEIC/HEIF (phones' photos: iPhones save them by default) through
-# pillow-heif's libheif + libde265; AVIF through Pillow's own libavif. The
-# container's header gives the size before any pixel is decoded, as for the
-# others; libheif applies the image's rotation and mirroring when it decodes,
-# and pillow-heif then leaves the EXIF orientation at 1 (no double turn).
-pillow_heif.register_heif_opener(thumbnails=False)
+# pillow-heif's libheif + libde265, the optional extra `heic`: its wheels also
+# bundle the x265 encoder (GPL-2), which the default install does not carry.
+# AVIF through Pillow's own libavif (BSD). The container's header gives the
+# size before any pixel is decoded, as for the others; libheif applies the
+# image's rotation and mirroring when it decodes, and pillow-heif then leaves
+# the EXIF orientation at 1 (no double turn).
+try:
+    import pillow_heif
+except ImportError:
+    pillow_heif = None
+else:
+    pillow_heif.register_heif_opener(thumbnails=False)
 
-FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF", "HEIF", "AVIF")  # an MPO opens as JPEG (its factory)
+HEIC_EXTRA = ("HEIC/HEIF images are read with the optional extra `heic` (pillow-heif), not installed here: "
+              "install it (pip install -e '.[heic]'; its wheels bundle GPL-2 code), or send the image as "
+              "JPEG, PNG or AVIF")
+# Pillow refuses a format name it has no opener for: HEIF only with the extra.
+_HEIF = ("HEIF",) if pillow_heif is not None else ()
+FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF") + _HEIF + ("AVIF",)  # an MPO opens as JPEG (its factory)
 UNSUPPORTED = "not a supported image (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC or AVIF expected)"
+# ISO-BMFF brands (the `ftyp` box) of HEIF images; AVIF's own are avif/avis.
+HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
+AVIF_BRANDS = {b"avif", b"avis"}
+
+
+def is_heif(data: bytes) -> bool:
+    """An ISO-BMFF `ftyp` box naming a HEIF brand and no AVIF one."""
+    head = bytes(data[:64])
+    if len(head) < 16 or head[4:8] != b"ftyp":
+        return False
+    size = min(int.from_bytes(head[:4], "big"), len(head))
+    brands = {head[8:12]} | {head[i:i + 4] for i in range(16, size - 3, 4)}
+    return bool(brands & HEIF_BRANDS) and not brands & AVIF_BRANDS
+
+
+def unreadable(data: bytes) -> Exception:
+    """The error for bytes Pillow cannot open: a HEIC without the `heic`
+    extra is a 415 that names the extra; anything else a 400."""
+    if pillow_heif is None and is_heif(data):
+        return UnsupportedMediaType(HEIC_EXTRA)
+    return BadImage(UNSUPPORTED)
 
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
@@ -38,13 +70,13 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
     if len(data) == 0:
         raise BadImage("image is empty (0 bytes)")
     limits.check_bytes(len(data))
-    from serve_app.ocr.image_header import png_dimensions  # a PNG's chunks walked cheaply first (BadImage if too many)
+    from serve_app.ocr.image_header import check_structure  # chunks, frames, segments walked cheaply first
 
-    png_dimensions(data)
+    check_structure(data)
     try:
         img = Image.open(io.BytesIO(data), formats=FORMATS)
     except Exception:  # UnidentifiedImageError, and many others on mangled headers
-        raise BadImage(UNSUPPORTED) from None
+        raise unreadable(data) from None
     w, h = img.size
     if w < 1 or h < 1:
         raise BadImage(f"image has no pixels ({w}x{h})")
@@ -65,14 +97,25 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
 
 # Formats whose extra frames are not pages: an animation's frames, a stereo
 # JPEG's second view. Only the first is read; the answer says how many there were.
-FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG", "HEIF", "AVIF")  # JPEG: an MPO (stereo) has 2
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG") + _HEIF + ("AVIF",)  # JPEG: an MPO (stereo) has 2
 
 
 def frame_count(data: bytes) -> int:
     """How many frames an animated GIF, WebP, PNG or AVIF (an MPO, a HEIC
     burst) has; 1 for any other image, and for what cannot be read
     (decode_image says why).
-    Headers and frame headers only, no frame decoded."""
+    Headers and frame headers only, no frame decoded; a GIF's and a PNG's
+    counted by check_structure's bounded walk (Pillow's n_frames walks a
+    flood of them one by one)."""
+    from serve_app.ocr.image_header import check_structure
+
+    head = bytes(data[:8])
+    try:
+        walked = check_structure(data)
+    except BadImage:
+        return 1
+    if head[:3] == b"GIF" or head[:4] == b"\x89PNG":
+        return walked
     try:
         with Image.open(io.BytesIO(data), formats=FRAME_FORMATS) as img:
             return max(1, int(getattr(img, "n_frames", 1)))

@@ -2,7 +2,7 @@
 page grouped into blocks (columns, paragraphs, a title across columns, a
 sidebar) and ordered as a person reads them. Pure numpy over line boxes.
 
-A recursive XY-cut with two guards against the cuts that scramble office
+An XY-cut (from an explicit stack, within a work bound) with two guards against the cuts that scramble office
 documents:
 
 - A vertical cut (between columns) is made only at a gutter whose sides
@@ -26,6 +26,7 @@ paragraph blocks where the vertical gap between lines is over
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -43,6 +44,13 @@ class LayoutParams:
     # within row_tolerance line heights): a table's, a receipt's, a form's do.
     max_paired: float = 0.5
     row_tolerance: float = 0.25
+    # The cuts' work (lines sorted or compared, summed over every region
+    # looked at) is at most this many times the page's lines, plus
+    # min_work: past it, each region still to cut is read as one column
+    # (top to bottom). A crafted page of nested columns and titles
+    # otherwise costs more than quadratic time.
+    work_per_line: int = 64
+    min_work: int = 20_000
 
 
 def rects(boxes: np.ndarray) -> np.ndarray:
@@ -53,38 +61,67 @@ def rects(boxes: np.ndarray) -> np.ndarray:
 
 def layout_blocks(boxes: np.ndarray, params: LayoutParams = LayoutParams()) -> list[list[int]]:
     """Blocks of line indices, each in reading order, the blocks in reading
-    order (every index once)."""
+    order (every index once). Regions are cut from an explicit stack (no
+    recursion: a page of hundreds of nested columns cannot overflow it)
+    within a work bound (LayoutParams.work_per_line)."""
     r = rects(boxes)
     n = len(r)
     if n == 0:
         return []
     sizes = np.minimum(r[:, 2] - r[:, 0], r[:, 3] - r[:, 1])
     line_h = max(1.0, float(np.median(sizes)))
-    return _Cutter(r, line_h, params).region(list(range(n)))
+    cutter = _Cutter(r, line_h, params, params.min_work + params.work_per_line * n)
+    out: list[list[int]] = []
+    stack = [list(range(n))]
+    while stack:
+        idx = stack.pop()
+        parts = cutter.cut(idx)
+        if parts is None:
+            out.extend(cutter.paragraphs(idx))
+        else:
+            stack.extend(reversed(parts))
+    return out
+
+
+class _OutOfWork(Exception):
+    pass
 
 
 class _Cutter:
-    def __init__(self, r: np.ndarray, line_h: float, params: LayoutParams):
+    def __init__(self, r: np.ndarray, line_h: float, params: LayoutParams, budget: int):
         self.r, self.h, self.p = r, line_h, params
+        self.left = budget  # work left (lines sorted or compared)
 
-    def region(self, idx: list[int]) -> list[list[int]]:
-        if len(idx) <= 1:
-            return [idx] if idx else []
-        cols = self.columns(idx)
-        if len(cols) > 1:
-            return [b for c in cols for b in self.region(c)]
-        strips = self.strips(idx)
-        if len(strips) > 1:
-            sections = self.sections(strips)
-            if len(sections) > 1:
-                return [b for s in sections for b in self.region(s)]
-        return self.paragraphs(idx)
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise _OutOfWork
+
+    def cut(self, idx: list[int]) -> Optional[list[list[int]]]:
+        """idx's parts to cut again, in reading order (its columns, or its
+        sections), or None: idx is one column of one section (or the work
+        bound is spent), read as paragraphs."""
+        if len(idx) <= 1 or self.left < 0:
+            return None
+        try:
+            cols = self.columns(idx)
+            if len(cols) > 1:
+                return cols
+            strips = self.strips(idx)
+            if len(strips) > 1:
+                sections = self.sections(strips)
+                if len(sections) > 1:
+                    return sections
+        except _OutOfWork:
+            return None
+        return None
 
     # -- vertical cuts: columns --------------------------------------------------
 
     def columns(self, idx: list[int]) -> list[list[int]]:
         """idx split at its valid gutters, left to right (one part if none)."""
         r = self.r
+        self.spend(len(idx))
         order = sorted(idx, key=lambda i: r[i, 0])
         # x extents merged into segments; a gap between segments is a candidate
         segs: list[list[int]] = []
@@ -128,6 +165,7 @@ class _Cutter:
         """The fraction of lines idx that sit on the row of one of others
         (vertical centres within row_tolerance line heights)."""
         r = self.r
+        self.spend(len(idx) * max(1, len(others) // 64))  # vectorised over others
         mid = (r[others, 1] + r[others, 3]) / 2
         near = [bool(np.any(np.abs(mid - (r[i, 1] + r[i, 3]) / 2) < self.p.row_tolerance * self.h)) for i in idx]
         return sum(near) / len(near)
@@ -144,6 +182,7 @@ class _Cutter:
         """idx in horizontal bands, top to bottom: lines whose middle halves
         overlap vertically are in one band."""
         r = self.r
+        self.spend(len(idx))
         q = (r[:, 3] - r[:, 1]) / 4
         lo, hi = r[:, 1] + q, r[:, 3] - q
         bands: list[list[int]] = []
@@ -194,10 +233,10 @@ class _Cutter:
 
 def _split(segs: list[list[int]], cuts: list[int]) -> list[list[int]]:
     """Segments joined into groups, cut after each segment index in cuts."""
-    groups, cur = [], []
+    groups, cur, after = [], [], set(cuts)
     for k, seg in enumerate(segs):
         cur.extend(seg)
-        if k in cuts:
+        if k in after:
             groups.append(cur)
             cur = []
     groups.append(cur)

@@ -7,7 +7,7 @@ deployments.light.yaml.
 A model replica is a process of its own, and each holds its own copy of
 Paddle's and OpenVINO's runtimes and of Ray's worker (~0.35 GB PSS for the
 classifier's process, of which its model and 6 compiled shapes are a few
-tens of MB: docs/performance.md, "Footprint"). Here those stages'
+tens of MB: `python -m load_tests footprint`). Here those stages'
 predictors are built in every recogniser replica instead: the deployment is
 the recogniser's (its name, resources, replicas and user_config come from
 the `TextRecognizer` block of the Serve config) and also answers `classify`
@@ -15,7 +15,7 @@ and `detect`. Their predictors run on the recogniser's cores (their blocks'
 `cpu_cores`, `threads` and `malloc_*` settings are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
 before the replica is ready, the detector on a thread of its own beside
-the other two (ready 1-2 s sooner on 2 cores, docs/performance.md): every
+the other two (ready 1-2 s sooner on 2 cores, `python -m load_tests serve_phases`): every
 detector and classifier shape, and the recogniser's per `recognizer.warm`.
 Each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments), and its own thread:

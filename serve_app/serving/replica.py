@@ -143,15 +143,17 @@ class ModelReplica:
     def check_precision(self, make_reader: Callable[[Any], Callable[[list], list]]) -> Optional[dict]:
         """Before ready: a TensorRT stage below fp32 reads the real images
         kept in the package (serve_app.inference.precision_check.check_items) with its
-        engine and with a plain fp32 predictor on the same GPU; below the
-        agreement threshold it refuses to start with the figure
-        (ConfigError). make_reader(predictor) -> items -> the stage's
-        outputs. None where no check is needed. Not run on a GPU here."""
-        if not getattr(self.predictor, "needs_precision_check", False):
+        engine and with a plain fp32 predictor on the same GPU. Within the
+        stage's bound (CER, box IoU, angle agreement) it serves as is;
+        otherwise the predictor is rebuilt with TensorRT at fp32, a warning
+        gives the figure, and stats say so: the app starts either way.
+        make_reader(predictor) -> items -> the stage's outputs. None where no
+        check is needed. Not run on a GPU here."""
+        if not getattr(self.predictor, "needs_precision_check", False) or self.predictor.options.tensorrt is None:
             return None
         import cv2
 
-        from serve_app.inference.precision_check import check, check_items
+        from serve_app.inference.precision_check import check_items
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files
 
@@ -160,15 +162,29 @@ class ModelReplica:
                                     f"{self.stage}-fp32-reference")
         try:
             names, items = check_items(self.stage, lambda p: cv2.imread(p, cv2.IMREAD_COLOR))
-            precision = self.predictor.options.tensorrt.precision
-            line, agreed = check(self.stage, precision, names, items, make_reader(reference),
-                                 make_reader(self.predictor))
+            return self.judge_precision(names, items, make_reader(reference), make_reader(self.predictor))
         finally:
             reference.close()
+
+    def judge_precision(self, names: list, items: list, read_reference: Callable[[list], list],
+                        read_candidate: Callable[[list], list]) -> dict:
+        """check_precision's verdict on the two readers' answers, and the
+        fall-back to fp32 (PaddlePredictor.use_precision) when it misses."""
         import logging
 
-        logging.getLogger("ray.serve").info("%s", line)
-        self.precision_check = {"precision": precision, **agreed.as_dict()}
+        from serve_app.inference.precision_check import check
+
+        precision = self.predictor.options.tensorrt.precision
+        line, agreed, warning = check(self.stage, precision, names, items, read_reference, read_candidate)
+        log = logging.getLogger("ray.serve")
+        self.precision_check = {"precision": precision, "serving": precision, **agreed.as_dict()}
+        if warning is None:
+            log.info("%s", line)
+            return self.precision_check
+        self.predictor.use_precision("fp32")
+        self.predictor.needs_precision_check = False
+        log.warning("%s; serving this stage with TensorRT at fp32 instead", warning)
+        self.precision_check.update(serving="fp32", fell_back=warning)
         return self.precision_check
 
     def watch(self, probe: Callable[[], CanaryResult], interval_s: float) -> None:
@@ -185,8 +201,18 @@ class ModelReplica:
         """Run every (fn, arg) once (each an input shape the replica will
         meet), then the canary, if any; the replica is ready after it."""
         t0 = time.perf_counter()
-        for fn, arg in calls:
-            fn(arg)
+        try:
+            for fn, arg in calls:
+                fn(arg)
+        except Exception as e:
+            # A TensorRT engine built at a shape's first run failed: under
+            # `tensorrt.enable: auto` the predictor is rebuilt without it and
+            # every shape runs again; otherwise the replica does not start.
+            fall_back = getattr(self.predictor, "fall_back_from_tensorrt", None)
+            if fall_back is None or not fall_back(e):
+                raise
+            for fn, arg in calls:
+                fn(arg)
         if self.canary is not None and self._probe is not None:
             self.canary.run(self._probe)
             self.canary.raise_if_failed()  # never ready: Serve starts another replica

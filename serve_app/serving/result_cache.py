@@ -297,7 +297,7 @@ class Dedupe:
         flight.end(None, late)
 
     def _store(self, key: str, result: Any) -> None:
-        if self.cache is None:
+        if self.cache is None or has_page_errors(result):
             return
         self.cache.put(key, result)
         if self.metrics is not None:
@@ -314,6 +314,14 @@ class Dedupe:
         return {"counts": dict(self.counts), "in_flight": len(self.flights),
                 "entries": len(self.cache) if self.cache is not None else 0,
                 "bytes": self.cache.bytes if self.cache is not None else 0}
+
+
+def has_page_errors(result: Any) -> bool:
+    """A document's answer with a page that was not read (over its budget,
+    its worker busy): not kept, so the next request for it reads that page
+    again rather than getting the error back for the cache's TTL."""
+    pages = result.get("pages") if isinstance(result, dict) else None
+    return isinstance(pages, list) and any(isinstance(p, dict) and "error" in p for p in pages)
 
 
 def _cancel(response: Any) -> None:

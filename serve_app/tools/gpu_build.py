@@ -1,6 +1,10 @@
 """Which paddlepaddle-gpu build this machine can run: picked from what
 nvidia-smi says (driver version, each GPU's compute capability), or a stop
-that names the fix. `make install-gpu` calls it before installing anything.
+that names the fix. `make install-gpu` calls it with the Python it will
+build the environment from, before downloading anything: that Python is
+checked first (3.11 or 3.12 with venv: Ubuntu 22.04's python3 is 3.10, and
+paddlepaddle-gpu installs there before the project itself is refused),
+then the driver and the GPUs.
 
     python3 -m serve_app.tools.gpu_build              # prints e.g. cu126
     python3 -m serve_app.tools.gpu_build --cuda cu118 # checks a choice
@@ -16,9 +20,14 @@ notes, not run on a GPU here:
   Blackwell; Paddle's table lists Hopper under CUDA 12.
 - cu126 (CUDA 12.6) has no Blackwell kernels (sm_100 B200/GB200, sm_120
   RTX 50xx / RTX PRO 6000): those need CUDA >= 12.8, so cu129.
-- Drivers: cu118 >= 450.80.02, cu126 >= 550.54.14 (Paddle's install pages);
-  cu129 >= 575.51.03 (CUDA 12.9's toolkit driver in NVIDIA's release notes;
-  Blackwell needs an R570+ driver in any case).
+- Driver floors: cu118 >= 450.80.02, cu126 >= 550.54.14, cu129 >= 575.51.03
+  (the toolkits' drivers in NVIDIA's CUDA release notes; Blackwell needs an
+  R570+ driver in any case). CUDA's minor-version compatibility would let a
+  12.x runtime start on an R525/R535 driver without PTX JIT, but Paddle's
+  install pages state no minimum that allows it for its cu126 wheels, so
+  R535 is not taken as enough for cu126: a T4/A10/A100 on R535 gets cu118
+  (which has no TensorRT: said at once), a Hopper on R535 stops at once
+  naming the driver to install.
 """
 
 from __future__ import annotations
@@ -51,6 +60,26 @@ BUILDS = (
 
 class Stop(Exception):
     """No build fits: the message says why and what to do."""
+
+
+PYTHONS = ((3, 11), (3, 12))  # pyproject.toml requires-python (and what paddlepaddle-gpu has wheels for)
+
+
+def check_python(version: Sequence[int], has_venv: bool, executable: str = "python3") -> None:
+    """The Python `make install-gpu` builds .venv-gpu from: 3.11 or 3.12
+    with its venv module, or a stop before any download."""
+    v = tuple(version[:2])
+    if v not in PYTHONS:
+        raise Stop(f"{executable} is Python {v[0]}.{v[1]}; this project needs 3.11 or 3.12, and nothing was "
+                   "downloaded: run `make install-gpu PY=python3.12` (Ubuntu 24.04: apt-get install python3.12 "
+                   "python3.12-venv; Ubuntu 22.04: the deadsnakes PPA, or `uv python install 3.12`)")
+    if not has_venv:
+        raise Stop(f"{executable} (Python {v[0]}.{v[1]}) has no venv/ensurepip module to make .venv-gpu: "
+                   f"apt-get install python{v[0]}.{v[1]}-venv")
+
+
+NO_TENSORRT = {"cu118": "cu118 runs WITHOUT TensorRT (Paddle's CUDA 11.8 build wants TensorRT 8.6, which NVIDIA's "
+                        "pip index does not have for CUDA 11); a driver >= 550.54.14 would give cu126 with TensorRT"}
 
 
 @dataclass(frozen=True)
@@ -113,8 +142,9 @@ def choose(gpus: Sequence[Gpu], wanted: Optional[str] = None) -> tuple[str, str]
         problems = [p for p in (_fits(b, g) for g in gpus) if p]
         if not problems:
             names = sorted({f"{g.name} (cc {g.cc[0]}.{g.cc[1]})" for g in gpus})
+            note = f"; {NO_TENSORRT[b.cuda]}" if b.cuda in NO_TENSORRT else ""
             return b.cuda, (f"{b.cuda}: driver {_dotted(gpus[0].driver)} and {', '.join(names)} "
-                            f"{'as asked' if wanted else 'picked from nvidia-smi'}")
+                            f"{'as asked' if wanted else 'picked from nvidia-smi'}{note}")
         why_not += problems
     arch_only = all("no kernels" in p for p in why_not)
     fix = ("no Paddle 3 build covers these GPUs together: give each node one GPU generation"
@@ -142,11 +172,20 @@ def query(run=subprocess.run) -> str:
     return out.stdout
 
 
-def main(argv=None, run=subprocess.run) -> int:
+def _has_venv() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("venv", "ensurepip"))
+
+
+def main(argv=None, run=subprocess.run, python: Optional[Sequence[int]] = None,
+         has_venv: Optional[bool] = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m serve_app.tools.gpu_build", description=__doc__.splitlines()[0])
     p.add_argument("--cuda", default=None, help="check this build instead of picking one")
     a = p.parse_args(argv)
     try:
+        check_python(sys.version_info if python is None else python, _has_venv() if has_venv is None else has_venv,
+                     sys.executable)
         cuda, why = choose(parse(query(run)), a.cuda or None)
     except Stop as e:
         print(f"make install-gpu: STOPPED: {e}", file=sys.stderr)

@@ -60,12 +60,9 @@ def url(node: str) -> str:
 
 
 def cluster_config() -> dict:
-    cfg = load_config(REPO / "deployments.redis.yaml")
-    cfg["proxy_location"] = "EveryNode"
-    cfg["http_options"] = {"host": "0.0.0.0", "port": 8000}
+    cfg = load_config(REPO / "deployments.redis.yaml")  # proxy on every node, 0.0.0.0:8000, OCR_AUTH_TOKEN
     app = cfg["applications"][0]
     app["args"]["jobs"] = {**app["args"]["jobs"], "lease_s": LEASE_S, "concurrency": 2}
-    app["args"]["ingress"] = {**app["args"].get("ingress", {}), "auth_token_env": "OCR_AUTH_TOKEN"}
     for d in app["deployments"]:
         d.pop("autoscaling_config", None)
         d["num_replicas"] = 2  # one on each worker: the head has num-cpus 0

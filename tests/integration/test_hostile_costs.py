@@ -9,7 +9,7 @@ generous bound that only an unbounded request would pass: minutes), the
 ingress's memory, and that a normal request meanwhile is answered (200).
 
 The cases are load_tests/hostile_costs.py's (the benchmark measures them
-for docs/reliability.md)."""
+for docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -227,3 +227,67 @@ def test_the_page_has_a_content_security_policy(service):
     r = requests.get(f"{service}/", timeout=30)
     assert r.status_code == 200 and "default-src 'self'" in r.headers["content-security-policy"]
     assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+
+
+# -- issue 38: byte walks, documents sharing the children ------------------------------------
+
+
+@pytest.mark.parametrize("name, what", [
+    ("PNG with 19 MiB of empty chunks after", "chunks besides its image data"),
+    ("PNG with 19 MiB of empty IDAT", "image data is cut into"),
+    ("GIF of 1,000,000", "frames"),
+    ("JPEG with 19 MiB of empty comments", "segments"),
+])
+def test_floods_of_chunks_frames_and_comments_are_a_quick_400(service, name, what):
+    """Each was decoded for 5-11 s before its 200 (a 202 after up to 58 s
+    as a job); the walk at the door stops at its bound. 5 s: 10x what
+    they were refused in here, half what they took before."""
+    check_case(service, name, lambda r: what in r.json()["error"]["message"], minutes_bound_s=5.0)
+    body, ctype = case(name).request()
+    t = time.perf_counter()
+    job = requests.post(f"{service}/v1/ocr/jobs", data=body, headers={"Content-Type": ctype, **AUTH}, timeout=120)
+    print(f"as a job: {job.status_code} in {time.perf_counter() - t:.2f} s")
+    assert job.status_code == 400 and what in job.json()["error"]["message"]
+
+
+def _job_outcome(url, job_id, session=requests, bound_s=300.0):
+    t = time.perf_counter()
+    while time.perf_counter() - t < bound_s:
+        view = session.get(f"{url}/v1/ocr/jobs/{job_id}", headers=AUTH, timeout=30).json()
+        if view["status"] in ("succeeded", "failed"):
+            return view, time.perf_counter() - t
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} not done within {bound_s} s")
+
+
+def test_a_render_bomb_pdf_job_is_abandoned_and_another_clients_pdf_job_and_request_are_read(service):
+    """500 pages that each burn the page budget held both PDF children for
+    up to 600 s: another client's one-page PDF job failed `overloaded` for
+    good, its synchronous PDF got 503. Now the bomb is given up after 3
+    pages over budget, holds one child while another document waits, and a
+    job that meets `overloaded` is tried again later."""
+    from harness.pdfs import nested_forms_pdf, text_pdf
+
+    other = requests.Session()
+    other.mount("http://", SourceAddressAdapter("127.0.0.2"))
+    bomb = nested_forms_pdf(depth=7, pages=500)
+    hello = text_pdf([["Hello PDF"]])
+    b = requests.post(f"{service}/v1/ocr/jobs", data=bomb, headers={"Content-Type": "application/pdf", **AUTH},
+                      timeout=60)
+    assert b.status_code == 202, b.text
+    o = other.post(f"{service}/v1/ocr/jobs", data=hello, headers={"Content-Type": "application/pdf", **AUTH},
+                   timeout=60)
+    assert o.status_code == 202, o.text
+    t = time.perf_counter()
+    sync = post(service, hello, "application/pdf", session=other, timeout=120)
+    sync_s = time.perf_counter() - t
+    mine, mine_s = _job_outcome(service, o.json()["job_id"], other)
+    bombed, bomb_s = _job_outcome(service, b.json()["job_id"])
+    print(f"\nbomb job ({len(bomb):,} bytes, 500 pages): {bombed['status']} {bombed.get('error')} after "
+          f"{bomb_s:.1f} s of polling; another client's PDF job {mine['status']} in {mine_s:.1f} s, its sync "
+          f"PDF {sync.status_code} in {sync_s:.1f} s")
+    assert sync.status_code == 200 and "Hello" in sync.json()["pages"][0]["results"][0]["text"]
+    assert mine["status"] == "succeeded" and "Hello" in mine["pages"][0]["results"][0]["text"]
+    assert bombed["status"] == "failed" and bombed["error"]["code"] == "page_over_budget"
+    assert "abandoned after 3 pages" in bombed["error"]["message"]
+    assert bomb_s < 120  # 500 pages x 2 s was ~17 minutes on two children; a few pages' budgets now

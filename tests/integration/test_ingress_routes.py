@@ -1,57 +1,27 @@
-"""The ingress's FastAPI app (routes, dependencies, exception handlers,
-metrics middleware) through Starlette's TestClient, with stand-ins for the
-pipeline and job-store handles and for the replica context: imports Ray but
-starts no cluster, so it runs in seconds."""
+"""What the ingress's Serve shell (serve_app.http.ingress) adds to the HTTP
+API, without a cluster: Ray's errors behind a handle call answered as the
+domain errors they carry (RAY_ERRORS, through the app built over a front
+whose handles are stand-ins, harness.front); and the OcrPipeline
+deployment's own class passing each request's deadline and lane on. Imports
+Ray, starts no cluster. The routes themselves: tests/unit/test_http_routes.py."""
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import functools
-import json
 import types
-from unittest import mock
 
 import pytest
 from fastapi.testclient import TestClient
-from ray import serve
 from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
-import serve_app.http.ingress as ingress
-from serve_app.serving.admission import Admission
-from serve_app.serving.cost import Size
-from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
-from serve_app.http.paddlex import PaddleXDefaults
-from serve_app.http.body import BodyBudget
-from serve_app.http.page import Reused
-from serve_app.serving.live_stats import RollingHistory
-from serve_app.core.errors import BadImage, BadRequest, Overloaded
+from harness.front import Fake, stand_in_front
+from serve_app.core.app_args import LaneArgs
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.errors import BadImage, Overloaded
 from serve_app.core.request_options import OcrOptions
-from serve_app.http.clients import ClientIdentity
-from serve_app.serving.result_cache import Dedupe, ResultCache
-from serve_app.core.app_args import AdmissionArgs, IngressArgs, LaneArgs
-
-
-class Metric:
-    def __init__(self):
-        self.seen: list[dict] = []
-
-    def inc(self, tags=None):
-        self.seen.append(tags)
-
-    def observe(self, value, tags=None):
-        self.seen.append(tags)
-
-
-class Method:
-    """`handle.method.remote(*args)`: an asyncio task (awaitable, cancellable)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def remote(self, *args):
-        return asyncio.ensure_future(self.fn(*args))
+from serve_app.http.app import build_app
+from serve_app.http.ingress import RAY_ERRORS
 
 
 def _ray_task_error(cause: Exception) -> Exception:
@@ -61,581 +31,48 @@ def _ray_task_error(cause: Exception) -> Exception:
         return RayTaskError("ocr", "traceback", e).as_instanceof_cause()
 
 
-async def pipeline_ocr(upload, options, ctx=None):
-    data = upload.data  # the door's typed Upload (serve_app.flow.upload)
-    Fake.calls.append((data, options))
-    Fake.contexts.append(ctx)
-    failures = {
-        b"bad": BadImage("not an image"),
-        b"wrapped-bad": _ray_task_error(BadImage("not an image, from a replica")),
-        b"wrapped-bug": _ray_task_error(KeyError("k")),
-        b"backpressure": BackPressureError(num_queued_requests=3, max_queued_requests=2),
-        b"dead": ActorUnavailableError("gone", b"\0" * 16),
-    }
-    if data in failures:
-        raise failures[data]
-    if data == b"slow":
-        await asyncio.sleep(30)
-    if data == b"cancelled":  # the downstream call is cancelled (its replica went away)
-        asyncio.current_task().cancel()
-        await asyncio.sleep(1)
-    return {"image": {"width": 1, "height": 1}, "results": [{"text": data.decode()}], "timings_ms": {"total": 1.0}}
-
-
-class Fake:
-    calls: list = []
-    contexts: list = []
-    jobs: dict = {}
-    clients: list = []  # whose share of the result store each submitted job counts against
-
-
-async def jobs_submit(data, options, key, client):
-    Fake.calls.append((data, options, key))
-    Fake.clients.append(client)
-    Fake.jobs["j1"] = {"job_id": "j1", "status": "queued"}
-    return Fake.jobs["j1"]
-
-
-async def jobs_get(job_id):
-    return Fake.jobs.get(job_id)
-
-
 @pytest.fixture()
 def app():
-    """(TestClient, the OcrIngress instance the routes get as `self`)."""
-    # What the routes use of their `self`; not the real class, whose
-    # __init__ creates Ray metrics (and whose Serve wrapper has an async __del__).
-    obj = types.SimpleNamespace()
-    for name in ("ocr", "read", "lease", "_take_slot", "_take_bulk_slot", "_take_submit_slot", "_probe_ready",
-                 "_static", "_gather_stats", "_check_upload"):
-        setattr(obj, name, functools.partial(getattr(ingress.OcrIngress.func_or_class, name), obj))
-    obj.pipeline = types.SimpleNamespace(ocr=Method(pipeline_ocr))
-    obj.jobs = types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get))
-    obj.limits = ImageLimits()
-    obj.documents = DocumentLimits()
-    obj.paddlex = PaddleXDefaults.of(EngineConfig())
-    obj.args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
-    obj.in_flight = obj.submitting = obj.bulk_in_flight = 0
-    obj.lanes = LaneArgs(bulk_max_in_flight=1)
-    obj.bodies = BodyBudget(obj.args.max_body_bytes)
-    obj._ready, obj._stats = Reused(obj._probe_ready), Reused(obj._gather_stats)
-    obj.history = RollingHistory(obj.args.stats_bucket_s, obj.args.stats_span_s)
-    obj.metrics = types.SimpleNamespace(requests=Metric(), errors=Metric(), latency=Metric(), stage_latency=Metric())
-    obj.token = None
-    obj.clients = ClientIdentity()
-    obj.dedupe = Dedupe("model", None, False, None, ingress.downstream)  # cache off unless a test sets one
-    obj.admission = Admission(obj.args.admission, default_retry_s=obj.args.retry_after_s)
-    Fake.calls, Fake.contexts, Fake.jobs = [], [], {}
-    ctx = types.SimpleNamespace(servable_object=obj, app_name="ocr")
-    with mock.patch.object(serve, "get_replica_context", lambda: ctx):
-        yield TestClient(ingress.api), obj
-
-
-def _png() -> bytes:
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.new("RGB", (8, 4), "white").save(buf, "PNG")
-    return buf.getvalue()
-
-
-PNG = _png()
+    """(TestClient of the app, the Front it is built over, with Ray's errors)."""
+    front = stand_in_front(RAY_ERRORS)
+    Fake.failures.update({
+        b"wrapped-bad": lambda: _ray_task_error(BadImage("not an image, from a replica")),
+        b"wrapped-bug": lambda: _ray_task_error(KeyError("k")),
+        b"backpressure": lambda: BackPressureError(num_queued_requests=3, max_queued_requests=2),
+        b"dead": lambda: ActorUnavailableError("gone", b"\0" * 16),
+    })
+    yield TestClient(build_app(front)), front
 
 
 def post(client, body: bytes, ctype="image/png", **headers):
     return client.post("/v1/ocr", content=body, headers={"Content-Type": ctype, **headers})
 
 
-def test_options_are_parsed_once_and_passed_on_as_ocr_options(app):
-    client, _ = app
-    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
-                                     "options": {"det": False, "return_chars": True}})
-    assert r.status_code == 200 and r.json()["results"] == [{"text": "js"}]
-    r = client.post("/v1/ocr", files={"file": ("a.png", b"mp")}, data={"options": json.dumps({"cls": False})})
-    assert r.status_code == 200
-    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive")),
-                          (b"mp", OcrOptions(cls=False, priority="interactive"))]
-
-
-def test_request_id_from_the_header_or_new(app):
-    client, _ = app
-    assert post(client, b"ok", **{"X-Request-ID": "my-id"}).json()["request_id"] == "my-id"
-    assert post(client, b"bad", **{"X-Request-ID": "my-id-2"}).json()["request_id"] == "my-id-2"
-    assert len(post(client, b"ok").json()["request_id"]) == 32
-
-
 @pytest.mark.parametrize("body,status,code,retry_after", [
-    (b"bad", 400, "bad_image", None),
     (b"wrapped-bad", 400, "bad_image", None),
     (b"wrapped-bug", 500, "internal", None),
     (b"backpressure", 503, "overloaded", "1"),
     (b"dead", 503, "unavailable", "1"),
-    (b"cancelled", 503, "unavailable", "1"),
 ])
-def test_domain_and_ray_errors_become_the_json_error_body(app, body, status, code, retry_after):
-    client, obj = app
+def test_ray_errors_become_the_json_error_body(app, body, status, code, retry_after):
+    client, front = app
     r = post(client, body, **{"X-Request-ID": "rid"})
     assert r.status_code == status
     assert r.json() == {"request_id": "rid", "error": {"code": code, "message": r.json()["error"]["message"]}}
     assert r.headers.get("retry-after") == retry_after
     assert "Traceback" not in r.text and "KeyError" not in r.text
-    assert obj.metrics.errors.seen == [{"code": code}]
-    assert obj.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
-    assert obj.in_flight == 0
+    assert front.metrics.errors.seen == [{"code": code}]
+    assert front.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
+    assert front.in_flight == 0
 
 
-def test_past_the_deadline_is_504_and_a_bad_deadline_400(app):
-    client, _ = app
-    r = post(client, b"slow", **{"X-Request-Timeout": "0.05"})
-    assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded"
-    assert post(client, b"x", **{"X-Request-Timeout": "soon"}).status_code == 400
-
-
-def test_with_the_cache_on_identical_requests_are_computed_once_and_marked(app):
-    client, obj = app
-    assert post(client, b"same").headers["x-cache"] == "bypass"  # the fixture's: no cache, no sharing
-    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
-    first = post(client, b"same")
-    again = post(client, b"same", **{"X-Request-ID": "mine"})
-    fresh = post(client, b"same", **{"Cache-Control": "no-cache"})
-    assert [r.headers["x-cache"] for r in (first, again, fresh)] == ["miss", "hit", "bypass"]
-    assert again.json() == {**first.json(), "request_id": "mine"}
-    assert "ingress;dur=" in again.headers["server-timing"]
-    assert asyncio.run(obj.ocr(b"same"))["cache"] == "hit"
-    assert [post(client, b"bad").status_code for _ in range(2)] == [400, 400]  # failures are not kept
-    assert [c[0] for c in Fake.calls] == [b"same", b"same", b"same", b"bad", b"bad"]
-    slow = post(client, b"slow", **{"X-Request-Timeout": "0.05"})
-    assert slow.status_code == 504 and not obj.dedupe.flights  # its computation was cancelled
-
-
-def test_admission_control_is_503_with_retry_after(app):
-    client, obj = app
-    obj.in_flight = 2
-    r = post(client, b"ok")
-    assert r.status_code == 503 and r.headers["retry-after"] == "2" and r.json()["error"]["code"] == "overloaded"
-
-
-def test_the_lane_comes_from_x_priority_or_the_option_and_bulk_has_its_own_cap(app):
-    client, obj = app
-    assert post(client, b"a").status_code == 200
-    assert post(client, b"b", **{"X-Priority": "bulk"}).status_code == 200
-    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"c").decode()},
-                                     "options": {"priority": "bulk"}}, headers={"X-Priority": "interactive"})
-    assert r.status_code == 200  # the header wins over the option
-    assert client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png",
-                                                             "X-Priority": "interactive"}).status_code == 202
-    assert [c[1].priority for c in Fake.calls] == ["interactive", "bulk", "interactive", "interactive"]
-    bad = post(client, b"d", **{"X-Priority": "now"})
-    assert bad.status_code == 400 and "X-Priority" in bad.json()["error"]["message"]
-    obj.bulk_in_flight = 1  # lanes.bulk_max_in_flight bulk requests in progress: bulk is refused, interactive is not
-    r = post(client, b"e", **{"X-Priority": "bulk"})
-    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
-    assert obj.in_flight == 0 and obj.bulk_in_flight == 1  # the refused request gave its slot back
-    assert post(client, b"f").status_code == 200
-    obj.bulk_in_flight = 0
-    assert post(client, b"g", **{"X-Priority": "bulk"}).status_code == 200 and obj.bulk_in_flight == 0
-
-
-def test_work_queued_past_the_cost_bound_is_503_on_each_ocr_route_but_a_cache_hit_is_answered(app):
-    client, obj = app
-    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
-    assert post(client, b"cached").status_code == 200
-    obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
-                                            prior_s_per_line=0, max_request_share=1.0), default_retry_s=2)
-    held = obj.admission.admit(Size(1), None)  # 1 s of work queued: another 1 s passes the 1.5 s bound
-    r = post(client, b"new")
-    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and r.headers["retry-after"] == "2"
-    assert post(client, b"cached").headers["x-cache"] == "hit"  # costs nothing: never refused
-    batch = client.post("/v1/ocr/batch", json={"images": [{"base64": base64.b64encode(b"item").decode()}]})
-    assert batch.status_code == 200 and batch.json()["items"][0]["error"]["code"] == "overloaded"
-    with pytest.raises(Overloaded):
-        asyncio.run(obj.ocr(b"handle"))
-    assert [c[0] for c in Fake.calls] == [b"cached"]  # nothing refused reached the pipeline
-    obj.admission.finish(held, None)
-    assert post(client, b"new").status_code == 200 and obj.admission.queued_s == 0
-    assert obj.admission.refused == {"cost_bound": 3} and obj.in_flight == 0
-
-
-def test_bearer_token_on_v1_routes_only(app):
-    client, obj = app
-    obj.token = b"tok"
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "tok"}):
-        r = post(client, b"ok", **headers)
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-        assert r.headers["www-authenticate"] == "Bearer"
-    assert client.get("/v1/ocr/jobs/x").status_code == 401
-    assert client.get("/healthz").status_code == 200
-    assert post(client, b"ok", Authorization="Bearer tok").status_code == 200
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive"))]  # refused requests reached nothing
-
-
-def test_jobs_submit_with_idempotency_key_poll_and_404(app):
-    client, obj = app
-    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
-    assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
-    assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk"), "k")  # a job is bulk by default
-    assert Fake.clients[-1] == "addr:testclient"  # no token: the client is its address
-    client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Authorization": "Bearer abc"})
-    assert Fake.clients[-1] == "addr:testclient"  # a token-less service: a bearer names no client
-    assert client.get("/v1/ocr/jobs/j1").json() == {"job_id": "j1", "status": "queued"}
-    missing = client.get("/v1/ocr/jobs/nope")
-    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
-    bad_key = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png",
-                                                                  "Idempotency-Key": "k" * 201})
-    assert bad_key.status_code == 400
-    junk = client.post("/v1/ocr/jobs", content=b"img", headers={"Content-Type": "image/png"})
-    assert junk.status_code == 400 and junk.json()["error"]["code"] == "bad_image"  # at submit, not as a job
-    assert {"route": "/v1/ocr/jobs/{job_id}", "code": "404"} in obj.metrics.requests.seen
-
-
-def test_unknown_routes_answer_in_the_same_json_shape(app):
-    client, obj = app
-    r = client.get("/nope", headers={"X-Request-ID": "rid"})
-    assert r.status_code == 404 and r.json() == {"request_id": "rid", "error": {"code": "not_found", "message": "Not Found"}}
-    assert client.get("/v1/ocr").status_code == 405
-    assert obj.metrics.requests.seen[-1] == {"route": "/v1/ocr", "code": "405"}
-
-
-def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
-    _, obj = app
-    assert asyncio.run(obj.ocr(b"ok"))["results"] == [{"text": "ok"}]
-    assert asyncio.run(obj.ocr(b"ok", {"det": False}))["results"] == [{"text": "ok"}]
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive")), (b"ok", OcrOptions(det=False, priority="interactive"))]
+def test_the_handle_api_raises_the_domain_error_behind_a_ray_error(app):
+    _, front = app
     with pytest.raises(BadImage):
-        asyncio.run(obj.ocr(b"wrapped-bad"))
+        asyncio.run(front.ocr(b"wrapped-bad"))
     with pytest.raises(Overloaded):
-        asyncio.run(obj.ocr(b"backpressure"))
-    with pytest.raises(BadRequest, match="bad option nope"):
-        asyncio.run(obj.ocr(b"ok", {"nope": 1}))
-
-
-def test_openapi_documents_the_three_request_shapes(app):
-    client, _ = app
-    spec = client.get("/openapi.json").json()
-    for path in ("/v1/ocr", "/v1/ocr/jobs"):
-        content = spec["paths"][path]["post"]["requestBody"]["content"]
-        assert set(content) == {"multipart/form-data", "image/*", "application/octet-stream", "application/json"}
-    image = spec["paths"]["/v1/ocr"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["image"]
-    assert image["properties"]["base64"]["type"] == "string"
-    assert client.get("/docs").status_code == 200
-
-
-def test_with_a_token_the_api_docs_need_it_too(app):
-    client, obj = app
-    obj.token = b"tok"
-    for path in ("/docs", "/openapi.json", "/redoc"):
-        r = client.get(path)
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
-    assert client.get("/openapi.json", headers={"Authorization": "Bearer tok"}).status_code == 200
-    assert client.get("/docs", headers={"Authorization": "Bearer tok"}).status_code == 200
-    # Mounted under another route prefix (Serve passes it as the ASGI root_path): still behind the token.
-    mounted = TestClient(ingress.api, root_path="/ocr-app")
-    for path in ("/ocr-app/docs", "/ocr-app/openapi.json"):
-        r = mounted.get(path)
-        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", path
-
-
-def test_without_a_token_a_post_from_another_sites_page_is_refused_and_the_page_has_a_csp(app):
-    client, obj = app
-    assert obj.token is None
-    png = b"img"  # the stand-in pipeline reads the bytes as text
-    foreign = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "https://evil.example"})
-    assert foreign.status_code == 403 and foreign.json()["error"]["code"] == "forbidden"
-    assert "ingress.auth_token_env" in foreign.json()["error"]["message"]
-    assert not Fake.calls  # nothing was read
-    same = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "http://testserver"})
-    plain = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png"})  # curl: no Origin
-    assert same.status_code == 200 and plain.status_code == 200
-    obj.token = b"tok"  # with a token, the token decides
-    r = client.post("/v1/ocr", content=png, headers={"Content-Type": "image/png", "Origin": "https://evil.example",
-                                                      "Authorization": "Bearer tok"})
-    assert r.status_code == 200
-    page = client.get("/ui")
-    csp = page.headers["content-security-policy"]
-    assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
-    assert page.headers["x-content-type-options"] == "nosniff"
-
-
-def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app):
-    client, obj = app
-    probes = []
-
-    async def ready():
-        probes.append(1)
-        return {"det": True, "rec": True}
-
-    obj.pipeline.ready = Method(ready)
-    obj.token = b"tok"
-    obj.args = IngressArgs(ready_cache_s=60)
-    answers = [client.get("/readyz") for _ in range(50)]
-    assert {r.status_code for r in answers} == {200} and answers[0].json()["ready"] is True
-    assert len(probes) == 1
-    obj.args = IngressArgs(ready_cache_s=0)
-    client.get("/readyz")
-    assert len(probes) == 2
-
-
-def test_job_submits_have_their_own_in_flight_gate(app):
-    client, obj = app
-    obj.in_flight = obj.args.max_in_flight  # synchronous requests are all busy: submits still go through
-    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
-    assert r.status_code == 202
-    obj.submitting = obj.args.max_submits_in_flight
-    r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"})
-    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
-
-
-def test_the_page_is_open_and_what_it_calls_needs_the_token(app):
-    client, obj = app
-    obj.token = b"tok"
-    for path in ("/", "/ui"):
-        r = client.get(path)
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-        assert 'src="ui/app.js"' in r.text
-    assert client.get("/ui/app.js").headers["content-type"].startswith("text/javascript")
-    assert client.get("/ui/app.css").headers["content-type"].startswith("text/css")
-    assert [o["name"] for o in client.get("/ui/options.json").json()["options"]][:1] == ["cls"]
-    assert client.get("/ui/ingress.py").status_code == 404
-    assert client.get("/ui/..%2Fingress.py").status_code == 404
-    r = client.get("/v1/stats")
-    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
-
-
-def test_stats_gathers_replicas_stages_and_history_at_most_once_per_cache_period(app):
-    client, obj = app
-    calls = []
-
-    async def stats(n):
-        calls.append(n)
-        return {"det": [{"pid": 1, "queue_depth": 2, "max_batch_size": 4,
-                         "recent_batches": [{"seq": 1, "t": 9e12, "requests": 2, "items": 2, "ms": 5.0}]}],
-                "rec": [{"pid": 2, "queue_depth": 0, "pending_crops": 7, "max_batch_size": 24, "recent_batches": []},
-                        {"pid": 3, "queue_depth": 1, "pending_crops": 0, "max_batch_size": 24,
-                         "recent_batches": []}]}
-
-    obj.pipeline.stats = Method(stats)
-    running = types.SimpleNamespace(status="HEALTHY", replica_states={"RUNNING": 2}, message="")
-    status = types.SimpleNamespace(applications={"ocr": types.SimpleNamespace(
-        deployments={"TextDetector": running, "TextRecognizer": running})})
-    obj.args = IngressArgs(stats_cache_s=60)
-    assert post(client, b"ok").status_code == 200 and post(client, b"bad").status_code == 400
-    with mock.patch.object(serve, "status", lambda: status):
-        answers = [client.get("/v1/stats").json() for _ in range(20)]
-    assert len(calls) == 1 and calls[0]["rec"] == 4  # twice the running replicas
-    body = answers[-1]
-    assert body["deployments"]["TextRecognizer"]["running"] == 2
-    assert body["stages"]["rec"]["queue_depth"] == 1 and body["stages"]["rec"]["pending_crops"] == 7
-    assert body["stages"]["det"]["deployment"] == "TextDetector" and body["stages"]["det"]["queue_depth"] == 2
-    # the two requests' buckets (the 20 reads above may have crossed into the next bucket)
-    seen = [b for b in body["history"]["buckets"] if b["requests"]]
-    assert (sum(b["requests"] for b in seen), sum(b["client_errors"] for b in seen)) == (2, 1)
-    assert {"total": 1.0} in [b["steps_ms"] for b in seen]
-    assert len(body["history"]["buckets"]) == 120
-
-
-def test_format_query_or_option_renders_the_answer_and_asks_for_word_boxes(app):
-    client, _ = app
-    r = client.post("/v1/ocr?format=text", content=b"read", headers={"Content-Type": "image/png"})
-    assert r.status_code == 200 and r.headers["content-type"] == "text/plain; charset=utf-8"
-    assert r.text == "read\n"
-    assert Fake.calls[-1][1].format == "text" and not Fake.calls[-1][1].return_words
-    r = client.post("/v1/ocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
-                                     "options": {"format": "text"}})
-    assert r.text == "js\n"
-    client.post("/v1/ocr?format=hocr", json={"image": {"base64": base64.b64encode(b"js").decode()},
-                                             "options": {"format": "text"}})
-    sent = Fake.calls[-1][1]
-    assert sent.format == "hocr" and sent.return_words  # the query wins; hOCR places words
-    bad = client.post("/v1/ocr?format=pdf", content=PNG, headers={"Content-Type": "image/png"})
-    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
-
-
-def test_a_job_result_stays_json_and_renders_on_get_with_format(app):
-    client, _ = app
-    r = client.post("/v1/ocr/jobs?format=alto", content=PNG, headers={"Content-Type": "image/png"})
-    assert r.status_code == 202 and Fake.calls[-1][1].format == "alto" and Fake.calls[-1][1].return_words
-    assert client.get("/v1/ocr/jobs/j1?format=text").json() == {"job_id": "j1", "status": "queued"}  # not done
-    box = [[1, 1], [20, 1], [20, 9], [1, 9]]
-    Fake.jobs["j1"] = {"job_id": "j1", "status": "succeeded", "request_id": "j1", "image": {"width": 30, "height": 10},
-                       "results": [{"text": "done ok", "score": 0.9, "box": box}], "timings_ms": {}}
-    assert client.get("/v1/ocr/jobs/j1").json()["results"][0]["text"] == "done ok"
-    text = client.get("/v1/ocr/jobs/j1?format=text")
-    assert text.text == "done ok\n" and text.headers["content-type"].startswith("text/plain")
-    alto = client.get("/v1/ocr/jobs/j1?format=alto")
-    assert alto.headers["content-type"].startswith("application/xml") and 'CONTENT="done"' in alto.text
-    assert client.get("/v1/ocr/jobs/j1?format=xml").status_code == 400
-
-
-def test_the_handle_api_gives_the_rendered_document_for_a_format(app):
-    _, obj = app
-    assert asyncio.run(obj.ocr(b"ok", {"format": "text"})) == "ok\n"
-    assert Fake.calls[-1][1].format == "text"
-
-
-# -- documents, batches, the PaddleX route (issue 15) ------------------------------------
-def test_batch_answers_one_item_per_input_in_order_and_a_bad_item_fails_alone(app):
-    client, obj = app
-    images = [{"base64": base64.b64encode(b).decode()} for b in (b"one", b"bad", b"three")]
-    images.insert(1, {"base64": "@@not base64"})
-    r = client.post("/v1/ocr/batch", json={"images": images, "options": {"cls": False}})
-    assert r.status_code == 200
-    items = r.json()["items"]
-    assert [i["index"] for i in items] == [0, 1, 2, 3]
-    assert items[0]["results"] == [{"text": "one"}] and items[3]["results"] == [{"text": "three"}]
-    assert items[1]["error"]["code"] == "bad_request" and items[2]["error"]["code"] == "bad_image"
-    assert sorted(c[0] for c in Fake.calls) == [b"bad", b"one", b"three"]
-    assert all(c[1] == OcrOptions(cls=False, priority="interactive") for c in Fake.calls) and obj.in_flight == 0
-    r = client.post("/v1/ocr/batch", files=[("file", ("a.png", b"A")), ("file", ("b.png", b"B"))])
-    assert [i["results"][0]["text"] for i in r.json()["items"]] == ["A", "B"]
-
-
-def test_batch_over_the_item_limit_is_413(app):
-    client, _ = app
-    r = client.post("/v1/ocr/batch", json={"images": [{"base64": "eA=="}] * 5})
-    assert r.status_code == 413 and r.json()["error"]["code"] == "too_large" and not Fake.calls
-
-
-def paddlex_post(client, **fields):
-    return client.post("/ocr", json=fields)
-
-
-def test_paddlex_route_answers_in_paddlex_shape(app):
-    client, obj = app
-
-    async def with_boxes(upload, options, ctx=None):
-        return {"image": {"width": 1, "height": 1}, "timings_ms": {},
-                "results": [{"text": upload.data.decode(), "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}]}
-
-    obj.pipeline = types.SimpleNamespace(ocr=Method(with_boxes))
-    r = paddlex_post(client, file=base64.b64encode(b"hello").decode(), fileType=1, visualize=False)
-    assert r.status_code == 200
-    body = r.json()
-    assert body["errorCode"] == 0 and body["errorMsg"] == "Success" and body["logId"]
-    assert body["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == ["hello"]
-    assert body["result"]["dataInfo"] == {"width": 1, "height": 1, "type": "image"}
-
-
-@pytest.mark.parametrize("fields, status, needle", [
-    ({"file": "https://example.com/x.png", "fileType": 1}, 400, "fetches nothing"),
-    ({"file": base64.b64encode(b"bad").decode(), "fileType": 1, "visualize": False}, 400, "not an image"),
-    ({"file": base64.b64encode(b"x").decode(), "fileType": 1, "useDocUnwarping": True}, 400, "useDocUnwarping"),
-    ({"fileType": 1}, 422, "file"),
-])
-def test_paddlex_errors_are_status_and_its_error_body(app, fields, status, needle):
-    client, _ = app
-    r = paddlex_post(client, **fields)
-    assert r.status_code == status
-    body = r.json()
-    assert set(body) == {"logId", "errorCode", "errorMsg"} and body["errorCode"] == status
-    assert needle in body["errorMsg"]
-
-
-def test_job_submit_checks_a_pdf_before_accepting_it(app):
-    from harness.pdfs import blank_pdf, encrypted_pdf
-
-    client, obj = app
-    obj.documents = DocumentLimits(max_pages=3)
-    for body, status in ((encrypted_pdf(), 400), (b"%PDF-1.4 junk", 400), (blank_pdf(4), 413)):
-        r = client.post("/v1/ocr/jobs", content=body, headers={"Content-Type": "application/pdf"})
-        assert r.status_code == status, r.text
-    assert not Fake.calls
-    r = client.post("/v1/ocr/jobs", content=blank_pdf(3), headers={"Content-Type": "application/pdf"})
-    assert r.status_code == 202 and Fake.calls[0][0][:5] == b"%PDF-"
-
-
-# -- one read path (issue 23) ------------------------------------------------------------
-def paddlex_file(data: bytes, **fields) -> dict:
-    return {"file": base64.b64encode(data).decode(), "fileType": 1, "visualize": False, **fields}
-
-
-async def boxed_ocr(upload, options, ctx=None):
-    """pipeline_ocr's answer with a box on each line (what PaddleX's shape reads)."""
-    body = await pipeline_ocr(upload, options, ctx)
-    return {**body, "results": [{**r, "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]} for r in body["results"]]}
-
-
-def test_every_door_says_how_the_cache_answered_and_shares_one_cache(app):
-    client, obj = app
-    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
-    obj.dedupe = Dedupe("model", ResultCache(1 << 20, 60), True, None, ingress.downstream)
-    assert post(client, b"same").headers["x-cache"] == "miss"
-    items = [{"base64": base64.b64encode(b).decode()} for b in (b"same", b"other", b"other")]
-    batch = client.post("/v1/ocr/batch", json={"images": items}).json()["items"]
-    # The first item is the /v1/ocr answer's; of two identical new items one computes, the other waits on it.
-    assert batch[0]["cache"] == "hit" and sorted(i["cache"] for i in batch[1:]) == ["miss", "shared"]
-    assert [[r["text"] for r in i["results"]] for i in batch] == [["same"], ["other"], ["other"]]
-    px = client.post("/ocr", json=paddlex_file(b"other"))
-    assert px.status_code == 200 and px.headers["x-cache"] == "hit"
-    assert px.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == ["other"]
-    assert asyncio.run(obj.ocr(b"other"))["cache"] == "hit"
-    fresh = client.post("/v1/ocr/batch", json={"images": items[:1]}, headers={"Cache-Control": "no-cache"})
-    assert fresh.json()["items"][0]["cache"] == "bypass"
-    assert [c[0] for c in Fake.calls] == [b"same", b"other", b"same"]  # each content computed once, and the fresh one
-
-
-def test_paddlex_goes_through_the_same_token_check_in_its_error_shape(app):
-    client, obj = app
-    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
-    obj.token = b"tok"
-    for headers in ({}, {"Authorization": "Bearer wrong"}):
-        r = client.post("/ocr", json=paddlex_file(b"hello"), headers=headers)
-        assert r.status_code == 401
-        body = r.json()
-        assert set(body) == {"logId", "errorCode", "errorMsg"} and body["errorCode"] == 401
-        assert "bearer token" in body["errorMsg"]
-    ok = client.post("/ocr", json=paddlex_file(b"hello"), headers={"Authorization": "Bearer tok"})
-    assert ok.status_code == 200 and ok.json()["errorCode"] == 0
-    assert [c[0] for c in Fake.calls] == [b"hello"]  # refused requests reached nothing
-    assert {"route": "/ocr", "code": "401"} in obj.metrics.requests.seen and {"code": "unauthorized"} in obj.metrics.errors.seen
-
-
-def test_paddlex_goes_through_the_same_media_type_check_body_budget_byte_limit_and_slot(app):
-    client, obj = app
-    obj.pipeline = types.SimpleNamespace(ocr=Method(boxed_ocr))
-    body = json.dumps(paddlex_file(b"hello")).encode()
-    r = client.post("/ocr", content=body, headers={"Content-Type": "text/plain"})
-    assert r.status_code == 415 and r.json()["errorCode"] == 415 and "application/json" in r.json()["errorMsg"]
-    assert client.post("/ocr", content=body).status_code == 415  # no Content-Type at all
-    obj.bodies = BodyBudget(len(body) - 1, retry_after_s=2)  # this body would take the ingress over its budget
-    r = client.post("/ocr", content=body, headers={"Content-Type": "application/json"})
-    assert r.status_code == 503 and r.json()["errorCode"] == 503 and r.headers["retry-after"] == "2"
-    assert obj.bodies.held == 0  # the refused body's bytes were given back
-    obj.bodies = BodyBudget(obj.args.max_body_bytes)
-    obj.limits = ImageLimits(max_bytes=4)
-    r = client.post("/ocr", json=paddlex_file(b"hello"))
-    assert r.status_code == 413 and r.json()["errorMsg"] == "file is 5 bytes, over the limit of 4"
-    obj.limits = ImageLimits()
-    obj.in_flight = obj.args.max_in_flight
-    r = client.post("/ocr", json=paddlex_file(b"hello"))
-    assert r.status_code == 503 and r.json()["errorCode"] == 503 and r.headers["retry-after"] == "2"
-    assert not Fake.calls and obj.bodies.held == 0
-
-
-def test_the_pipeline_gets_the_requests_context_its_id_deadline_and_lane(app):
-    import time
-
-    client, _ = app
-    before = time.time()
-    assert post(client, b"a", **{"X-Request-ID": "rid-1", "X-Request-Timeout": "30"}).status_code == 200
-    assert post(client, b"b", **{"X-Request-ID": "rid-2", "X-Priority": "bulk"}).status_code == 200
-    first, second = Fake.contexts
-    assert (first.request_id, first.lane) == ("rid-1", "interactive") and before < first.deadline <= time.time() + 30
-    assert (second.request_id, second.lane) == ("rid-2", "bulk")
-    assert Fake.calls[1][1].priority == "bulk"  # the lane resolved once: options and context agree
-
-
-def test_a_batch_holds_one_slot_and_gives_every_byte_back(app):
-    client, obj = app
-    items = [{"base64": base64.b64encode(b).decode()} for b in (b"one", b"two")]
-    r = client.post("/v1/ocr/batch", json={"images": items})
-    assert r.status_code == 200 and [i["cache"] for i in r.json()["items"]] == ["bypass", "bypass"]
-    assert obj.in_flight == 0 and obj.bulk_in_flight == 0 and obj.bodies.held == 0
-    obj.in_flight = obj.args.max_in_flight
-    r = client.post("/v1/ocr/batch", json={"images": items})
-    assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded" and obj.bodies.held == 0
+        asyncio.run(front.ocr(b"backpressure"))
+    assert [c[1] for c in Fake.calls] == [OcrOptions(priority="interactive")] * 2
 
 
 def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_classifier_included():
@@ -685,111 +122,3 @@ def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_clas
     assert seen["detect"][1] == ctx.deadline and seen["detect"][3] == "bulk"  # (image, deadline, params, lane)
     assert seen["classify"][1:] == (ctx.deadline, "bulk")  # (crops, deadline, lane)
     assert seen["recognize"][1:] == (ctx.deadline, "bulk")
-
-
-def test_a_request_over_its_own_share_is_503_naming_jobs_on_an_empty_ledger(app):
-    client, obj = app
-    obj.admission = Admission(AdmissionArgs(max_queued_cost_s=1.5, prior_base_s=1.0, prior_s_per_mp=0,
-                                            prior_s_per_line=0), default_retry_s=2)  # one request: 0.75 s at most
-    r = post(client, b"new")
-    assert r.status_code == 503 and "POST /v1/ocr/jobs" in r.json()["error"]["message"]
-    assert int(r.headers["retry-after"]) >= 1 and obj.admission.refused == {"too_big": 1} and not Fake.calls
-
-
-# -- one picture drawer (issue 23 item 4) --------------------------------------------------
-def _pipeline_behind(obj, limits: ImageLimits = ImageLimits()):
-    """The real Pipeline (decode, crop, assemble, the drawer) over stand-in
-    detect/recognise stages, behind the ingress's pipeline handle; returns
-    the list each decode of an upload appends to."""
-    import numpy as np
-
-    import serve_app.flow.pipeline as pipeline_module
-    from serve_app.flow.pipeline import Pipeline, Stages
-    from serve_app.core.results import Recognition
-
-    async def detect(work, params=None, ctx=None):
-        return np.asarray([[[10, 10], [110, 10], [110, 40], [10, 40]]], np.float32)
-
-    async def recognize(crops, ctx=None):
-        return [Recognition("line", 0.9) for _ in crops]
-
-    pipe = Pipeline(Stages(detect, None, recognize), EngineConfig(limits=limits))
-
-    async def read(upload, options, ctx=None):
-        return (await pipe.read(upload.data, options, ctx)).to_dict()
-
-    obj.pipeline = types.SimpleNamespace(ocr=Method(read))
-    decodes: list[int] = []
-    real = pipeline_module.decode_image
-
-    def counted(data, *args, **kwargs):
-        decodes.append(len(data))
-        return real(data, *args, **kwargs)
-
-    return decodes, mock.patch.object(pipeline_module, "decode_image", counted)
-
-
-def _png_of(w: int, h: int) -> bytes:
-    import cv2
-    import numpy as np
-
-    return cv2.imencode(".png", np.full((h, w, 3), 255, np.uint8))[1].tobytes()
-
-
-def _jpeg_shape(b64: str) -> tuple:
-    import cv2
-    import numpy as np
-
-    return cv2.imdecode(np.frombuffer(base64.b64decode(b64), np.uint8), cv2.IMREAD_COLOR).shape
-
-
-def test_paddlex_picture_is_drawn_by_the_pipeline_from_its_one_decode(app):
-    client, obj = app
-    decodes, patch = _pipeline_behind(obj)
-    data = _png_of(300, 120)
-    with patch:
-        r = client.post("/ocr", json={"file": base64.b64encode(data).decode(), "fileType": 1})
-        assert r.status_code == 200, r.text
-        assert decodes == [len(data)]  # one decode of the upload, in the pipeline; none in the ingress
-        (res,) = r.json()["result"]["ocrResults"]
-        assert res["prunedResult"]["rec_texts"] == ["line"]
-        assert _jpeg_shape(res["ocrImage"]) == _jpeg_shape(res["inputImage"]) == (120, 300, 3)  # the image's size
-        assert "visualization" not in res and set(res) == {"prunedResult", "ocrImage", "inputImage"}
-        off = client.post("/ocr", json={"file": base64.b64encode(data).decode(), "fileType": 1, "visualize": False})
-        assert set(off.json()["result"]["ocrResults"][0]) == {"prunedResult"} and len(decodes) == 2
-
-
-def test_paddlex_picture_of_a_maximum_size_image_is_bounded_and_the_pixel_limit_holds(app):
-    """Hostile: the largest image the pixel limit lets in, visualized. The
-    picture is two copies at most 2000 px a side whatever the image (the
-    image itself is the one decoded copy the read holds anyway); one pixel
-    more is a 413 from the header, before any decode."""
-    client, obj = app
-    limits = ImageLimits(max_pixels=4000 * 1000)
-    decodes, patch = _pipeline_behind(obj, limits)
-    with patch:
-        r = client.post("/ocr", json={"file": base64.b64encode(_png_of(4000, 1000)).decode(), "fileType": 1})
-        assert r.status_code == 200, r.text
-        res = r.json()["result"]["ocrResults"][0]
-        assert _jpeg_shape(res["ocrImage"]) == _jpeg_shape(res["inputImage"]) == (500, 2000, 3)
-        over = client.post("/ocr", json={"file": base64.b64encode(_png_of(4001, 1000)).decode(), "fileType": 1})
-        assert over.status_code == 413 and over.json()["errorCode"] == 413 and "pixel" in over.json()["errorMsg"]
-    assert len(decodes) == 2  # the refused one was stopped by decode_image's header check
-
-
-def test_named_tokens_authorize_and_name_their_client_and_a_forwarded_for_names_none(app):
-    from serve_app.http.clients import parse_named_tokens
-
-    client, obj = app
-    obj.clients = ClientIdentity(parse_named_tokens("alice:s3cret,bob:hunter2"))
-    job = {"Content-Type": "image/png"}
-    assert client.post("/v1/ocr/jobs", content=PNG, headers={**job, "Authorization": "Bearer nope"}).status_code == 401
-    assert post(client, b"ok").status_code == 401
-    r = client.post("/v1/ocr/jobs", content=PNG, headers={**job, "Authorization": "Bearer s3cret",
-                                                          "X-Forwarded-For": "10.9.9.9"})
-    assert r.status_code == 202 and Fake.clients[-1] == "token:alice"
-    client.post("/v1/ocr/jobs", content=PNG, headers={**job, "Authorization": "Bearer hunter2"})
-    assert Fake.clients[-1] == "token:bob"
-    obj.clients = ClientIdentity()
-    client.post("/v1/ocr/jobs", content=PNG, headers={**job, "X-Forwarded-For": "10.9.9.9"})
-    assert Fake.clients[-1] == "addr:testclient"  # the test client is no loopback proxy: its own address

@@ -1,5 +1,5 @@
-"""The service on deployments.redis.yaml (jobs.backend: redis, two JobStore
-replicas) against a real redis-server (the `redis_server` fixture,
+"""The service on deployments.redis.yaml (the cluster profile: jobs.backend:
+redis, two JobStore replicas), here on one machine, against a real redis-server (the `redis_server` fixture,
 appendonly yes, appendfsync always): jobs through real HTTP, one store
 replica killed with jobs queued and running on it, every accepted job
 succeeds with the engine's text; each client's results within its share."""
@@ -28,6 +28,9 @@ def service(redis_server):
     app = cfg["applications"][0]
     app["args"]["jobs"] = {**app["args"]["jobs"], "lease_s": LEASE_S, "concurrency": 2}
     app["args"]["lanes"] = {"bulk_max_wait_s": 120}
+    # The cluster profile on one machine: Serve listens on 127.0.0.1 here (the
+    # harness's http_options), so the book is tested without the profile's token.
+    app["args"]["ingress"] = {k: v for k, v in app["args"]["ingress"].items() if k != "auth_token_env"}
     for d in app["deployments"]:
         if d["name"] == "JobStore":  # the URL where the store replicas run (as docs/jobs.md says)
             d["ray_actor_options"] = {**d.get("ray_actor_options", {}),

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.pdfs import blank_pdf
+from harness.pdfs import blank_pdf, lying_count_pdf
 from serve_app.serving.cost import (
     UNKNOWN_PIXELS, Calibration, CostModel, DrainMeter, Size, decide, expected_seconds, image_size, retry_after,
 )
 from serve_app.serving.admission import Admission, Gate, count_lines
 from serve_app.core.engine_config import DocumentLimits
-from serve_app.core.errors import DeadlineExceeded, Overloaded
+from serve_app.core.errors import BadRequest, DeadlineExceeded, Overloaded
 from serve_app.core.request_options import OcrOptions
 from serve_app.serving.result_cache import Dedupe, ResultCache
 from serve_app.core.app_args import AdmissionArgs
@@ -74,6 +74,16 @@ def test_size_comes_from_headers_arrays_and_pdf_pages_and_junk_gets_a_default():
     assert size.pages == with_dpi.pages == 3
     assert with_dpi.pixels == pytest.approx(4 * size.pixels, rel=0.02)  # twice the DPI, four times the pixels
     assert image_size(pdf) == Size(UNKNOWN_PIXELS, known=False)  # no document limits: not opened as a PDF
+
+
+@pytest.mark.parametrize("count", [2, 100, 5000])
+def test_a_page_count_that_lies_is_refused_before_it_is_priced(count):
+    """The price is pages x the first page's pixels: a /Count of 100 over one
+    page would be priced as 100 pages (a 503 'submit it as a job' on a slow
+    CPU, whose job then fails). Opening reads the last page's size: a 400
+    naming it, whatever the cost model has learned."""
+    with pytest.raises(BadRequest, match=f"page {count} cannot be loaded"):
+        image_size(lying_count_pdf(count), DocumentLimits(open_timeout_s=60, max_pages=10_000))
 
 
 # -- the cost model ---------------------------------------------------------------------
@@ -759,5 +769,27 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
         with Gate(a, png(400, 1000), 10.0, DocumentLimits(), clock=clock, limits=limits) as gate:
             await gate.admit()  # a page of an ordinary shape: priced as before
             assert gate.ticket is not None
+
+    asyncio.run(go())
+
+
+def test_a_pdf_whose_page_count_lies_is_a_400_at_the_door_however_busy():
+    """A one-page PDF whose /Count says 100 is bad input: the 400 naming the
+    page, before it is priced (seen on a slower CPU: priced as 100 pages,
+    ~36 s of work, a 503 "submit it as a job" whose job then failed)."""
+    from serve_app.serving.cost import Size
+
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    for _ in range(60):  # a slow service: about 3 s a megapixel
+        a.model.observe(Size(1_000_000), 60, 3.0)
+    limits = DocumentLimits(open_timeout_s=60)
+    assert a.model.estimate(image_size(blank_pdf(100), limits)) > 30  # 100 true pages: over one request's share
+
+    async def go():
+        with pytest.raises(BadRequest, match="page 100 cannot be loaded"):
+            with Gate(a, lying_count_pdf(100), 10.0, limits, clock=clock) as gate:
+                await gate.admit()
+        assert a.queued_s == 0 and a.refused == {}
 
     asyncio.run(go())

@@ -17,7 +17,7 @@ from serve_app.core.app_args import AppArgs, DetectorArgs
 from serve_app.tools import config_doc
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILES = ("deployments.yaml", "deployments.gpu.yaml", "deployments.light.yaml")
+PROFILES = ("deployments.yaml", "deployments.gpu.yaml", "deployments.light.yaml", "deployments.redis.yaml")
 
 
 def _args(name: str) -> dict:

@@ -14,7 +14,7 @@ from PIL import Image
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.decode import array_to_bgr, decode_image, flatten_alpha, to_bgr
+from serve_app.ocr.decode import array_to_bgr, decode_image, flatten_alpha, frame_count, to_bgr
 
 
 def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -423,6 +423,51 @@ def test_a_heic_of_two_images_reads_the_first_and_counts_both():
     assert decode_image(data)[..., 2].mean() > 60  # the gradient, not the black one
 
 
+def test_without_the_heic_extra_a_heic_is_a_415_naming_it_and_the_rest_still_reads(tmp_path):
+    """The default install has no pillow-heif (its wheels bundle GPL-2 x265):
+    in a process where it cannot be imported, a HEIC (and junk labelled as
+    one) is a 415 naming the extra, at the header check and at decode; AVIF
+    (Pillow's own libavif), PNG and other junk read or fail as before."""
+    import json
+    import subprocess
+    import sys
+
+    photo = gradient_photo()
+    for name, data in {"heic": encode(photo, "HEIF", quality=95), "avif": encode(photo, "AVIF", quality=95),
+                       "png": encode(photo, "PNG"), "heic_junk": b"\x00\x00\x00\x18ftypheic" + b"\x00" * 200,
+                       "junk": b"not an image at all"}.items():
+        (tmp_path / name).write_bytes(data)
+    code = f"""
+import json, sys
+sys.modules["pillow_heif"] = None  # as if the extra were not installed
+from pathlib import Path
+from serve_app.core.engine_config import ImageLimits
+from serve_app.ocr import decode
+from serve_app.ocr.image_header import check_image_header
+out = {{"heif_opener": decode.pillow_heif is not None}}
+for name in ("heic", "avif", "png", "heic_junk", "junk"):
+    data = Path({str(tmp_path)!r}, name).read_bytes()
+    for step, call in (("header", lambda: check_image_header(data, ImageLimits())),
+                       ("decode", lambda: decode.decode_image(data).shape)):
+        try:
+            out[name + " " + step] = list(call())
+        except Exception as e:
+            out[name + " " + step] = [type(e).__name__, getattr(e, "status", None), str(e)]
+print(json.dumps(out))
+"""
+    got = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout)
+    assert got.pop("heif_opener") is False
+    for step in ("header", "decode"):
+        for name in ("heic", "heic_junk"):
+            kind, status, message = got[f"{name} {step}"]
+            assert (kind, status) == ("UnsupportedMediaType", 415), got
+            assert "`heic`" in message and "pip install -e '.[heic]'" in message, message
+        assert got[f"junk {step}"][:2] == ["BadImage", 400], got
+    assert got["avif decode"] == got["png decode"] == [64, 96, 3]
+    assert got["avif header"] == got["png header"] == [96, 64]
+
+
 def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
     from serve_app.ocr.decode import frame_count
 
@@ -430,3 +475,51 @@ def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
     data = encode(left, "MPO", save_all=True, append_images=[right])
     assert frame_count(data) == 2 and frame_count(encode(left, "JPEG")) == 1
     assert decode_image(data)[0, 0, 2] > 150  # red (BGR): the first view
+
+
+# -- every byte walk bounded, at decode and at a job's submit alike (issue 38, item 7) --------
+
+
+@pytest.mark.parametrize("name, what", [
+    ("PNG with 19 MiB of empty chunks after its image data", "chunks besides its image data"),
+    ("PNG with 19 MiB of empty IDAT chunks", "image data is cut into over"),
+    ("GIF of 1,000,000 one-pixel frames", "over 1000 frames"),
+    ("JPEG with 19 MiB of empty comments", "over 256 segments"),
+])
+def test_floods_of_chunks_frames_and_segments_are_a_400_at_decode_and_at_submit(name, what):
+    """Each decoded for 5-11 s before (Pillow walks them one by one; a JPEG's
+    comments 4 s more in the submit's header check); the walk stops at its bound."""
+    from load_tests.hostile_costs import CASES
+    from serve_app.ocr.image_header import check_image_header
+
+    body = next(c for c in CASES if c.name.startswith(name)).make()
+    for check in (decode_image, check_image_header):
+        with pytest.raises(BadImage, match=what):
+            check(body, ImageLimits())
+    assert frame_count(body) == 1  # not walked past its bound either
+
+
+def _saved(frames, fmt, **kw):
+    buf = io.BytesIO()
+    frames[0].save(buf, fmt, save_all=len(frames) > 1, append_images=frames[1:], **kw)
+    return buf.getvalue()
+
+
+def test_real_images_pass_the_walks_with_their_frames_counted():
+    from serve_app.ocr.image_header import check_structure
+
+    rng = np.random.default_rng(0)
+    noise = Image.fromarray(rng.integers(0, 256, (600, 800, 3), dtype=np.uint8))
+    three = [Image.new("RGB", (40, 30), (80 * k, 255 - 80 * k, 0)) for k in range(3)]
+    cases = [
+        (_saved([noise], "JPEG", progressive=True, quality=90), 1),  # ~10 scans, tables between them
+        (_saved([noise], "JPEG", quality=95, comment=b"scanned"), 1),
+        (_saved([noise], "PNG"), 1),  # 1.4 MB: its IDATs 64 KiB each
+        (_saved([noise], "PNG", optimize=True), 1),
+        (_saved(three, "GIF", duration=100, loop=0), 3),
+        (_saved([f.convert("RGB") for f in three], "PNG", duration=100), 3),  # an APNG
+    ]
+    for data, frames in cases:
+        assert check_structure(data) == frames
+        assert frame_count(data) == frames
+        assert decode_image(data).ndim == 3

@@ -363,3 +363,148 @@ def test_a_pdf_child_that_does_not_start_in_time_is_a_503_to_retry_not_the_docum
             assert pdf.pages == 1
     finally:
         pool.close()
+
+
+# -- documents share the children (issue 38, item 4) ----------------------------------------
+
+
+def test_a_document_of_slow_pages_is_abandoned_after_a_few_and_the_rest_are_not_read(monkeypatch):
+    """500 pages that each burn the page budget held both children for up
+    to 600 s; now the document ends after max_pages_over_budget of them."""
+    import serve_app.flow.documents as documents
+
+    bomb = nested_forms_pdf(depth=6, pages=40)
+    stand = Stand()
+    pool = WorkerPool(2)
+    monkeypatch.setattr(documents, "shared_pool", lambda *a: pool)
+    cfg = EngineConfig(documents=DocumentLimits(page_timeout_s=0.3, max_pages_over_budget=3, page_concurrency=2))
+    try:
+        with pytest.raises(PageOverBudget, match="abandoned after 3 pages over their budget") as e:
+            asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(bomb))
+        assert e.value.status == 413 and "max_pages_over_budget" in e.value.message
+        assert 3 <= pool.killed <= 4  # the pages in flight when it was given up, not 40
+    finally:
+        pool.close()
+
+
+def test_one_document_holds_at_most_its_share_of_children_while_another_waits():
+    """Two children, a document of slow pages reading two pages at once
+    (each stopped at its 0.5 s budget): another document's page gets the
+    next child that frees, not after the bomb's twelve pages (before, each
+    freed child could go back to the bomb's next page, and the other's
+    wait run out: a 503)."""
+    import threading
+
+    pool = WorkerPool(2)
+    slow = nested_forms_pdf(depth=6, pages=6)
+    limits = DocumentLimits(page_timeout_s=0.5)  # worker_share 0: half of 2 = 1
+    patient = DocumentLimits(page_timeout_s=30)  # the other's wait for a child: far past a bomb page's 0.5 s
+    try:
+        with PdfFile(slow, limits, pool=pool) as bomb, PdfFile(blank_pdf(1), patient, pool=pool) as other:
+            done = [0]  # bomb pages finished (each over its budget)
+            both = threading.Barrier(3)
+
+            def bomb_pages():
+                both.wait()
+                from serve_app.core.errors import Overloaded
+
+                for k in range(6):
+                    with pytest.raises((PageOverBudget, Overloaded)):  # its share taken: a wait that ran out
+                        bomb.render(k)
+                    done[0] += 1
+
+            threads = [threading.Thread(target=bomb_pages) for _ in range(2)]
+            for t in threads:
+                t.start()
+            both.wait()
+            while pool.in_use.get(bomb.key, 0) < 2:  # both children drawing the bomb (an explicit step)
+                time.sleep(0.005)
+            got_child_at = []
+            hold = pool._hold
+
+            def noting(key):  # when the other document is given its child: the bomb pages done by then
+                if key == other.key:
+                    got_child_at.append(done[0])
+                hold(key)
+
+            pool._hold = noting
+            shape = other.render(0).shape
+            pages_before = got_child_at[0]
+            for t in threads:
+                t.join(120)
+        assert shape == (200, 400, 3)
+        assert pages_before <= 2  # the page that freed its child (at most one per thread), not all 12
+        assert done[0] == 12  # every bomb page ended: over its budget, or refused while over its share
+    finally:
+        pool.close()
+
+
+def test_the_pool_gives_a_document_over_its_share_a_child_only_while_nobody_else_waits():
+    pool = WorkerPool(2)
+    try:
+        with pool.cond:
+            pool.in_use = {"a": 1}
+            assert pool._may_take("a", 1) is True  # nobody waits: a free child is used
+            pool.waiting, pool.shares = {"b": 1}, {"b": 1}
+            assert pool._may_take("a", 1) is False  # b is within its share: it goes first
+            assert pool._may_take("a", 2) is True  # a within a share of 2
+            pool.in_use = {"a": 1, "b": 1}
+            assert pool._may_take("a", 1) is True  # b over its own share does not block a
+            pool.in_use, pool.waiting, pool.shares = {}, {}, {}
+    finally:
+        pool.close()
+
+
+# -- a child under a low hard RLIMIT_AS says so (issue 38, item 7) -----------------------------
+
+_UNDER_A_LIMIT = """
+import resource, sys
+from harness.pdfs import blank_pdf
+from serve_app.core.engine_config import DocumentLimits
+from serve_app.flow.documents import PdfFile
+from serve_app.flow.pdf_worker import WorkerPool
+
+data = blank_pdf(2)
+pool = WorkerPool(1)
+pool._spawner.submit(lambda: None).result()  # this process's own threads before its limit
+limit = int(sys.argv[1]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # hard too: the child inherits it
+try:
+    with PdfFile(data, DocumentLimits(), pool=pool) as pdf:
+        print("pages", pdf.pages)
+except Exception as e:
+    print("error", getattr(e, "status", None), e)
+"""
+
+
+@pytest.mark.parametrize("limit_mb", [60, 1000])
+def test_a_pdf_child_under_a_low_hard_address_space_limit_starts_within_it_or_says_why(limit_mb):
+    """The child set its limit to its start-up plus worker_memory_mb (3 GB)
+    over the service's hard one: it crashed, and every PDF got 503 `busy,
+    retry shortly` forever. Now it keeps within the hard limit; where even
+    its start-up does not fit, a 500 names RLIMIT_AS."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, "-c", _UNDER_A_LIMIT, str(limit_mb)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": root}, timeout=120).stdout.strip().splitlines()[-1]
+    if limit_mb == 60:
+        assert out.startswith("error 500 the document worker cannot start") and "RLIMIT_AS" in out
+        assert "60 MB" in out
+    else:
+        assert out == "pages 2"
+
+
+def test_pictures_are_drawn_for_a_documents_first_pages_only():
+    """`visualize` on a 500-page document asked for ~1.8 GB of base64
+    pictures (PaddleX's ocrImage and inputImage per page); now only the
+    first documents.max_picture_pages pages have one."""
+    stand = Stand()
+    cfg = EngineConfig(documents=DocumentLimits(max_picture_pages=2))
+    doc = asyncio.run(Pipeline(Stages(stand.detect, None, stand.recognize), cfg).read_document(
+        blank_pdf(5), OcrOptions(visualize="boxes")))
+    body = doc.to_dict()
+    assert ["visualization" in p for p in body["pages"]] == [True, True, False, False, False]
+    assert [p["results"][0]["text"] for p in body["pages"]] == ["grey255"] * 5  # every page still read

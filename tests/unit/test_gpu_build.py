@@ -88,3 +88,78 @@ def test_main_prints_the_tag_or_stops_at_once(capsys):
     assert main([], run=Smi(failed, rc=9)) == 1
     err = capsys.readouterr().err
     assert "couldn't communicate" in err and "STOPPED" in err
+
+
+# --- #39 item 5: an install that fails fast -------------------------------------------------------
+
+
+def test_the_python_is_checked_before_nvidia_smi_and_any_download(capsys):
+    """Ubuntu 22.04's python3 (3.10): stopped before nvidia-smi is even
+    asked, naming the fix; a Python without venv too."""
+    assert main([], run=lambda *a, **k: pytest.fail("nvidia-smi asked before the Python check"),
+                python=(3, 10, 12), has_venv=True) == 1
+    err = capsys.readouterr().err
+    assert "Python 3.10" in err and "nothing was downloaded" in err and "PY=python3.12" in err
+    assert main([], run=Smi(H200), python=(3, 12, 3), has_venv=False) == 1
+    assert "python3.12-venv" in capsys.readouterr().err
+    assert main([], run=Smi(H200), python=(3, 12, 3), has_venv=True) == 0
+
+
+def test_an_r535_driver_gets_cu118_without_tensorrt_said_at_once_or_stops_on_hopper(capsys):
+    t4_535 = "Tesla T4, 535.230.02, 7.5\n"
+    assert main([], run=Smi(t4_535)) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == "cu118" and "runs WITHOUT TensorRT" in out.err
+    assert main([], run=Smi(H100_OLD)) == 1
+    err = capsys.readouterr().err
+    assert "upgrade the NVIDIA driver" in err and "550.54.14" in err
+
+
+def test_make_install_gpu_stops_before_making_the_environment(tmp_path):
+    """`make install-gpu` with a stand-in nvidia-smi on PATH reporting a
+    driver too old for any build: it stops with the fix, and no
+    environment was made (nothing downloaded)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 535.161.08, 9.0'\n")
+    smi.chmod(0o755)
+    venv = tmp_path / "venv-gpu"
+    out = subprocess.run(["make", "--no-print-directory", "install-gpu", f"PY={sys.executable}", f"GPU_VENV={venv}"],
+                         cwd=repo, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(repo)})
+    assert out.returncode != 0 and "STOPPED" in out.stderr and "550.54.14" in out.stderr, out.stderr
+    assert not venv.exists()
+
+
+def test_the_gpu_check_stops_at_once_and_reports_each_steps_time(tmp_path):
+    """load_tests/gpu_run.sh with a stand-in nvidia-smi (an H100 on R535):
+    the preflight stops it before any install, and the report ends with the
+    time of each step run; the bounded part without an install stops at once."""
+    import os
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 80GB, 535.161.08, 9.0'\n"
+                   "case \"$*\" in *noheader*) echo 'NVIDIA H100 80GB HBM3, 535.161.08, 9.0';; esac\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(repo)}
+    out_dir = tmp_path / "out"
+    run = subprocess.run(["bash", "load_tests/gpu_run.sh", "--install-only", str(out_dir)], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=120)
+    report = (out_dir / "report.md").read_text()
+    assert run.returncode == 1 and "STOPPED" in report and "550.54.14" in report, report
+    assert "## Time per step" in report and "| preflight |" in report and "STOPPED |" in report
+    assert "make install-gpu" not in report  # nothing installed
+    check = subprocess.run(["bash", "load_tests/gpu_run.sh", "--installed", str(tmp_path / "out2")], cwd=repo,
+                           env={**env, "PATH": env["PATH"]}, capture_output=True, text=True, timeout=60)
+    if not (repo / ".venv-gpu" / "bin" / "python").exists():
+        assert check.returncode == 1 and "no .venv-gpu" in (tmp_path / "out2" / "report.md").read_text()

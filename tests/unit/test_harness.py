@@ -75,19 +75,28 @@ def test_no_sys_path_edits_in_tests_or_load_tests():
     assert found == []
 
 
-def test_the_netns_cluster_fails_naming_what_is_missing(monkeypatch):
-    """Without root or iproute2's `ip` the separate-address cluster test fails
-    (the fixture turns this RuntimeError into a failure), saying what to get;
-    nothing is created first."""
+def test_the_netns_cluster_fails_naming_what_is_missing_and_why(monkeypatch):
+    """Without euid 0, the capabilities, or iproute2's `ip` the separate-address
+    cluster test fails (the fixture turns this RuntimeError into a failure),
+    saying what to get and why it needs it; nothing is created first."""
     import harness.netns_cluster as nc
 
+    all_caps = (1 << nc.CAP_NET_ADMIN) | (1 << nc.CAP_SYS_ADMIN)
+    # CapEff as the kernel writes it: root with every capability, and a plain user's none.
+    assert nc.effective_caps("Name:\tx\nCapEff:\t000001ffffffffff\n") & all_caps == all_caps
+    assert nc.effective_caps("CapEff:\t0000000000000000\n") == 0
     monkeypatch.setattr(nc.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(nc, "effective_caps", lambda: 0)
     monkeypatch.setattr(nc.shutil, "which", lambda name: None)
     monkeypatch.setattr(nc, "_ip", lambda *a, **k: pytest.fail(f"ip {a} run before the check"))
     with pytest.raises(RuntimeError) as e:
         nc.setup()
-    assert "root (running as uid 1000" in str(e.value) and "apt-get install iproute2" in str(e.value)
+    assert "euid 0 (running as uid 1000" in str(e.value) and "apt-get install iproute2" in str(e.value)
+    assert "ip netns add" in str(e.value) and "CAP_NET_ADMIN" in str(e.value)  # why root
     monkeypatch.setattr(nc.os, "geteuid", lambda: 0)
+    with pytest.raises(RuntimeError, match=r"needs CAP_NET_ADMIN and CAP_SYS_ADMIN \(root here, without them\)"):
+        nc.setup()  # root in a container started without them
+    monkeypatch.setattr(nc, "effective_caps", lambda: all_caps)
     with pytest.raises(RuntimeError, match=r"needs iproute2's `ip`"):
         nc.setup()
 

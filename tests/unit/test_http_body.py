@@ -244,7 +244,9 @@ def test_json_with_more_structure_than_the_schema_is_refused_before_parsing():
 @pytest.mark.parametrize("host,token,anonymous,refused", [
     ("127.0.0.1", False, False, False), ("localhost", False, False, False), ("::1", False, False, False),
     ("0.0.0.0", False, False, True), ("0.0.0.0", True, False, False), ("0.0.0.0", False, True, False),
-    ("10.1.2.3", False, False, True), (None, False, False, False),
+    ("10.1.2.3", False, False, True),
+    # A host that could not be read is not taken for loopback: it may be any address.
+    (None, False, False, True), (None, True, False, False), (None, False, True, False),
 ])
 def test_a_service_beyond_loopback_needs_a_token_or_allow_anonymous(host, token, anonymous, refused):
     from serve_app.core.errors import ConfigError

@@ -140,3 +140,35 @@ def test_a_job_that_kills_every_worker_fails_after_max_claims(redis_url):
     view = run(go())
     assert view["status"] == "failed" and view["error"]["code"] == "internal"
     assert "stopped 3 times" in view["error"]["message"]
+
+
+def test_a_store_refuses_a_redis_cluster(tmp_path):
+    """#39 item 7: the book's scripts build key names from a prefix (no
+    KEYS) and the client is not a cluster client, so a server in cluster
+    mode is refused at start, naming what to use; a standalone one starts."""
+    import subprocess
+
+    from harness.redis_server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path),
+                             "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf"),
+                             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async def go():
+            book = book_on(f"redis://127.0.0.1:{port}/0", FakePipeline().run)
+            for _ in range(200):  # until the server answers
+                try:
+                    await book.r.ping()
+                    break
+                except Exception:
+                    await asyncio.sleep(0.05)
+            with pytest.raises(ConfigError, match="cluster mode.*standalone Redis"):
+                await book.start()
+            await book.r.aclose()
+
+        run(go())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

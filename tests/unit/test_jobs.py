@@ -174,3 +174,122 @@ def test_a_finished_document_reports_its_pages_from_its_result_also_after_a_rest
     recovered.succeed({"request_id": "j", "document": {"type": "pdf", "pages": 2}, "pages": []})
     view = recovered.view()
     assert (view["pages_done"], view["pages_total"], view["document"]["pages"]) == (2, 2, 2)
+
+
+# -- stored results served without parsing (issue 38, item 5) -------------------------------
+
+
+def test_a_stored_result_is_served_as_its_bytes_without_being_parsed(monkeypatch):
+    """A 29 MB result parsed on the store's loop took ~4 s a GET: get_raw
+    gives the stored bytes, and job_body splices them into the body, which
+    reads as view() does."""
+    from serve_app.jobs import state
+    from serve_app.jobs.state import job_body
+
+    pages = [{"page": i + 1, "width": 100, "height": 100,
+              "results": [{"text": f"line {i}-{k} é", "score": 0.9, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}
+                          for k in range(50)]} for i in range(200)]
+    doc = {"request_id": "j", "document": {"type": "pdf", "pages": 200}, "pages": pages, "timings_ms": {"total": 1.0}}
+    image = {"request_id": "i", "image": {"width": 3, "height": 4}, "results": [], "timings_ms": {}}
+
+    async def go():
+        pipeline = FakePipeline()
+        book = await started(pipeline)
+        ids = []
+        for body in (doc, image):
+            job = Job(job_id=uuid_hex(len(ids)), created=0.0)
+            job.succeed(body)
+            book.jobs[job.job_id] = job
+            ids.append(job.job_id)
+        bad = Job(job_id="bad", created=0.0)
+        bad.fail("bad_image", "not an image")
+        book.jobs["bad"] = bad
+        parsed = []
+        real = json.loads
+
+        def counting(s, *a, **k):
+            parsed.append(len(s))
+            return real(s, *a, **k)
+
+        monkeypatch.setattr(state.json, "loads", counting)
+        raws = [await book.get_raw(i) for i in ids + ["bad", "nope"]]
+        monkeypatch.setattr(state.json, "loads", real)
+        views = [await book.get(i) for i in ids + ["bad"]]
+        book.close()
+        return raws, views, parsed
+
+    raws, views, parsed = run(go())
+    assert max(parsed, default=0) < 600  # at most a document's head, never the result
+    assert raws[3] is None
+    for (head, blob), view in zip(raws[:3], views):
+        assert json.loads(job_body(head, blob)) == view
+    assert (views[0]["pages_done"], views[0]["pages_total"], len(views[0]["pages"])) == (200, 200, 200)
+    assert views[1]["image"] == {"width": 3, "height": 4} and "pages_done" not in views[1]
+    assert raws[2] == ({"job_id": "bad", "status": "failed", "created_at": 0.0, "finished_at": raws[2][0]["finished_at"],
+                        "error": {"code": "bad_image", "message": "not an image"}}, None)
+
+
+def uuid_hex(n: int) -> str:
+    return f"{n:032x}"
+
+
+# -- a job that meets Overloaded waits, it does not fail (issue 38, item 4) -------------------
+
+
+class _Busy:
+    """Overloaded `busy` times (as Ray delivers it: a task error whose
+    `cause` is the replica's exception), then reads the image."""
+
+    def __init__(self, busy: int, retry_after_s: int = 1):
+        self.busy, self.retry_after_s, self.calls = busy, retry_after_s, 0
+
+    async def run(self, image, options, progress=None):
+        self.calls += 1
+        if self.busy > 0:
+            self.busy -= 1
+            err = RuntimeError("ray task error")
+            err.cause = Overloaded("both PDF workers are busy; retry later", retry_after_s=self.retry_after_s)
+            raise err
+        return {"results": [{"text": bytes(image).decode()}]}
+
+
+async def _busy_book(busy: _Busy, **args):
+    book = JobBook(busy.run, JobArgs(**args))
+    book.BACKOFF_S = (0.0, 0.0, 0.0)
+    pauses = []
+
+    async def pause(seconds):  # a fake clock: the pauses are recorded, not slept
+        pauses.append(seconds)
+
+    book._pause = pause
+    await book.start()
+    return book, pauses
+
+
+def test_a_job_that_meets_overloaded_is_tried_again_after_growing_pauses_then_succeeds():
+    async def go():
+        busy = _Busy(9, retry_after_s=5)
+        book, pauses = await _busy_book(busy)
+        job = await book.submit(b"page", OcrOptions())
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return done, pauses, busy.calls
+
+    done, pauses, calls = run(go())
+    assert done["status"] == "succeeded" and done["results"] == [{"text": "page"}]
+    assert calls == 10  # nine busy answers did not use up the four attempts
+    assert pauses == [5.0, 5.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0, 60.0]  # Retry-After while longer
+
+
+def test_a_job_still_overloaded_after_overloaded_wait_s_fails_overloaded():
+    async def go():
+        book, pauses = await _busy_book(_Busy(10**6), overloaded_wait_s=100)
+        job = await book.submit(b"page", OcrOptions())
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return done, pauses
+
+    done, pauses = run(go())
+    assert done["status"] == "failed" and done["error"]["code"] == "overloaded"
+    assert "jobs.overloaded_wait_s" in done["error"]["message"]
+    assert sum(pauses) <= 100 and pauses == [2.0, 4.0, 8.0, 16.0, 32.0]

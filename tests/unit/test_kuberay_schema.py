@@ -95,6 +95,8 @@ def rayservice_manifests() -> dict[str, dict]:
                 found[f"{path.relative_to(REPO)}#{i}"] = doc
     found["rayservice --runtime-class nvidia"] = yaml.safe_load(
         render(TEMPLATE.read_text(), PROFILE.read_text(), "nvidia"))
+    found["rayservice --trt-cache-claim ocr-trt-cache"] = yaml.safe_load(
+        render(TEMPLATE.read_text(), PROFILE.read_text(), trt_cache_claim="ocr-trt-cache"))
     return found
 
 
@@ -131,7 +133,7 @@ def manifest() -> dict:
     (("spec", "rayClusterConfig", "headGroupSpec"), ("rayStartParams", "rayStartParam")),
     (("spec", "rayClusterConfig", "workerGroupSpecs", 0), ("maxReplicas", "maxReplica")),
     (("spec", "rayClusterConfig", "workerGroupSpecs", 0, "template", "spec", "containers", 0),
-     ("readinessProbe", "readinesProbe")),
+     ("volumeMounts", "volumeMount")),
 ])
 def test_a_misspelled_field_is_refused(validator, manifest, path, typo):
     bad = copy.deepcopy(manifest)
@@ -163,7 +165,7 @@ def test_a_wrong_value_is_refused(validator, manifest, edit, where):
 def test_int_or_string_takes_both(validator, manifest):
     ok = copy.deepcopy(manifest)
     probe = ok["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
-    probe["readinessProbe"]["httpGet"]["port"] = "serve"  # a named port
+    probe["readinessProbe"] = {"httpGet": {"path": "/-/healthz", "port": "serve"}}  # a named port
     assert errors(validator, ok) == []
     probe["readinessProbe"]["httpGet"]["port"] = 8000.5
     assert errors(validator, ok)
@@ -172,8 +174,8 @@ def test_int_or_string_takes_both(validator, manifest):
 # --- GCS fault tolerance and the job book on Redis ---------------------------------------------
 
 
-def _redis_objects() -> dict[str, dict]:
-    return {d["kind"]: d for d in _load_all(KUBERAY / "redis.yaml")}
+def _redis_objects() -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in _load_all(KUBERAY / "redis.yaml")}
 
 
 def _containers(manifest: dict) -> list[dict]:
@@ -183,7 +185,7 @@ def _containers(manifest: dict) -> list[dict]:
 
 def test_gcs_fault_tolerance_uses_the_redis_with_a_password_from_a_secret(manifest):
     ft = manifest["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
-    service = _redis_objects()["Service"]
+    service = _redis_objects()[("Service", "ocr-gcs-redis")]
     host, _, port = ft["redisAddress"].partition(":")
     assert host == service["metadata"]["name"]
     assert int(port) in [p["port"] for p in service["spec"]["ports"]]
@@ -207,25 +209,84 @@ def test_the_job_book_is_on_redis_with_its_url_from_a_secret(manifest):
         assert "/tmp/ocr-serve" not in mounts, "no journal volume is needed with the Redis book"
 
 
-def test_the_redis_keeps_what_the_job_book_requires():
-    """The JobStore refuses a Redis without appendonly yes / appendfsync
-    always (jobs.redis_fsync); the password comes from the same Secret."""
-    objs = _redis_objects()
-    assert set(objs) == {"Service", "StatefulSet"}
-    sts = objs["StatefulSet"]
-    assert sts["spec"]["replicas"] == 1 and sts["spec"]["serviceName"] == objs["Service"]["metadata"]["name"]
+def _server_args(sts: dict) -> list[str]:
+    """The redis-server arguments of a StatefulSet's `sh -c "exec redis-server ..."`."""
+    import shlex
+
     (c,) = sts["spec"]["template"]["spec"]["containers"]
-    command = " ".join(c["command"] + c["args"])
-    for flag in ("--appendonly yes", "--appendfsync always", '--requirepass "$REDIS_PASSWORD"', "--dir /data"):
-        assert flag in command, flag
+    assert c["command"] == ["sh", "-c"]
+    words = shlex.split(" ".join(c["args"]))
+    assert words[:2] == ["exec", "redis-server"]
+    return words[2:]
+
+
+def _memory(q: str) -> int:
+    n, unit = re.fullmatch(r"(\d+)(Mi|Gi)", q).groups()
+    return int(n) * {"Mi": 2**20, "Gi": 2**30}[unit]
+
+
+@pytest.mark.parametrize("name, fsync", [("ocr-redis", "always"), ("ocr-gcs-redis", "everysec")])
+def test_each_redis_runs_with_its_manifests_arguments(name, fsync, tmp_path):
+    """#39 item 3 / issue item 7: each StatefulSet's own arguments, given to
+    a real redis-server here (its port, folder and password swapped for
+    local ones): maxmemory with noeviction, the AOF policy, and a container
+    limit 1.5x maxmemory (the AOF rewrite forks)."""
+    import subprocess
+
+    from harness.redis_server import free_port
+
+    objs = _redis_objects()
+    sts = objs[("StatefulSet", name)]
+    assert objs[("Service", name)]["spec"]["selector"].items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    args = _server_args(sts)
+    port = free_port()
+    swap = {"--port": str(port), "--dir": str(tmp_path), "--requirepass": "pw"}
+    local = [swap.get(args[i - 1], a) if i else a for i, a in enumerate(args)]
+    proc = subprocess.Popen(["redis-server", *local, "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        import redis
+
+        r = redis.Redis(port=port, password="pw", decode_responses=True)
+        for _ in range(200):
+            try:
+                r.ping()
+                break
+            except redis.ConnectionError:
+                assert proc.poll() is None, proc.stderr.read().decode()
+                import time
+
+                time.sleep(0.05)
+        got = {k: v for pattern in ("maxmemory*", "append*") for k, v in r.config_get(pattern).items()}
+        r.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert got["maxmemory-policy"] == "noeviction" and got["appendonly"] == "yes" and got["appendfsync"] == fsync
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    assert _memory(c["resources"]["limits"]["memory"]) >= 1.5 * int(got["maxmemory"])
+    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"]  # not evicted first
     env = {e["name"]: e for e in c["env"]}
     assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "ocr-redis", "key": "password"}
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # one writer: no ReadWriteMany class needed
-    assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in c["volumeMounts"]
-    labels = sts["spec"]["template"]["metadata"]["labels"]
-    assert sts["spec"]["selector"]["matchLabels"].items() <= labels.items()
-    assert objs["Service"]["spec"]["selector"].items() <= labels.items()
+    if name == "ocr-redis":
+        # The book's bounds in the RayService's profile, and a quarter on top, fit under maxmemory.
+        from serve_app.app import AppArgs
+
+        manifest = _load_all(KUBERAY / "rayservice.yaml")[0]
+        (app,) = yaml.safe_load(manifest["spec"]["serveConfigV2"])["applications"]
+        jobs = AppArgs.model_validate(app["args"]).jobs
+        book = jobs.max_queued_bytes + jobs.max_finished_bytes + jobs.capacity * 4096
+        assert 1.25 * book <= int(got["maxmemory"]), (book, got["maxmemory"])
+
+
+def test_the_gcs_and_the_job_book_are_on_different_servers(manifest):
+    """A full book (noeviction refuses writes) never stops the GCS."""
+    gcs_host = manifest["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]["redisAddress"].partition(":")[0]
+    url = "redis://:P@ocr-redis:6379/1"  # the Secret's url, as install.sh writes it
+    assert gcs_host != url.split("@")[1].partition(":")[0]
+    assert {("StatefulSet", gcs_host), ("StatefulSet", "ocr-redis")} <= set(_redis_objects())
 
 
 def test_the_generator_moves_only_the_job_book():

@@ -1,7 +1,8 @@
 """serve_app's rooms (serve_app.LAYERS): every module's imports (read with
 ast, lazy ones inside functions included) go only to its own room or a room
 below; no cycle between the top-level modules; no module over 450 lines; at
-most 12 modules at the top level."""
+most 12 modules at the top level; the HTTP front, its app and routes import
+no Ray."""
 
 from __future__ import annotations
 
@@ -150,3 +151,50 @@ def test_a_cycle_between_top_level_modules_is_found(tmp_path):
 @pytest.mark.parametrize("room", LAYERS)
 def test_every_room_has_a_docstring(room):
     assert ast.get_docstring(ast.parse((PACKAGE / room / "__init__.py").read_text()))
+
+
+# -- the HTTP front runs without Ray -------------------------------------------------------
+# The front, the app built over it and its routes (serve_app/http/, all but the Serve
+# deployment in ingress.py): no import of Ray, theirs or through the serve_app modules they import.
+RAY_FREE = ("serve_app.http.front", "serve_app.http.app", "serve_app.http.routes")
+
+
+def imports_ray(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        if any(n == "ray" or n.startswith("ray.") for n in names):
+            return True
+    return False
+
+
+def ray_paths(roots: tuple[str, ...], known: dict[str, Path]) -> list[list[str]]:
+    """For each module that imports Ray and is reached from `roots` (by name
+    prefix) through serve_app imports: the chain that reaches it."""
+    chains, seen = [], set()
+    todo = [[name] for name in known if name.startswith(roots)]
+    while todo:
+        chain = todo.pop()
+        name = chain[-1]
+        if name in seen:
+            continue
+        seen.add(name)
+        if imports_ray(known[name]):
+            chains.append(chain)
+        todo.extend(chain + [dep] for dep in sorted(imports_of(name, known[name], known)))
+    return chains
+
+
+def test_the_front_its_app_and_routes_import_no_ray():
+    known = modules()
+    assert {"serve_app.http.front", "serve_app.http.app", "serve_app.http.routes.v1"} <= set(known)
+    assert ray_paths(RAY_FREE, known) == []
+    assert ray_paths(("serve_app.http.ingress",), known)  # the shell does: the check sees it
+
+
+def test_a_ray_import_reached_through_another_module_is_found(tmp_path):
+    known = _tree(tmp_path, {
+        "__init__.py": "", "http/__init__.py": "", "http/front.py": "from serve_app.serving import metrics\n",
+        "serving/__init__.py": "", "serving/metrics.py": "def f():\n    from ray.serve.metrics import Counter\n",
+    })
+    assert ray_paths(("serve_app.http.front",), known) == [["serve_app.http.front", "serve_app.serving.metrics"]]

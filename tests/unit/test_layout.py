@@ -118,3 +118,63 @@ def test_the_made_pages_lines_drawn_boxes_come_out_in_the_truths_order():
         read = [page.truth[shuffled[i]] for b in blocks for i in b]
         score, matched, n = order_score(read, page.truth)
         assert (score, matched) == (1.0, n), (page.name, read)
+
+
+# -- bounded layout (issue 38, item 6) -----------------------------------------------------
+
+
+def nested(levels):
+    """A title over two columns, the left a line of text, the right the
+    same again, `levels` deep (two lines a level): each region cut once
+    more inside the last one. The order a person reads: title, its left
+    line, the next title, ... (index order)."""
+    lines = []
+    step = 6 * H  # a left column 5 line heights long, a gutter of one
+    for k in range(levels):
+        x, y = k * step, k * 1.5 * H
+        width = (levels - k) * step + 5 * H
+        lines.append((f"T{k}", x, y, width))
+        lines.append((f"A{k}", x, y + 1.5 * H, 5 * H))
+    return lines
+
+
+def test_a_page_of_hundreds_of_nested_columns_is_read_without_recursion():
+    """260 levels (520 lines): the recursive cut overflowed Python's stack
+    (RecursionError, a 500); the stack is explicit now."""
+    import sys
+
+    lines = nested(260)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(200)  # not a frame per level
+    try:
+        blocks = read(lines)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert flat(blocks) == [n for n, *_ in lines]
+
+
+def test_the_cuts_stop_at_the_work_bound_and_the_rest_is_read_top_to_bottom():
+    from serve_app.ocr import layout
+    from serve_app.ocr.layout import LayoutParams
+
+    lines = nested(60)
+    boxes, names = page(lines)
+    spent = []
+    real = layout._Cutter.spend
+
+    def counting(self, n):
+        spent.append(n)
+        return real(self, n)
+
+    layout._Cutter.spend = counting
+    try:
+        whole = layout_blocks(boxes, LayoutParams(min_work=10**9))
+        unbounded = sum(spent)
+        spent.clear()
+        params = LayoutParams(min_work=0, work_per_line=4)
+        bounded = layout_blocks(boxes, params)
+    finally:
+        layout._Cutter.spend = real
+    assert unbounded > 8 * len(lines)  # more than quadratic in the levels: sections re-cut each strip
+    assert sum(spent) <= params.work_per_line * len(lines) + len(lines)  # stopped within one more step
+    assert [names[i] for b in bounded for i in b] == [names[i] for b in whole for i in b] == names

@@ -1,38 +1,76 @@
-"""#29 item 5: TensorRT below fp32 only after an agreement check against
-fp32 on real images at start: below 99.5% of lines identical the replica
-refuses, giving the figure. The decision and the comparison, with the two
-readers stood in (the GPU run itself is not possible here)."""
+"""#39 item 4: TensorRT below fp32 judged at start on what users see, against
+fp32 on the same real images: the recogniser's CER, the detector's mean box
+IoU, the classifier's angle decisions, each within a bound; a stage that
+misses it serves at fp32 with a warning instead of failing the app. The
+decision and the comparison, with the two readers stood in (the GPU run
+itself is not possible here)."""
 
 from __future__ import annotations
 
 import pytest
 
 from serve_app.core.errors import ConfigError
-from serve_app.inference.precision_check import THRESHOLD, agreement, check, decide, precision_policy, word_crops
+from serve_app.inference.precision_check import (CLS_MIN_AGREEMENT, DET_MIN_IOU, REC_MAX_CER, PrecisionMismatch,
+                                                 agreement, box_agreement, check, decide, edit_distance,
+                                                 precision_policy, word_crops)
 
 
-def test_threshold_is_99_5_percent():
-    assert THRESHOLD == 0.995
+def test_the_bounds():
+    assert (REC_MAX_CER, DET_MIN_IOU, CLS_MIN_AGREEMENT) == (0.01, 0.9, 0.98)
+    assert edit_distance("GRAND", "GRAND") == 0 and edit_distance("HOTEL", "H0TEL") == 1
+    assert edit_distance("", "abc") == 3 and edit_distance("kitten", "sitting") == 3
 
 
 def test_all_identical_passes_with_the_figure():
     a = agreement(["a", "b"], ["GRAND", "HOTEL"], ["GRAND", "HOTEL"])
     line = decide("rec", "fp16", a)
-    assert "2/2 lines identical" in line and "100.0%" in line
+    assert "CER 0.00%" in line and "2/2 lines identical" in line
 
 
-def test_below_the_threshold_refuses_with_the_figure_and_the_differences():
-    names = [f"w{i}" for i in range(1000)]
-    ref = ["TEXT"] * 1000
-    ok = ref[:995] + ["TEXT"] * 5
-    assert "995" not in decide("rec", "fp16", agreement(names, ref, ok))  # 1000/1000
-    assert decide("rec", "fp16", agreement(names, ref, ref[:995] + ["TEXI"] * 5)).startswith("rec: TensorRT fp16 agrees")
-    bad = ref[:994] + ["TEXI"] * 6  # 99.4%
-    with pytest.raises(ConfigError) as e:
+def test_a_few_differing_characters_pass_on_cer_where_identical_lines_would_refuse():
+    """The CPU bf16 run read 5 of 174 crops differently: 97% identical lines,
+    which the old 99.5% rule refused, but a character or two in ~2,000."""
+    names = [f"w{i}" for i in range(174)]
+    ref = ["TWELVE CHARS"] * 174
+    cand = ref[:169] + ["TWELVE CHARZ"] * 5  # 5 characters of 2,088
+    line = decide("rec", "fp16", agreement(names, ref, cand))
+    assert line.startswith("rec: TensorRT fp16 agrees") and "169/174" in line and "CER 0.24%" in line
+
+
+def test_over_the_cer_bound_is_a_mismatch_with_the_figure_and_the_differences():
+    names = [f"w{i}" for i in range(100)]
+    ref = ["TEXT"] * 100
+    bad = ref[:90] + ["TEXI"] * 10  # 10 of 400 characters: 2.5%
+    with pytest.raises(PrecisionMismatch) as e:
         decide("rec", "fp16", agreement(names, ref, bad))
     msg = str(e.value)
-    assert "994/1000" in msg and "99.4%" in msg and "99.5%" in msg
-    assert "'TEXT' vs fp16 'TEXI'" in msg and "precision: fp32" in msg
+    assert "CER 2.50%" in msg and "bound 1.0%" in msg and "'TEXT' vs fp16 'TEXI'" in msg
+
+
+def test_boxes_are_judged_on_their_mean_iou():
+    square = [[0, 0], [100, 0], [100, 20], [0, 20]]
+    shifted = [[2, 0], [102, 0], [102, 20], [2, 20]]  # IoU 0.96
+    a = box_agreement(["p"], [[square, square]], [[shifted, shifted]])
+    assert a.mean_iou == pytest.approx(98 / 102, abs=1e-3)
+    assert decide("det", "fp16", a).startswith("det: TensorRT fp16 agrees")
+    lost = box_agreement(["p"], [[square, square]], [[shifted]])  # one box lost: counts 0
+    assert lost.mean_iou == pytest.approx(0.48, abs=0.01)
+    with pytest.raises(PrecisionMismatch, match="mean box IoU 0.48"):
+        decide("det", "fp16", lost)
+
+
+def test_angle_decisions_have_their_own_bound():
+    names = [f"c{i}" for i in range(100)]
+    assert decide("cls", "int8", agreement(names, ["0"] * 100, ["0"] * 98 + ["180"] * 2,
+                                           "angle decisions identical to fp32"))
+    with pytest.raises(PrecisionMismatch, match="97/100 angle decisions"):
+        decide("cls", "int8", agreement(names, ["0"] * 100, ["0"] * 97 + ["180"] * 3,
+                                        "angle decisions identical to fp32"))
+
+
+def test_check_returns_the_warning_instead_of_raising():
+    line, a, warning = check("rec", "fp16", ["a"], ["crop"], lambda c: ["HOTEL"], lambda c: ["HOSTEL!"])
+    assert line is None and a.cer == pytest.approx(2 / 5) and "misses its bound" in warning
 
 
 def test_no_images_is_no_check():
@@ -59,10 +97,9 @@ def test_check_reads_the_packaged_words_with_both_readers():
             return ["x" if tag == "fp16" and "1223731" in p else "y" for p in c]
         return read
 
-    line, a = check("rec", "fp16", names, crops, reader("fp32"), reader("fp16"), threshold=0.8)
-    assert seen == [("fp32", 9), ("fp16", 9)] and a.identical == 8 and a.total == 9 and "8/9" in line
-    with pytest.raises(ConfigError, match="8/9"):
-        check("rec", "fp16", names, crops, reader("fp32"), reader("fp16"))
+    line, a, warning = check("rec", "fp16", names, crops, reader("fp32"), reader("fp16"))
+    assert seen == [("fp32", 9), ("fp16", 9)] and a.identical == 8 and a.total == 9
+    assert line is None and "CER 11.11%" in warning and "8/9" in warning
 
 
 # --- det and cls measures, on the CPU engine's real outputs (serve_app/inference/calibration/set.json) ---
@@ -113,19 +150,18 @@ def test_box_iou_threshold_on_real_boxes():
     assert BOX_IOU == 0.9
 
 
-def test_a_lost_box_and_a_made_up_box_each_refuse():
+def test_a_lost_box_and_a_made_up_box_each_count_zero():
     lost = [bs[:-1] if k == 4 else bs for k, bs in enumerate(CPU_BOXES)]  # the dense page loses one line
     a = box_agreement(NAMES, CPU_BOXES, lost)
     assert (a.identical, a.total) == (N_BOXES - 1, N_BOXES)
     assert a.differing == [(NAMES[4], f"{len(CPU_BOXES[4])} boxes", f"{len(CPU_BOXES[4]) - 1} boxes, "
                                       f"{len(CPU_BOXES[4]) - 1} matched")]
-    with pytest.raises(ConfigError, match=rf"det: TensorRT int8 refused: {N_BOXES - 1}/{N_BOXES} boxes matched"):
-        decide("det", "int8", a)
+    assert a.mean_iou == pytest.approx((N_BOXES - 1) / N_BOXES)  # one line of a page: within the bound
+    assert decide("det", "int8", a).startswith("det: TensorRT int8 agrees")
     made_up = [bs + [bs[0] + 400] if k == 0 else bs for k, bs in enumerate(CPU_BOXES)]
     a = box_agreement(NAMES, CPU_BOXES, made_up)
     assert (a.identical, a.total) == (N_BOXES, N_BOXES + 1)
-    with pytest.raises(ConfigError, match=rf"{N_BOXES}/{N_BOXES + 1} boxes"):
-        decide("det", "fp16", a)
+    assert a.mean_iou == pytest.approx(N_BOXES / (N_BOXES + 1))
 
 
 def test_boxes_match_one_to_one():
@@ -140,8 +176,10 @@ def test_angle_decisions_on_the_cpu_engines_real_directions():
     a = agreement(names, labels, labels, UNITS["cls"])
     assert a.fraction == 1.0 and "angle decisions identical to fp32" in decide("cls", "fp16", a)
     flipped = list(labels)
-    flipped[3] = "0" if labels[3] == "180" else "180"
-    with pytest.raises(ConfigError, match=rf"cls: TensorRT fp16 refused: {len(labels) - 1}/{len(labels)} angle"):
+    k = int(len(labels) * 0.03) + 1  # over 2% of the decisions turned
+    for i in range(k):
+        flipped[i] = "0" if labels[i] == "180" else "180"
+    with pytest.raises(PrecisionMismatch, match=rf"cls: TensorRT fp16 misses its bound: {len(labels) - k}/{len(labels)}"):
         decide("cls", "fp16", agreement(names, labels, flipped, UNITS["cls"]))
 
 
@@ -169,7 +207,7 @@ def test_check_items_are_the_packaged_real_images():
 
 
 def test_det_check_with_the_two_readers_stood_in():
-    lost = {NAMES[1]}  # the int8 detector "loses" the second page's boxes
+    lost = {NAMES[4]}  # the int8 detector "loses" the dense page's 69 boxes
 
     def reader(tag):
         def read(pages):
@@ -178,5 +216,6 @@ def test_det_check_with_the_two_readers_stood_in():
         return read
 
     names, pages = check_items("det", lambda p: p)
-    with pytest.raises(ConfigError, match=rf"{N_BOXES - len(CPU_BOXES[1])}/{N_BOXES} boxes"):
-        check("det", "int8", names, pages, reader("fp32"), reader("int8"))
+    line, a, warning = check("det", "int8", names, pages, reader("fp32"), reader("int8"))
+    assert a.mean_iou == pytest.approx((N_BOXES - len(CPU_BOXES[4])) / N_BOXES) and a.mean_iou < DET_MIN_IOU
+    assert line is None and f"{N_BOXES - len(CPU_BOXES[4])}/{N_BOXES} boxes" in warning

@@ -235,3 +235,35 @@ def test_a_threshold_that_would_map_every_small_object_or_that_glibc_ignores_is_
     with pytest.raises(ValidationError, match="malloc_mmap_threshold"):
         ModelArgs(malloc_mmap_threshold=value)
     assert ModelArgs(malloc_mmap_threshold=None).malloc_mmap_threshold is None
+
+
+def test_a_stage_that_misses_its_precision_bound_serves_at_fp32_and_says_so(caplog):
+    """#39 item 4: fp16 reading over 1% of characters otherwise than fp32 is
+    not a failed start: the predictor is rebuilt at fp32 (use_precision),
+    a warning gives the figure, stats say which precision serves."""
+    import logging
+
+    from serve_app.core.engine_config import PredictorOptions
+
+    p = FakePredictor()
+    p.options = PredictorOptions(device="gpu", tensorrt={"precision": "fp16"})
+    p.needs_precision_check = True
+    used = []
+
+    def use_precision(precision):
+        used.append(precision)
+        p.options = p.options.model_copy(update={"tensorrt": p.options.tensorrt.model_copy(
+            update={"precision": precision})})
+
+    p.use_precision = use_precision
+    r = ModelReplica("rec", p, BatchKnobs(max_batch_size=4, batch_wait_timeout_s=0.01))
+    with caplog.at_level(logging.WARNING, logger="ray.serve"):
+        got = r.judge_precision(["w1", "w2"], ["c1", "c2"], lambda c: ["GRAND", "HOTEL"], lambda c: ["GRAN", "H0TE1"])
+    assert used == ["fp32"] and p.options.tensorrt.precision == "fp32"
+    assert got["precision"] == "fp16" and got["serving"] == "fp32" and "CER" in got["fell_back"]
+    assert r.stats()["precision_check"]["serving"] == "fp32"
+    assert any("serving this stage with TensorRT at fp32" in rec.getMessage() for rec in caplog.records)
+    ok = ModelReplica("rec", p, BatchKnobs(max_batch_size=4, batch_wait_timeout_s=0.01))
+    p.options = PredictorOptions(device="gpu", tensorrt={"precision": "fp16"})
+    assert ok.judge_precision(["w1"], ["c1"], lambda c: ["GRAND"], lambda c: ["GRAND"])["serving"] == "fp16"
+    assert used == ["fp32"]

@@ -226,3 +226,30 @@ def test_wants_fresh(header, want):
     from serve_app.serving.result_cache import wants_fresh
 
     assert wants_fresh(header) is want
+
+
+def test_a_document_answer_with_a_page_error_is_not_cached():
+    """A page over its budget (or its worker busy) is an error on that page
+    in a 200; kept, every request for that document got the error back
+    for the cache's TTL instead of a new try at the page."""
+
+    class PagesCall(FakeCall):
+        async def _run(self, delay, fail):
+            await asyncio.sleep(0)
+            pages = [{"page": 1, "results": []}, {"page": 2, "results": []}]
+            if fail is not None:  # here: the second page was not read
+                pages[1] = {"page": 2, "error": {"code": "page_over_budget", "message": "page 2 took over 10 s"}}
+            return {"document": {"type": "pdf", "pages": 2}, "pages": pages}
+
+    async def go():
+        runs: list = []
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True)
+        first = await d.read(b"%PDF", OcrOptions(), 5, lambda deadline: PagesCall(runs, fail=True))
+        second = await d.read(b"%PDF", OcrOptions(), 5, lambda deadline: PagesCall(runs))
+        third = await d.read(b"%PDF", OcrOptions(), 5, lambda deadline: PagesCall(runs))
+        return runs, first, second, third
+
+    runs, first, second, third = run(go())
+    assert "error" in first[0]["pages"][1] and first[1] == "miss"
+    assert second[1] == "miss" and "error" not in second[0]["pages"][1]  # read again, not the error
+    assert third[1] == "hit" and len(runs) == 2  # a whole answer is kept

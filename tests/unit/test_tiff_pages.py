@@ -119,3 +119,54 @@ def test_animated_gif_frames_are_counted_and_a_still_image_has_one():
     frames[0].save(png, "PNG")
     assert frame_count(png.getvalue()) == 1
     assert frame_count(b"junk") == 1
+
+
+# -- pages decoded in the killable children (issue 38, item 4) ---------------------------------
+
+
+def test_tiff_pages_are_decoded_in_a_worker_child_within_the_page_budget():
+    """A multi-page TIFF's page was decoded in the serving process with no
+    budget (0.7 s a tile-heavy page); now in the PDF pool's children: one
+    over its budget is a 413 naming the page and its child is killed, the
+    others read as before."""
+    from serve_app.core.errors import PageOverBudget
+    from serve_app.flow.pdf_worker import WorkerPool
+
+    rng = np.random.default_rng(0)
+    big = [Image.fromarray(rng.integers(0, 256, (3000, 3000, 3), dtype=np.uint8)) for _ in range(2)]
+    buf = io.BytesIO()
+    big[0].save(buf, format="TIFF", compression="tiff_lzw", save_all=True, append_images=big[1:])
+    pool = WorkerPool(1)
+    try:
+        with TiffPages(buf.getvalue(), DocumentLimits(page_timeout_s=0.01), pool=pool) as doc:
+            with pytest.raises(PageOverBudget, match="page 2 of the TIFF took over 0.01 s") as e:
+                doc.render(1)
+            assert e.value.status == 413 and pool.killed == 1
+        with TiffPages(fax(3), DocumentLimits(), pool=pool) as doc:  # the pool serves the next document
+            assert [int((doc.render(k)[5, :, 0] < 128).sum()) for k in range(3)] == [172, 345, 518]
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("mode", ["P", "CMYK", "L", "RGBA", "I;16"])
+def test_a_page_decoded_in_a_child_is_the_page_decoded_here(mode):
+    from serve_app.ocr.decode import to_bgr
+
+    rng = np.random.default_rng(1)
+    ims = []
+    for k in range(2):
+        rgb = Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8))
+        im = rgb.convert(mode) if mode != "I;16" else Image.fromarray(rng.integers(0, 65535, (40, 60), dtype=np.uint16))
+        ims.append(im)
+    buf = io.BytesIO()
+    ims[0].save(buf, format="TIFF", save_all=True, append_images=ims[1:])
+    with TiffPages(buf.getvalue(), DocumentLimits()) as doc:
+        got = [doc.render(k) for k in range(2)]
+    with Image.open(io.BytesIO(buf.getvalue())) as img:
+        want = []
+        for k in range(2):
+            img.seek(k)
+            img.load()
+            want.append(to_bgr(img.copy()))
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and np.array_equal(g, w)

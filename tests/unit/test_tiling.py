@@ -105,6 +105,10 @@ def test_a_grid_covers_both_sides():
     assert {(t.y0, t.y1) for t in tiles} >= {(0, 1280)} and max(t.y1 for t in tiles) == 3508
     assert max(t.x1 for t in tiles) == 2480
     assert plan_grid(1300, 800, 1280, 0.15) == [Tile(0, 1300, 0, 800)]  # within 5%: one tile
+    from serve_app.ocr.tiling import grid_count
+
+    for h, w, t in [(3508, 2480, 1280), (1300, 800, 1280), (7300, 5475, 640), (900, 20000, 96), (50, 50, 32)]:
+        assert grid_count(h, w, t, 0.15) == len(plan_grid(h, w, t, 0.15))
 
 
 def test_second_pass_only_for_small_text_that_more_pixels_would_help():
@@ -176,3 +180,122 @@ def test_an_image_longer_than_max_aspect_is_refused_before_decoding():
     buf = io.BytesIO()
     Image.new("L", (4000, 40), 255).save(buf, "PNG")
     assert decode_image(buf.getvalue(), ImageLimits()).shape == (40, 4000, 3)
+
+
+# -- bounded work per image (issue 38, item 6) -------------------------------------------
+
+
+@pytest.mark.parametrize("rung", [32, 320, 640, 960, 1280, 4096])
+@pytest.mark.parametrize("h, w", [(7300, 5475), (6000, 4000), (40_000, 1000), (3508, 2480)])
+def test_the_fine_grid_is_capped_at_every_rung(rung, h, w):
+    from serve_app.ocr.tiling import fine_tiles_at_most, grid_scale, plan_grid
+
+    opts = PipelineOptions(max_tiles=32)
+    for scale in (2.0, 1.0, 0.63, 0.3):
+        s = grid_scale(h, w, scale, opts, rung)
+        assert 0 < s <= scale
+        assert len(plan_grid(max(1, round(h * s)), max(1, round(w * s)), rung, opts.tile_overlap)) <= 32
+    assert 1 <= fine_tiles_at_most(h, w, opts, rung) <= 32
+    assert fine_tiles_at_most(h, w, PipelineOptions(fine_text_px=0), rung) == 0
+
+
+def test_a_40_mp_page_at_limit_side_len_640_is_detected_again_in_at_most_max_tiles():
+    from serve_app.ocr.tiling import finer_scale, plan_grid, prepare_grid
+
+    opts = PipelineOptions()
+    h, w = 7300, 5475  # 40 MP
+    lines = np.stack([quad(10, 30 * i, 900, 30 * i + 14) for i in range(40)])  # 14 px lines
+    det_scale = 640 / 7300
+    uncapped = min(opts.fine_target_px / 14, (opts.tile_max_pixels / (h * w)) ** 0.5)
+    assert len(plan_grid(round(h * uncapped), round(w * uncapped), 640, opts.tile_overlap)) > 60  # before: 64-66
+    s = finer_scale(lines, det_scale, (h, w), opts, 640)
+    assert det_scale * 1.25 <= s < uncapped
+    work, (sx, sy), tiles = prepare_grid(np.zeros((h // 4, w // 4, 3), np.uint8), s * 4, opts, 640)
+    assert len(tiles) <= opts.max_tiles
+    assert max(t.y1 for t in tiles) == work.shape[0] and max(t.x1 for t in tiles) == work.shape[1]
+
+
+def _merge_all_pairs(tiles, boxes, min_iou=0.5):
+    """The merge's reference: every box of every overlapping tile pair
+    against every other (what merge_tile_boxes did before its index)."""
+    flat = [b for bs in boxes for b in np.asarray(bs, np.float32).reshape(-1, 4, 2)]
+    owner = [k for k, bs in enumerate(boxes) for _ in np.asarray(bs).reshape(-1, 4, 2)]
+    parent = list(range(len(flat)))
+
+    def find(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    def iou(a, b, band):
+        ca = (max(a[0], band[0]), max(a[1], band[1]), min(a[2], band[2]), min(a[3], band[3]))
+        cb = (max(b[0], band[0]), max(b[1], band[1]), min(b[2], band[2]), min(b[3], band[3]))
+        area = lambda r: max(0.0, r[2] - r[0]) * max(0.0, r[3] - r[1])  # noqa: E731
+        if area(ca) <= 0 or area(cb) <= 0:
+            return 0.0
+        inter = area((max(ca[0], cb[0]), max(ca[1], cb[1]), min(ca[2], cb[2]), min(ca[3], cb[3])))
+        return inter / (area(ca) + area(cb) - inter)
+
+    rect = [(float(b[:, 0].min()), float(b[:, 1].min()), float(b[:, 0].max()), float(b[:, 1].max())) for b in flat]
+    for i in range(len(flat)):
+        for j in range(len(flat)):
+            a, b = tiles[owner[i]], tiles[owner[j]]
+            if owner[i] >= owner[j]:
+                continue
+            band = (max(a.x0, b.x0), max(a.y0, b.y0), min(a.x1, b.x1), min(a.y1, b.y1))
+            if band[2] > band[0] and band[3] > band[1] and iou(rect[i], rect[j], band) >= min_iou:
+                parent[find(j)] = find(i)
+    return sorted(sorted(i for i in range(len(flat)) if find(i) == r) for r in set(find(i) for i in range(len(flat))))
+
+
+def _random_grid_boxes(tiles, per_tile, rng, big=0):
+    out = []
+    for t in tiles:
+        bs = []
+        for k in range(per_tile):
+            hh = 12 if k >= big else rng.uniform(200, 600)  # a few boxes over many index cells
+            y, x, ww = rng.uniform(t.y0, t.y1 - hh), rng.uniform(t.x0, t.x1 - 100), rng.uniform(30, 600)
+            bs.append(quad(x, y, min(x + ww, t.x1), y + hh))
+        out.append(np.stack(bs))
+    return out
+
+
+@pytest.mark.parametrize("seed, big", [(0, 0), (1, 3), (2, 40)])
+def test_the_indexed_merge_groups_the_boxes_as_all_pairs_do(seed, big):
+    from serve_app.ocr import tiling
+    from serve_app.ocr.tiling import plan_grid
+
+    rng = np.random.default_rng(seed)
+    tiles = plan_grid(1800, 1500, 640, 0.15)
+    boxes = _random_grid_boxes(tiles, 40, rng, big)
+    # the same groups: count boxes per output as the union of the reference's groups
+    want = _merge_all_pairs(tiles, boxes)
+    got = tiling.merge_tile_boxes(tiles, boxes)
+    assert len(got) == len(want)
+
+
+def test_the_merge_compares_each_box_with_few_others():
+    """140 tiles x 150 boxes (the all-pairs merge: ~25 s on this machine,
+    GIL held): each box is compared with a handful of its neighbours, not
+    with every box of each overlapping tile."""
+    from serve_app.ocr import tiling
+    from serve_app.ocr.tiling import plan_grid
+
+    rng = np.random.default_rng(0)
+    tiles = plan_grid(7300, 5475, 640, 0.15)
+    boxes = _random_grid_boxes(tiles, 150, rng)
+    compared = [0]
+    real = tiling._iou_rows
+
+    def counting(a, b):
+        compared[0] += len(b)
+        return real(a, b)
+
+    tiling._iou_rows = counting
+    try:
+        out = tiling.merge_tile_boxes(tiles, boxes)
+    finally:
+        tiling._iou_rows = real
+    n = sum(len(b) for b in boxes)
+    assert 0 < len(out) < n  # some lines seen twice were merged
+    assert compared[0] < 10 * n  # all pairs: ~150 x 150 per overlapping pair of tiles (> 100 n)

@@ -1,0 +1,158 @@
+"""The FastAPI app over a front (build_app): one router per API
+(serve_app/http/routes/), the exception handlers that turn domain errors
+(and the handles' own, through the front's HandleErrors) into the JSON
+error body (the only place that does), and the middleware that counts every
+request's outcome and keeps /docs behind the token. No Ray: the Serve
+deployment (serve_app/http/ingress.py) builds it over its front."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from serve_app.core.errors import BadRequest, Forbidden, OcrError, Unauthorized
+from serve_app.http import paddlex
+from serve_app.http.front import Front
+from serve_app.http.routes import jobs, paddlex as paddlex_routes, page, v1
+from serve_app.http.routes.deps import log, request_id
+from serve_app.serving.admission import set_client
+
+DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
+
+
+def build_app(front: Front) -> FastAPI:
+    """The service's HTTP API over `front`: its routes find it through the
+    `current_front` dependency (serve_app.http.routes.deps), its handlers
+    and middleware through the app's state."""
+    app = FastAPI(
+        title="OCR service",
+        description="PP-OCRv4 (detection, direction, recognition) on Paddle Inference, served by Ray Serve.",
+        version="1",
+    )
+    app.state.front = front
+    for router in (jobs.router, page.router, paddlex_routes.router, v1.router):
+        app.include_router(router)
+    for exc in (OcrError, *front.errors.types):
+        app.add_exception_handler(exc, domain_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, http_error)
+    app.middleware("http")(docs_behind_token)
+    app.middleware("http")(count_outcomes)  # outermost: it sees every answer, the middleware's own refusals too
+    return app
+
+
+def _front(request: Request) -> Front:
+    return request.app.state.front
+
+
+# -- errors -----------------------------------------------------------------------
+def error_response(e: OcrError, request_id: str) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else {}
+    retry = getattr(e, "retry_after_s", None)
+    if retry is not None:
+        headers["Retry-After"] = str(retry)
+    return JSONResponse({"request_id": request_id, "error": {"code": e.code, "message": e.message}},
+                        status_code=e.status, headers=headers)
+
+
+def _request_id_of(request: Request) -> str:
+    return getattr(request.state, "request_id", None) or request_id(request, request.headers.get("x-request-id"))
+
+
+async def domain_error(request: Request, exc: Exception) -> JSONResponse:
+    e = _front(request).errors.unwrap(exc)
+    rid = _request_id_of(request)
+    paddlex_route = getattr(request.state, "api", None) == "paddlex"
+    if not isinstance(e, OcrError):
+        log.error("request %s failed", rid, exc_info=exc)
+        e = OcrError("Internal server error" if paddlex_route else "internal error; the request was not completed")
+    request.state.error_code = e.code  # counted by the middleware
+    if paddlex_route:
+        retry = getattr(e, "retry_after_s", None)
+        return JSONResponse(paddlex.failure(request.state.log_id, e.status, e.message), status_code=e.status,
+                            headers={"Retry-After": str(retry)} if retry is not None else {})
+    return error_response(e, rid)
+
+
+async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(x) for x in first.get("loc", ()))
+    return await domain_error(request, BadRequest(f"bad request {where}: {first.get('msg', 'invalid')}"))
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (no such route, method not allowed) in the same JSON shape."""
+    e = OcrError(str(exc.detail))
+    e.status = exc.status_code
+    e.code = {404: "not_found", 405: "method_not_allowed"}.get(
+        exc.status_code, "bad_request" if exc.status_code < 500 else "internal")
+    response = await domain_error(request, e)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+# -- middleware -------------------------------------------------------------------
+def app_path(request: Request) -> str:
+    """The request's path inside the app, without the route prefix the app
+    is mounted under (Serve's `route_prefix`, given as the ASGI root_path)."""
+    path, root = request.url.path, request.scope.get("root_path") or ""
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
+async def docs_behind_token(request: Request, call_next):
+    """With a token, the API docs (/docs, /openapi.json) need it too,
+    whatever route prefix the app is mounted under. Without a token (an
+    anonymous local service), a browser's POST from another site's page
+    (its Origin is not this service) is refused: a page elsewhere must not
+    be able to drive the service through its visitor's browser."""
+    front = _front(request)
+    if app_path(request) in DOC_PATHS:
+        if not front.clients.authorized(request.headers.get("authorization"), front.token):
+            return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+    elif not front.clients.requires_token(front.token) and request.method == "POST" and cross_origin(request):
+        return await domain_error(request, Forbidden(
+            f"a POST from the page of another origin ({request.headers['origin']}) is refused by a service "
+            "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls"))
+    return await call_next(request)
+
+
+def cross_origin(request: Request) -> bool:
+    """A browser's request from a page whose origin is not this service's."""
+    origin = request.headers.get("origin")
+    if not origin:
+        return False  # not a browser's cross-site request (curl, clients, same-origin GET-style forms)
+    return urlsplit(origin).netloc.lower() != (request.headers.get("host") or "").lower()
+
+
+async def count_outcomes(request: Request, call_next):
+    """Every /v1 request's status, error code and latency, counted in one
+    place; an exception no handler took becomes a 500 JSON error."""
+    t0 = time.perf_counter()
+    # The client, for its fair shares (admission, jobs): its named token, else its address as the connection
+    # (or a trusted proxy) says, never an unchecked header (serve_app/http/clients.py). Set here, it reaches
+    # the route's task.
+    set_client(_front(request).clients.of(request.client.host if request.client else None, request.headers))
+    try:
+        response = await call_next(request)
+    except Exception as exc:
+        response = await domain_error(request, exc)
+    path = getattr(request.scope.get("route"), "path", "")
+    if path.startswith("/v1/") or path == "/ocr":
+        front = _front(request)
+        metrics = front.metrics
+        if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
+            front.history.record(time.time(), response.status_code, (time.perf_counter() - t0) * 1000,
+                                 getattr(request.state, "timings_ms", None))
+        metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
+        code = getattr(request.state, "error_code", None)
+        if code is not None:
+            metrics.errors.inc(tags={"code": code})
+        ms = (time.perf_counter() - t0) * 1000
+        metrics.latency.observe(ms, tags={"route": path})
+        response.headers["Server-Timing"] = f"ingress;dur={ms:.3f}"  # this replica's own time on the request
+    return response

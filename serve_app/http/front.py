@@ -1,0 +1,335 @@
+"""The front: what the ingress is, without Ray. One object per ingress
+replica holding what every HTTP request leases (the body budget, the
+in-flight slots, the bulk lane's slots), the one read path every sync door
+goes through (`Front.read`: admission, the result cache, the deadline and
+the error mapping), the handle API's logic (`Front.ocr`), readiness and the
+live figures.
+
+It is given the pipeline and job-store handles (any object whose methods
+have `.remote(...)`), its metrics, how to tell the handles' own errors from
+the domain errors behind them (HandleErrors) and what it may ask of the
+platform (`cluster`: app_name(), status()); the Serve deployment
+(serve_app/http/ingress.py) passes Ray's. The routes
+(serve_app/http/routes/) get it as a dependency of the app that
+serve_app/http/app.py builds over it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Optional
+
+from starlette.requests import Request
+
+from serve_app.core.app_args import CacheArgs, IngressArgs, LaneArgs
+from serve_app.core.engine_config import DocumentLimits, ImageLimits
+from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Unavailable
+from serve_app.core.lanes import BULK, INTERACTIVE
+from serve_app.core.request_context import RequestContext
+from serve_app.core.request_options import OcrOptions, parse_options
+from serve_app.flow.render_pool import RenderPool
+from serve_app.flow.upload import Upload, upload_of
+from serve_app.http import paddlex
+from serve_app.http.clients import ClientIdentity
+from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
+from serve_app.http.headers import deadline_s
+from serve_app.ocr.image_header import check_structure
+from serve_app.serving.admission import Admission, Gate, current_client
+from serve_app.serving.live_stats import RollingHistory, deployment_summary, stage_summary
+from serve_app.serving.result_cache import Dedupe, ResultCache
+
+log = logging.getLogger("ray.serve")
+
+
+def _as_is(e: BaseException) -> BaseException:
+    return e
+
+
+@dataclass(frozen=True)
+class HandleErrors:
+    """The errors a handle call raises besides the domain errors (`types`,
+    rendered as the JSON error body like those) and the domain error behind
+    each (`unwrap`). Ray's: serve_app.http.ingress.RAY_ERRORS."""
+
+    types: tuple[type[BaseException], ...] = ()
+    unwrap: Callable[[BaseException], BaseException] = _as_is
+
+
+async def downstream(call):
+    """Await a handle call. Its own cancellation (the replica serving it went
+    away) is a 503 Unavailable; this request's cancellation (client gone,
+    shutdown) propagates."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise Unavailable("a replica serving this request stopped; retry shortly") from None
+
+
+class Reused:
+    """A value made by one call at a time and reused for `ttl_s` seconds
+    (readiness, the live figures): cheap under any polling. A caller that
+    goes away does not cancel the call the others wait on."""
+
+    def __init__(self, make):
+        self.make = make
+        self.last: Optional[tuple[float, Any]] = None  # (when, value) of the last call
+        self.call: Optional[asyncio.Future] = None
+
+    async def get(self, ttl_s: float) -> Any:
+        if self.last is None or time.monotonic() - self.last[0] > ttl_s:
+            if self.call is None or self.call.done():
+                self.call = asyncio.ensure_future(self.make())
+            value = await asyncio.shield(self.call)
+            self.last = (time.monotonic(), value)
+        return self.last[1]
+
+
+class Lease:
+    """One HTTP request's hold on the front (Front.lease): its share of the
+    body budget, its body, its deadline and whether it holds a bulk slot."""
+
+    def __init__(self, front: "Front", hold: BodyHold, timeout_s: Optional[float]):
+        self.front = front
+        self.hold = hold
+        self.timeout_s = timeout_s
+        self.deadline = None if timeout_s is None else time.time() + timeout_s  # wall clock, as the replicas get it
+        self.body = b""
+        self.bulk = False
+
+    def take_lane(self, opts: OcrOptions) -> OcrOptions:
+        """The request's lane is known: a bulk request takes a bulk slot too."""
+        self.bulk = self.front._take_bulk_slot(opts)
+        return opts
+
+    def context(self, request_id: str, opts: OcrOptions) -> RequestContext:
+        return RequestContext(request_id, self.deadline, opts.priority or INTERACTIVE)
+
+    def late(self) -> str:
+        return f"not done within the {self.timeout_s:g} s deadline"
+
+
+class Front:
+    """The ingress's state and its one read path (module docstring).
+    `metrics`: request outcomes and latencies (serve_app.serving.metrics.
+    RequestMetrics or an object with the same four meters);
+    `admission_metrics`, `cache_metrics`: Admission's and Dedupe's (None:
+    not counted)."""
+
+    def __init__(self, pipeline: Any, jobs: Any, limits: ImageLimits,
+                 args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
+                 paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
+                 model_id: str = "", lanes: LaneArgs = LaneArgs(), *, metrics: Any, cluster: Any,
+                 admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors()):
+        # The OcrPipeline deployment serves every read (sync, jobs) and
+        # answers readiness and stats: one placement, one bulk gate per
+        # pipeline replica (docs/architecture.md).
+        self.pipeline = pipeline
+        self.jobs = jobs
+        self.limits = limits
+        self.args = args
+        self.documents = documents
+        self.paddlex = paddlex_defaults or paddlex.PaddleXDefaults({}, 0.5, True)
+        self.cluster = cluster
+        self.errors = errors
+        self.in_flight = 0
+        self.bulk_in_flight = 0  # of in_flight, bulk-lane requests (capped by lanes.bulk_max_in_flight)
+        self.lanes = lanes
+        self.submitting = 0
+        self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
+        self.metrics = metrics
+        # Admission by cost (serve_app.serving.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
+        self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
+                                  args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
+        self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
+                                   max_requests=args.max_in_flight)
+        # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
+        self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
+                             cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
+        self._ready = Reused(self._probe_ready)  # the stages' readiness, one probe at a time
+        self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
+        self._stats = Reused(self._gather_stats)  # the live figures, one gathering at a time
+        self.token: Optional[bytes] = None
+        if args.auth_token_env:
+            token = os.environ.get(args.auth_token_env, "")
+            if not token:
+                raise ConfigError(f"ingress.auth_token_env names {args.auth_token_env!r}, but that environment "
+                                  f"variable is empty or unset in the ingress replica (set it, e.g. through "
+                                  f"runtime_env.env_vars, or remove auth_token_env)")
+            self.token = token.encode()
+        self.clients = ClientIdentity.from_args(args)  # who a request's client is (serve_app/http/clients.py)
+
+    # -- the one read path -----------------------------------------------------
+    async def read(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
+                   fresh: bool = False) -> tuple[dict, str]:
+        """Every synchronous door's read (POST /v1/ocr, each item of
+        /v1/ocr/batch, PaddleX's /ocr, the handle's `ocr`): admission by
+        cost, the result cache and in-flight sharing, the deadline (the
+        context's: past it a 504, and the pipeline's call is cancelled
+        with its pending stage calls unless another identical request
+        still waits on it) and the error mapping (a handle's error raised
+        as the domain error behind it). -> (the result body, how the cache
+        answered: hit | shared | miss | bypass). `fresh`: computed alone,
+        not looked up (Cache-Control: no-cache)."""
+        late = late or "not done within the request's deadline"
+        popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
+        try:
+            left = ctx.time_left()
+            if left is not None and left <= 0:
+                raise DeadlineExceeded(late)
+            if not upload.is_document and isinstance(upload.data, (bytes, bytearray, memoryview)):
+                # the decoder's bounded walks (chunks, frames, segments), here at the door, before a
+                # price; a small body's walk is a few hundred steps at most: inline
+                if len(upload.data) <= 256 * 1024:
+                    check_structure(upload.data)
+                else:
+                    await asyncio.to_thread(check_structure, upload.data)
+            # Admitted only if it starts a computation (a hit costs nothing; a shared one shares its ticket).
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits, options=popts) as gate:
+                result, cache = await self.dedupe.read(
+                    upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
+                    late, fresh, gate=gate)
+                gate.done(result)
+        except Exception as e:
+            raise self.errors.unwrap(e) from None
+        if cache in ("miss", "bypass"):  # a hit's or a shared answer's timings were counted once already
+            for step, ms in result.get("timings_ms", {}).items():
+                self.metrics.stage_latency.observe(ms, tags={"step": step})
+        return result, cache
+
+    # -- the handle API (other Ray jobs and deployments) -------------------------
+    async def ocr(self, image: Any, options: Optional[dict] = None) -> Any:
+        """`serve.get_app_handle("ocr").ocr.remote(image_bytes_or_array)` (or
+        a PDF's bytes): the same dict as the HTTP body, with `cache`; with
+        options `format` text, hocr or alto, that document as a str instead.
+        Domain errors raise. No slot or body budget (those are HTTP's): a
+        handle caller is bounded by Serve's max_ongoing_requests."""
+        opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
+        upload = upload_of(image, self.limits)
+        ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
+        result, cache = await self.read(upload, opts, ctx)
+        body = {"request_id": ctx.request_id, **result, "cache": cache}
+        return body if opts.format == "json" else (await self.renders.render(body, opts.format))[0]
+
+    # -- HTTP -----------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lease(self, request: Request, media: tuple[str, ...] = OCR_TYPES,
+                    submit: bool = False) -> AsyncIterator[Lease]:
+        """What one HTTP request holds of this front while it is served,
+        taken in this order and all given back on leaving: its deadline
+        (X-Request-Timeout; a job submit has none), its media type (else
+        415), its body, read within ingress.body_timeout_s (or what is left
+        of the deadline) else 408, under the size limit else 413 and within
+        the ingress's budget of body bytes else 503, then an in-flight slot
+        (ingress.max_in_flight; a job submit: max_submits_in_flight) else
+        503, and once its lane is known a bulk slot (`lease.take_lane`)."""
+        timeout = None if submit else deadline_s(request.headers, self.args)
+        lease = Lease(self, self.bodies.hold(), timeout)
+        try:
+            check_media_type(request.headers, media)
+            wait = self.args.body_timeout_s if timeout is None else min(self.args.body_timeout_s, timeout)
+            lease.body = await read_body(request, body_limit(self.limits), wait, lease.hold)
+            if submit:
+                self._take_submit_slot()
+            else:
+                self._take_slot()
+            try:
+                yield lease
+            finally:
+                if submit:
+                    self.submitting -= 1
+                else:
+                    self.in_flight -= 1
+                self.bulk_in_flight -= lease.bulk
+        finally:
+            lease.hold.release()
+
+    def _take_slot(self) -> None:
+        if self.in_flight >= self.args.max_in_flight:
+            self.admission.count_refusal("in_flight", current_client())
+            raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
+                             retry_after_s=self.args.retry_after_s)
+        self.in_flight += 1
+
+    def _take_bulk_slot(self, opts: OcrOptions) -> bool:
+        """A bulk request also takes one of lanes.bulk_max_in_flight (of
+        max_in_flight): the rest stay for interactive requests. True if taken."""
+        if opts.priority != BULK or not self.lanes.enabled:
+            return False
+        if self.bulk_in_flight >= self.lanes.bulk_max_in_flight:
+            raise Overloaded(f"{self.bulk_in_flight} bulk requests in progress here; retry shortly, or submit a job",
+                             retry_after_s=self.args.retry_after_s)
+        self.bulk_in_flight += 1
+        return True
+
+    def _take_submit_slot(self) -> None:
+        if self.submitting >= self.args.max_submits_in_flight:
+            raise Overloaded(f"{self.submitting} job submits in progress here; retry shortly",
+                             retry_after_s=self.args.retry_after_s)
+        self.submitting += 1
+
+    # -- readiness and the live figures ------------------------------------------
+    async def ready(self) -> dict:
+        """The stages' readiness: one probe at a time, its answer reused for
+        ingress.ready_cache_s."""
+        return await self._ready.get(self.args.ready_cache_s)
+
+    async def stats(self) -> dict:
+        """The live figures: one gathering at a time, its answer reused for
+        ingress.stats_cache_s."""
+        return await self._stats.get(self.args.stats_cache_s)
+
+    async def _probe_ready(self) -> dict:
+        try:
+            return await asyncio.wait_for(self.pipeline.ready.remote(), timeout=self.args.ready_timeout_s)
+        except Exception:  # a stage that does not answer in time (or at all) is not ready
+            return {}
+
+    async def _gather_stats(self) -> dict:
+        """Replica states from the platform (`cluster.status()`, Serve's),
+        and each model stage's replicas' stats() through the pipeline (each
+        asked about twice as often as it has replicas running, at most 8
+        times)."""
+        app = self.cluster.app_name()
+        try:
+            status = await asyncio.wait_for(asyncio.to_thread(self.cluster.status), timeout=3.0)
+            deployments = deployment_summary(status.applications[app].deployments)
+        except Exception as e:  # the live view shows what it got
+            log.warning("live view: no deployment status: %s", e)
+            deployments = {}
+        names = {"det": "TextDetector", "cls": "DirectionClassifier", "rec": "TextRecognizer"}
+        calls = {s: min(8, 2 * max(1, deployments.get(n, {}).get("running", 1))) for s, n in names.items()}
+        try:
+            stages = await asyncio.wait_for(self.pipeline.stats.remote(calls), timeout=5.0)
+        except Exception as e:
+            log.warning("live view: no stage stats: %s", e)
+            stages = {}
+        now = time.time()
+        return {
+            "time": now,
+            "app": app,
+            "deployments": deployments,
+            "stages": {s: {"deployment": home(names.get(s, s), deployments), **stage_summary(r, now)}
+                       for s, r in stages.items()},
+            "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
+                        "bulk_in_flight": self.bulk_in_flight,
+                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot(),
+                        "cache": self.dedupe.stats()},
+            "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
+        }
+
+
+def home(name: str, deployments: dict) -> str:
+    """The deployment whose replicas run a stage: its own, else the
+    recogniser's (detector/classifier.beside_recognizer), else the
+    pipeline's (recognizer.with_pipeline). Unknown deployments: its own."""
+    if not deployments or name in deployments:
+        return name
+    return "TextRecognizer" if "TextRecognizer" in deployments else "OcrPipeline"
