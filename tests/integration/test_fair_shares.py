@@ -138,7 +138,8 @@ def test_requests_that_join_a_computation_and_leave_keep_it_in_the_ledger(servic
     print(f"\njoined pairs: short {[shorts[k] for k in range(4)]}, long {[longs[k] for k in range(4)]} in "
           f"{seconds:.1f} s; readings (shorts done, ledger requests, ledger s, computations): {readings}; "
           f"ingress RSS +{rss.growth_mb():.0f} MB; {normal.summary()}")
-    assert all(s in (503, 504) for s, _, _ in shorts.values())
+    # a short one answered, refused, or (the case) gone at its deadline while its computation runs on
+    assert all(s in (200, 503, 504) for s, _, _ in shorts.values()) and any(s == 504 for s, _, _ in shorts.values())
     assert any(s == 200 and how == "shared" for s, how, _ in longs.values())
     assert all(requests_ >= computations for _, requests_, _, computations in readings)  # none outside the ledger
     assert after_shorts and all(cost > 0 for _, _, cost, _ in after_shorts)
