@@ -57,6 +57,19 @@ def blank_pdf(pages: int, size_pt: tuple[float, float] = (200, 100)) -> bytes:
     return buf.getvalue()
 
 
+def sized_pdf(sizes_pt: Sequence[tuple[float, float]]) -> bytes:
+    """Blank pages, each of its own size in points (a sliver first page, then full pages, say)."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument.new()
+    for w, h in sizes_pt:
+        pdf.new_page(w, h).close()
+    buf = io.BytesIO()
+    pdf.save(buf)
+    pdf.close()
+    return buf.getvalue()
+
+
 def _pdf(objects: Sequence[bytes], trailer_extra: bytes = b"") -> bytes:
     """A PDF file of these objects (numbered from 1; 1 is the catalog) with a correct xref."""
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any, AsyncIterator, Callable, Literal, Optional, Union
 
 INTERACTIVE = "interactive"
@@ -166,7 +166,9 @@ class LaneQueue:
     """An unbounded queue of two lanes: `get()` returns the oldest
     interactive item, unless no interactive item is queued or the oldest
     bulk item has waited `max_wait_s` (then that one). `lanes=False`: one
-    FIFO."""
+    FIFO. Within a lane, items put with an `owner` (a client) are served
+    in turn by owner, each owner's in order: one owner's thousand items
+    wait behind one of every other owner's, not the other way round."""
 
     def __init__(self, max_wait_s: float, lanes: bool = True, metrics: Any = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -174,38 +176,59 @@ class LaneQueue:
         self.lanes = lanes
         self.metrics = metrics or _Null()
         self.clock = clock
-        self._q: dict[str, deque] = {lane: deque() for lane in LANES}
+        # lane -> owner -> its items (oldest first); owners in the order they are next served
+        self._q: dict[str, "OrderedDict[Any, deque]"] = {lane: OrderedDict() for lane in LANES}
+        self._n: dict[str, int] = {lane: 0 for lane in LANES}
         self._ready = asyncio.Semaphore(0)
         self._seq = itertools.count()
         self.promoted = 0
 
     def qsize(self) -> int:
-        return sum(len(q) for q in self._q.values())
+        return sum(self._n.values())
 
     def queued(self, lane: str) -> int:
-        return len(self._q[lane])
+        return self._n[lane]
 
-    def put_nowait(self, item: Any, lane: str = BULK) -> None:
+    def put_nowait(self, item: Any, lane: str = BULK, owner: Any = None) -> None:
         lane = lane if self.lanes and lane in LANES else INTERACTIVE
-        self._q[lane].append((self.clock(), next(self._seq), item))
+        self._q[lane].setdefault(owner, deque()).append((self.clock(), next(self._seq), item))
+        self._n[lane] += 1
         self._ready.release()
         self._report()
 
+    def _oldest(self, lane: str) -> Optional[float]:
+        heads = [q[0][0] for q in self._q[lane].values()]
+        return min(heads) if heads else None
+
+    def _pop(self, lane: str) -> tuple:
+        """The next owner's oldest item in `lane`; that owner goes to the back of the turn."""
+        owners = self._q[lane]
+        owner, q = next(iter(owners.items()))
+        item = q.popleft()
+        if q:
+            owners.move_to_end(owner)
+        else:
+            del owners[owner]
+        self._n[lane] -= 1
+        return item
+
     def get_nowait(self) -> Any:
         """The next item (IndexError when empty)."""
-        inter, bulk = self._q[INTERACTIVE], self._q[BULK]
+        if not self.qsize():
+            raise IndexError("the queue is empty")
         now = self.clock()
-        aged = bool(bulk) and now - bulk[0][0] >= self.max_wait_s
-        if inter and not aged:
-            item = inter.popleft()
-        elif bulk:
-            item = bulk.popleft()
+        oldest_bulk = self._oldest(BULK)
+        aged = oldest_bulk is not None and now - oldest_bulk >= self.max_wait_s
+        if self._n[INTERACTIVE] and not aged:
+            item = self._pop(INTERACTIVE)
+        elif self._n[BULK]:
+            item = self._pop(BULK)
             self.metrics.bulk_wait.observe((now - item[0]) * 1000)
-            if inter:
+            if self._n[INTERACTIVE]:
                 self.promoted += 1
                 self.metrics.promotions.inc()
         else:
-            item = inter.popleft()
+            item = self._pop(INTERACTIVE)
         self._report()
         return item[2]
 
@@ -215,4 +238,4 @@ class LaneQueue:
 
     def _report(self) -> None:
         for lane in LANES:
-            self.metrics.queued.set(len(self._q[lane]), tags={"lane": lane})
+            self.metrics.queued.set(self._n[lane], tags={"lane": lane})

@@ -190,6 +190,17 @@ class PdfFile:
             w, h = header["size"]
         return page_geometry(w, h, self.limits.render_dpi, self.max_pixels, self.limits.max_page_aspect, index + 1)
 
+    def page_sizes(self, budget_s: Optional[float] = None) -> list[tuple[int, int]]:
+        """Every page's (width, height) in pixels as it would be rendered
+        (PDFium's page sizes, no page loaded): a page without area or too
+        long is its BadRequest here, a page that cannot be found too."""
+        header, _ = self._call("sizes", {}, None, budget_s)
+        out = []
+        for i, (w, h) in enumerate(header["sizes"]):
+            g = page_geometry(w, h, self.limits.render_dpi, self.max_pixels, self.limits.max_page_aspect, i + 1)
+            out.append((g.width, g.height))
+        return out
+
     def render(self, index: int, budget_s: Optional[float] = None) -> np.ndarray:
         """Page `index` (0-based) as a BGR uint8 array at its geometry."""
         geo = self.geometry(index, budget_s)

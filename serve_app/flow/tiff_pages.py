@@ -122,6 +122,10 @@ class TiffPages:
                            f"{self.max_pixels}")
         return w, h
 
+    def page_sizes(self) -> list[tuple[int, int]]:
+        """Every page's (width, height), from its directory (size's checks on each)."""
+        return [self.size(i) for i in range(self.pages)]
+
     def geometry(self, index: int) -> PageGeometry:
         """Page `index`'s size in pixels (a TIFF page is read at its own resolution)."""
         w, h = self.size(index)

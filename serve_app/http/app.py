@@ -18,7 +18,6 @@ from starlette.exceptions import HTTPException
 from serve_app.core.errors import BadRequest, Forbidden, OcrError, Unauthorized
 from serve_app.http import paddlex
 from serve_app.http.front import Front
-from serve_app.http.headers import bearer_matches
 from serve_app.http.routes import jobs, paddlex as paddlex_routes, page, v1
 from serve_app.http.routes.deps import log, request_id
 from serve_app.serving.admission import set_client
@@ -111,11 +110,11 @@ async def docs_behind_token(request: Request, call_next):
     anonymous local service), a browser's POST from another site's page
     (its Origin is not this service) is refused: a page elsewhere must not
     be able to drive the service through its visitor's browser."""
-    token = _front(request).token
+    front = _front(request)
     if app_path(request) in DOC_PATHS:
-        if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+        if not front.clients.authorized(request.headers.get("authorization"), front.token):
             return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
-    elif token is None and request.method == "POST" and cross_origin(request):
+    elif not front.clients.requires_token(front.token) and request.method == "POST" and cross_origin(request):
         return await domain_error(request, Forbidden(
             f"a POST from the page of another origin ({request.headers['origin']}) is refused by a service "
             "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls"))
@@ -134,9 +133,10 @@ async def count_outcomes(request: Request, call_next):
     """Every /v1 request's status, error code and latency, counted in one
     place; an exception no handler took becomes a 500 JSON error."""
     t0 = time.perf_counter()
-    # The client, for its fair share of admission (serve_app.serving.admission): its address (the token is one
-    # shared secret: it names no client). Set here, it reaches the route's task.
-    set_client(f"addr:{request.client.host}" if request.client else None)
+    # The client, for its fair shares (admission, jobs): its named token, else its address as the connection
+    # (or a trusted proxy) says, never an unchecked header (serve_app/http/clients.py). Set here, it reaches
+    # the route's task.
+    set_client(_front(request).clients.of(request.client.host if request.client else None, request.headers))
     try:
         response = await call_next(request)
     except Exception as exc:

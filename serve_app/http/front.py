@@ -31,11 +31,12 @@ from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Unavailable
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
-from serve_app.core.model_sets import DEFAULT_MODEL, SETS
+from serve_app.core.model_sets import DEFAULT_MODEL
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
+from serve_app.http.clients import ClientIdentity
 from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
 from serve_app.http.headers import deadline_s
 from serve_app.ocr.image_header import check_structure
@@ -154,7 +155,7 @@ class Front:
                                    max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
-                             cache.share_in_flight, cache_metrics, downstream)
+                             cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
         self._ready = CachedCall(self._probe_ready)  # the stages' readiness, one probe at a time
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
         self._stats = CachedCall(self._gather_stats)  # the live figures, one gathering at a time
@@ -166,6 +167,7 @@ class Front:
                                   f"variable is empty or unset in the ingress replica (set it, e.g. through "
                                   f"runtime_env.env_vars, or remove auth_token_env)")
             self.token = token.encode()
+        self.clients = ClientIdentity.from_args(args)  # who a request's client is (serve_app/http/clients.py)
 
     # -- the one read path -----------------------------------------------------
     async def read_upload(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
@@ -183,7 +185,6 @@ class Front:
         # The model set first: unserved is a 400 before admission, cache or any
         # work (nothing is ever loaded for a request); it is part of the key.
         popts = opts.with_model(self.models).for_pipeline()  # the key: JSON and rendered formats share one computation
-        factor = SETS[popts.model].cost.relative or 1.0  # its price, relative to the default set's
         try:
             left = ctx.time_left()
             if left is not None and left <= 0:
@@ -195,11 +196,11 @@ class Front:
                     check_structure(upload.data)
                 else:
                     await asyncio.to_thread(check_structure, upload.data)
-            # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
-            with Gate(self.admission, upload, left, self.documents, limits=self.limits, factor=factor) as gate:
+            # Admitted only if it starts a computation (a hit costs nothing; a shared one shares its ticket).
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits, options=popts) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
-                    late, fresh, admit=gate.admit)
+                    late, fresh, gate=gate)
                 gate.done(result)
         except Exception as e:
             raise self.errors.unwrap(e) from None
@@ -324,7 +325,8 @@ class Front:
                        for s, r in stages.items()},
             "ingress": {"in_flight": self.in_flight, "max_in_flight": self.args.max_in_flight,
                         "bulk_in_flight": self.bulk_in_flight,
-                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot()},
+                        "job_submits_in_flight": self.submitting, "admission": self.admission.snapshot(),
+                        "cache": self.dedupe.stats()},
             "history": {"bucket_s": self.history.bucket_s, "buckets": self.history.snapshot(now)},
         }
 

@@ -71,7 +71,7 @@ class OcrIngress:
                            metrics=RequestMetrics(), admission_metrics=AdmissionMetrics(),
                            cache_metrics=CacheMetrics(), errors=RAY_ERRORS, cluster=ServeCluster(),
                            models=models)
-        check_exposure(_serve_host(), self.front.token is not None, args.allow_anonymous)
+        check_exposure(_serve_host(), self.front.clients.requires_token(self.front.token), args.allow_anonymous)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_app(self.front)

@@ -10,6 +10,8 @@ What a careless or hostile client can cost is bounded here:
   max_finished_bytes of them, counted as stored, a share of each per client:
   serve_app.jobs.results) besides their time to live, so junk that fails at
   once never locks the store and one client cannot evict another's results;
+- one client holds at most its share of capacity and queued bytes (503,
+  serve_app.jobs.shares); the workers take jobs client by client in turn;
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -33,6 +35,7 @@ from typing import Any, Awaitable, Callable, Optional
 from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
 from serve_app.jobs.journal import JobJournal
 from serve_app.jobs.results import ALL, ResultShares
+from serve_app.jobs.shares import check_room, hold
 from serve_app.jobs.state import Job, JobStatus, encode_result
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
 from serve_app.core.request_options import OcrOptions
@@ -79,6 +82,9 @@ class JobBook:
         self._keys_pending: dict[str, asyncio.Future] = {}  # keys whose first submit is being written
         self.unfinished = 0
         self.held_bytes = 0  # image bytes of unfinished jobs held in memory
+        # each client's unfinished jobs and their image bytes (its share of capacity and max_queued_bytes)
+        self.client_unfinished: dict[str, int] = {}
+        self.client_held: dict[str, int] = {}
         # Job ids to run: interactive jobs first, bulk ones (the default) by
         # age (serve_app.core.lanes); the lane lives in each job's options.
         self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
@@ -150,8 +156,8 @@ class JobBook:
             if job.status.done:
                 self._keep_finished(job)
             else:
-                self.unfinished += 1
-                self.queue.put_nowait(job.job_id, self._lane(job))
+                hold(self, job, +1)
+                self.queue.put_nowait(job.job_id, self._lane(job), job.client)
                 unfinished += 1
         gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
         for job_id in gone:
@@ -181,12 +187,7 @@ class JobBook:
                         f"use a new key for a new request")
                 return job.view()
         nbytes = image_nbytes(image)
-        if self.unfinished >= self.args.capacity:
-            raise Overloaded(f"the job store is full ({self.args.capacity} jobs) of unfinished work; retry later",
-                             retry_after_s=self._retry_after())
-        if self.held_bytes + nbytes > self.args.max_queued_bytes:
-            raise Overloaded(f"the job store holds {self.held_bytes} bytes of queued images; retry later",
-                             retry_after_s=self._retry_after())
+        check_room(self, client, nbytes)  # serve_app.jobs.shares
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
                   fingerprint=payload, nbytes=nbytes, client=client)
         pending = asyncio.get_running_loop().create_future() if key else None
@@ -239,9 +240,8 @@ class JobBook:
         self.jobs[job.job_id] = job
         if key:
             self.by_key[key] = job.job_id
-        self.unfinished += 1
-        self.held_bytes += job.nbytes
-        self.queue.put_nowait(job.job_id, self._lane(job))
+        hold(self, job, +1)
+        self.queue.put_nowait(job.job_id, self._lane(job), job.client)
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -272,12 +272,13 @@ class JobBook:
         job journaled before lanes has none: bulk)."""
         return lane_of(job.options.priority, BULK)
 
-    def _retry_after(self) -> int:
-        """About when a slot frees up: the queue's length over the workers,
-        times a job's average time; 5 s before any job has finished."""
+    def _retry_after(self, jobs: Optional[int] = None) -> int:
+        """About when a slot frees up: the queue's length (or `jobs`) over
+        the workers, times a job's average time; 5 s before any job has finished."""
         if self._job_seconds is None:
             return 5
-        return max(1, min(60, math.ceil(self.unfinished / self.args.concurrency * self._job_seconds)))
+        n = self.unfinished if jobs is None else jobs
+        return max(1, min(60, math.ceil(n / self.args.concurrency * self._job_seconds)))
 
     def _journal_failed(self, e: BaseException) -> None:
         self.journal_error = repr(e)
@@ -431,8 +432,7 @@ class JobBook:
         """Book-keeping of a job that has just finished (its image was dropped)."""
         if job.job_id in self.jobs and job.job_id not in self.finished:
             self._keep_finished(job)
-            self.unfinished -= 1
-            self.held_bytes -= job.nbytes
+            hold(self, job, -1)
             job.nbytes = 0
         try:
             await self._write("finish", job)

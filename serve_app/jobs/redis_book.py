@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from typing import Any, Optional
@@ -145,7 +146,10 @@ class RedisJobBook(JobBook):
             # taken out again).
             call = asyncio.ensure_future(self._submit(args=[
                 self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
-                repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob]))
+                repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob,
+                max(1, int(self.args.capacity * self.args.client_share)),
+                max(1, int(self.args.max_queued_bytes * self.args.client_share)),
+                self.args.max_finished, self.args.max_finished_bytes]))
             try:
                 answer, other = await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -166,6 +170,17 @@ class RedisJobBook(JobBook):
         if answer == "bytes":
             raise Overloaded(f"the job store holds {int(other)} bytes of queued images; retry later",
                              retry_after_s=self._retry_after())
+        if answer == "mine":
+            mine, held = (int(x) for x in other.decode().split())
+            raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
+                             f"(jobs.client_share {self.args.client_share:g} of capacity and of max_queued_bytes) "
+                             f"while the store serves everyone; retry once some have finished",
+                             retry_after_s=self._retry_after(mine))
+        if answer == "results":
+            oldest = float(other)
+            wait = math.ceil(oldest + self.args.ttl_s - time.time()) if oldest else self._retry_after()
+            raise Overloaded("the job store's results are full of other clients' results, kept until their "
+                             "time to live; retry later", retry_after_s=max(1, min(3600, wait)))
         self.redis_error = None
         if answer == "ok" and self._wake is not None:
             self._wake.set()

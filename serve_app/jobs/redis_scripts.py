@@ -37,8 +37,9 @@ local function over(P, c, share_count, share_bytes)
       or tonumber(redis.call('HGET', P..'cbytes', c) or '0') > share_bytes
 end
 
--- past the TTL; then `client` while over its share; then the biggest holder
--- while the store is over its bounds (serve_app.jobs.results' rules)
+-- past the TTL; then `client`'s oldest while it is over its share, or while
+-- the store is over its bounds and it holds more than its newest; never
+-- another client's (serve_app.jobs.results' rules)
 local function evict(P, now, ttl, client, max_count, max_bytes, share_count, share_bytes)
   local gone = 0
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'fin', '-inf', now - ttl, 'LIMIT', 0, 256)) do
@@ -46,57 +47,77 @@ local function evict(P, now, ttl, client, max_count, max_bytes, share_count, sha
     gone = gone + 1
   end
   if client ~= '' then
-    while over(P, client, share_count, share_bytes) do
+    for _ = 1, 100000 do
+      local mine = tonumber(redis.call('HGET', P..'ccount', client) or '0')
+      local store_over = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0') > max_count
+          or tonumber(redis.call('HGET', P..'stats', 'fbytes') or '0') > max_bytes
+      if not (over(P, client, share_count, share_bytes) or (store_over and mine > 1)) then break end
       local oldest = redis.call('ZRANGE', P..'finc:'..client, 0, 0)[1]
       if not oldest then break end
       forget(P, oldest)
       gone = gone + 1
     end
   end
-  for _ = 1, 256 do
-    local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')
-    local fbytes = tonumber(redis.call('HGET', P..'stats', 'fbytes') or '0')
-    if fcount <= max_count and fbytes <= max_bytes then break end
-    local held = redis.call('HGETALL', P..((fbytes > max_bytes) and 'cbytes' or 'ccount'))
-    local biggest, most = nil, -1
-    for k = 1, #held, 2 do
-      local n = tonumber(held[k + 1])
-      if n > most then biggest, most = held[k], n end
-    end
-    if not biggest then break end
-    local oldest = redis.call('ZRANGE', P..'finc:'..biggest, 0, 0)[1]
-    if not oldest then break end
-    forget(P, oldest)
-    gone = gone + 1
-  end
   return gone
+end
+
+-- a queued job in its lane's queue and its client's (the workers take the
+-- clients of a lane in turn: qc:<lane> scores each client by its last turn)
+local function enqueue(P, lane, client, created, id)
+  redis.call('ZADD', P..'q:'..lane, created, id)
+  redis.call('ZADD', P..'q:'..lane..':c:'..client, created, id)
+  redis.call('ZADD', P..'qc:'..lane, 'NX', tonumber(redis.call('GET', P..'turn') or '0'), client)
+end
+
+local function dequeue(P, lane, client, id)
+  redis.call('ZREM', P..'q:'..lane, id)
+  local cq = P..'q:'..lane..':c:'..client
+  redis.call('ZREM', cq, id)
+  if redis.call('ZCARD', cq) == 0 then redis.call('ZREM', P..'qc:'..lane, client) end
 end
 """
 
 # ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
-_SUBMIT = """
+#       client_jobs client_bytes max_count max_fbytes
+_SUBMIT = _FORGET + """
 local P, id, key = ARGV[1], ARGV[2], ARGV[3]
 if key ~= '' then
   local other = redis.call('GET', P..'key:'..key)
   if other then return {'dup', other} end
 end
+local client = ARGV[12]
 local unfinished = tonumber(redis.call('HGET', P..'stats', 'unfinished') or '0')
 local held = tonumber(redis.call('HGET', P..'stats', 'held') or '0')
 if unfinished >= tonumber(ARGV[4]) then return {'full', tostring(unfinished)} end
 if held + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {'bytes', tostring(held)} end
+local mine = tonumber(redis.call('HGET', P..'ucount', client) or '0')
+local mine_bytes = tonumber(redis.call('HGET', P..'ubytes', client) or '0')
+if mine >= tonumber(ARGV[14]) or mine_bytes + tonumber(ARGV[6]) > tonumber(ARGV[15]) then
+  return {'mine', tostring(mine)..' '..tostring(mine_bytes)}
+end
+if tonumber(redis.call('HGET', P..'ccount', client) or '0') == 0 then
+  local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')
+  local fbytes = tonumber(redis.call('HGET', P..'stats', 'fbytes') or '0')
+  if fcount + unfinished >= tonumber(ARGV[16]) or fbytes >= tonumber(ARGV[17]) then
+    local oldest = redis.call('ZRANGE', P..'fin', 0, 0, 'WITHSCORES')
+    return {'results', oldest[2] or '0'}
+  end
+end
 redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
            'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
            'claims', '0')
 redis.call('SET', P..'img:'..id, ARGV[13])
 if key ~= '' then redis.call('SET', P..'key:'..key, id) end
-redis.call('ZADD', P..'q:'..ARGV[7], ARGV[8], id)
+enqueue(P, ARGV[7], client, ARGV[8], id)
 redis.call('HINCRBY', P..'stats', 'unfinished', 1)
 redis.call('HINCRBY', P..'stats', 'held', ARGV[6])
+redis.call('HINCRBY', P..'ucount', client, 1)
+redis.call('HINCRBY', P..'ubytes', client, ARGV[6])
 return {'ok', id}
 """
 
 # ARGV: P now lease_deadline bulk_max_wait owner
-_CLAIM = """
+_CLAIM = _FORGET + """
 local P, now = ARGV[1], tonumber(ARGV[2])
 -- jobs whose lease ran out (their worker died): back to their queue
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT', 0, 16)) do
@@ -106,7 +127,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT'
     redis.call('HSET', j, 'status', 'queued')
     redis.call('HDEL', j, 'owner', 'started')
     if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
-    redis.call('ZADD', P..'q:'..redis.call('HGET', j, 'lane'), redis.call('HGET', j, 'created'), id)
+    local h = redis.call('HMGET', j, 'lane', 'client', 'created')
+    enqueue(P, h[1], h[2] or '', h[3], id)
   end
 end
 local b = redis.call('ZRANGE', P..'q:bulk', 0, 0, 'WITHSCORES')
@@ -116,8 +138,17 @@ if b[1] and now - tonumber(b[2]) >= tonumber(ARGV[4]) then lane = 'bulk'
 elseif i[1] then lane = 'interactive'
 elseif b[1] then lane = 'bulk'
 else return false end
-local id = (lane == 'bulk') and b[1] or i[1]
-redis.call('ZREM', P..'q:'..lane, id)
+-- the lane's next client in turn, its oldest job
+local client = redis.call('ZRANGE', P..'qc:'..lane, 0, 0)[1]
+local id = client and redis.call('ZRANGE', P..'q:'..lane..':c:'..client, 0, 0)[1]
+if not id then  -- (a job queued before the clients' queues: the lane's oldest)
+  id = (lane == 'bulk') and b[1] or i[1]
+  client = redis.call('HGET', P..'job:'..id, 'client') or ''
+end
+dequeue(P, lane, client, id)
+if redis.call('ZSCORE', P..'qc:'..lane, client) then
+  redis.call('ZADD', P..'qc:'..lane, 'XX', redis.call('INCR', P..'turn'), client)
+end
 redis.call('ZADD', P..'lease', ARGV[3], id)
 local j = P..'job:'..id
 redis.call('HSET', j, 'status', 'running', 'owner', ARGV[5], 'started', ARGV[2])
@@ -149,14 +180,20 @@ local st = redis.call('HGET', j, 'status')
 if st ~= 'running' and st ~= 'queued' then return -1 end -- finished by another worker already, or gone
 local client = redis.call('HGET', j, 'client') or ''
 local nbytes = tonumber(redis.call('HGET', j, 'nbytes') or '0')
+local lane = redis.call('HGET', j, 'lane') or 'bulk'
+if redis.call('HINCRBY', P..'ucount', client, -1) <= 0 then
+  redis.call('HDEL', P..'ucount', client)
+  redis.call('HDEL', P..'ubytes', client)
+else
+  redis.call('HINCRBY', P..'ubytes', client, -nbytes)
+end
 redis.call('HSET', j, 'status', ARGV[3], 'finished', ARGV[6], 'size', ARGV[7])
 if ARGV[4] ~= '' then redis.call('HSET', j, 'result', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', j, 'error', ARGV[5]) end
 redis.call('HDEL', j, 'owner')
 redis.call('DEL', P..'img:'..id)
 redis.call('ZREM', P..'lease', id)
-redis.call('ZREM', P..'q:bulk', id)
-redis.call('ZREM', P..'q:interactive', id)
+dequeue(P, lane, client, id)
 redis.call('HINCRBY', P..'stats', 'unfinished', -1)
 redis.call('HINCRBY', P..'stats', 'held', -nbytes)
 redis.call('HINCRBY', P..'stats', ARGV[3], 1)

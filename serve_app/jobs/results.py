@@ -1,14 +1,16 @@
 """Finished jobs' results, kept until their time to live, with a share per
-client (serve_app.jobs.clients: the token, else the address).
+client (serve_app/http/clients.py: a named token, else the address).
 
 The store holds at most `max_finished` results and `max_finished_bytes` of
 them (counted as stored: the result's JSON bytes). One client may hold at
-most `client_share` of each. Before its TTL a result goes only when
-1. its own client is over its share (that client's oldest go first), or
-2. the store is still over its bounds with every client within its share
-   (many clients): then the oldest of the client that holds the most.
-So one client's oversized result or 10,000 tiny jobs evict that client's
-own results, never another's that is within its share.
+most `client_share` of each. Before its TTL a result goes only when its own
+client is over its share, or when that client's new result puts the store
+over its bounds: that client's oldest go first, never another client's.
+A client whose share is full, or that would need room the store has not
+got (every result held by others), is refused its next job with a 503 and
+Retry-After (`room_for`, at submit) instead. So one client's oversized
+result or 10,000 tiny jobs evict that client's own results, and many
+clients at once are told to wait, never given each other's results' room.
 
 This is the sqlite backend's (in-memory) book-keeping; the Redis backend
 keeps the same rules in its Lua scripts (serve_app.jobs.redis_book). No Ray import."""
@@ -63,10 +65,21 @@ class ResultShares:
         return (len(self.by_client.get(client, ())) > self.share_count
                 or self.client_bytes.get(client, 0) > self.share_bytes)
 
+    def oldest_finished(self) -> Optional[float]:
+        return next(iter(self.order.values()))[1] if self.order else None
+
+    def room_for(self, client: str, unfinished: int) -> bool:
+        """Whether a new job of `client` has room for its result, with
+        `unfinished` jobs (everyone's) still to finish: the store within its
+        bounds, or the client holding results of its own to give up."""
+        if self.by_client.get(client):
+            return True
+        return len(self.order) + unfinished < self.max_count and self.total_bytes < self.max_bytes
+
     def to_evict(self, now: float, ttl_s: float, client: Optional[str | object] = None) -> list[str]:
         """Ids to drop now (and drops them here): those past the TTL, then
-        `client`'s oldest while it is over its share, then the biggest
-        holder's oldest while the store is over its bounds."""
+        `client`'s oldest while it is over its share or the store over its
+        bounds (ALL: every client's over its share)."""
         gone = []
         for job_id, (_, finished, _) in self.order.items():  # oldest finished first
             if now - finished <= ttl_s:
@@ -76,14 +89,11 @@ class ResultShares:
             self.remove(job_id)
         over = list(self.by_client) if client == ALL else [client] if client is not None else []
         for c in over:
-            while self.client_over(c):
+            # (the store over its bounds: never its newest, which its job was promised room for)
+            while c in self.by_client and (self.client_over(c) or (
+                    client != ALL and len(self.by_client[c]) > 1
+                    and (len(self.order) > self.max_count or self.total_bytes > self.max_bytes))):
                 oldest = next(iter(self.by_client[c]))
                 self.remove(oldest)
                 gone.append(oldest)
-        while len(self.order) > self.max_count or self.total_bytes > self.max_bytes:
-            by_bytes = self.total_bytes > self.max_bytes
-            biggest = max(self.by_client, key=lambda c: self.client_bytes[c] if by_bytes else len(self.by_client[c]))
-            oldest = next(iter(self.by_client[biggest]))
-            self.remove(oldest)
-            gone.append(oldest)
         return gone

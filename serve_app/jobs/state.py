@@ -38,7 +38,7 @@ class Job:
     # A finished job's result as it is kept (its JSON, UTF-8): what the
     # result store's bounds count is what it holds, not a guess at a dict's size.
     result_json: Optional[bytes] = None
-    client: str = ""  # who submitted it (serve_app.jobs.clients): its share of the result store
+    client: str = ""  # who submitted it (serve_app/http/clients.py): its shares of the queue and the result store
     error: Optional[dict] = None  # {"code", "message"}
     started: Optional[float] = None  # when a worker took it (Unix seconds); not journaled
     finished: Optional[float] = None

@@ -91,7 +91,7 @@ class JobStore:
         them) or a dict. A job's lane is bulk unless its options say
         `priority: interactive`; it is kept in the job's options (journal
         included) and goes with its pipeline call. `client`
-        (serve_app.jobs.clients; the ingress passes it) names whose share of
+        (serve_app/http/clients.py; the ingress passes it) names whose share of
         the result store the job's result counts against."""
         return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key,
                                       client or "handle")

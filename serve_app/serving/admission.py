@@ -2,9 +2,12 @@
 Ray import.
 
 A request's cost is an estimate of the seconds it takes the service to read
-it when alone ("seconds of work"), from its pixels (the image header; a PDF:
-its pages x its first page's pixels at the render DPI) before anything is
-decoded:
+it when alone ("seconds of work"), from its pixels (the image header; a
+document: each page's own, from PDFium's page sizes at the render DPI or
+the TIFF's directories; a bad document is refused before it is priced)
+and the work its options add (fine-pass tiles, turned pages read twice, a
+picture), before anything is decoded, by the cost model of the model set
+that reads it (options.model):
 
     seconds = base + per_mp * megapixels + per_line * lines,
     lines   = (lines per megapixel, learned) * megapixels at the door.
@@ -45,14 +48,23 @@ drains at the measured rate) when
   ledger or of the in-flight requests while other clients are about
   (reason "client_share"; see Admission.admit).
 
+A request that joins an identical computation in flight (the result
+cache's Dedupe) is not admitted again: it shares that computation's
+ticket, which stays in the ledger until the computation ends or its last
+waiter leaves (then it is cancelled), charged to the first request still
+waiting on it. No computation runs outside the ledger.
+
 Otherwise a request is admitted to an empty ledger (a poor estimate never
 starves a large request), and until a drain rate is measured only the cost
 bound applies. The model learns only from plausible answers: a request
 whose size was unknown, or whose seconds are far (10x) from the model's
 own estimate, teaches nothing, and the rest are clipped to 2x of it, so
-that a few hostile requests cannot make every pixel cost seconds. Headers
+that a few hostile requests cannot make every pixel cost seconds; an
+answer that read no text (a blank page) or was read twice teaches
+nothing; and every coefficient stays within model_drift times of its
+prior (serve_app.serving.cost.CostModel). Headers
 are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
-this. Cached and shared answers never reach admission (they cost nothing)."""
+this. Cached answers never reach admission (they cost nothing)."""
 
 from __future__ import annotations
 
@@ -65,6 +77,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
+from serve_app.core.model_sets import SETS
 from serve_app.flow.upload import upload_of
 from serve_app.ocr.decode import check_aspect
 from serve_app.serving.cost import (
@@ -101,10 +114,6 @@ class Ticket:
     admitted_at: float
     alone: bool  # admitted to an empty ledger
     time_left_s: Optional[float] = None
-    # The request's model set's cost relative to the default set's
-    # (serve_app.core.model_sets, Cost.relative): its estimate was scaled by
-    # it, and what it took is learnt divided by it (one cost model for all sets).
-    factor: float = 1.0
 
 
 class Admission:
@@ -118,17 +127,36 @@ class Admission:
         self.metrics = metrics
         self.clock = clock
         self.default_retry_s = default_retry_s
-        self.model = CostModel(args.prior_base_s, args.prior_s_per_mp, args.prior_s_per_line,
-                               s_per_tile=args.prior_s_per_tile)
+        self.models: dict[Optional[str], CostModel] = {}  # one cost model per model set (options.model)
+        self.model = self.model_for(None)
         self.meter = DrainMeter(args.drain_window_s)
         self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
-        self.owner: dict[int, Optional[str]] = {}  # seq -> its client
+        self.owner: dict[int, Optional[str]] = {}  # seq -> the client it is charged to
+        self.waiters: dict[int, list[Optional[str]]] = {}  # seq -> clients of the requests waiting on it
         self.queued_s = 0.0
         self.seq = 0
         self.refused: dict[str, int] = {}
         self.max_requests = max_requests  # the ingress's count limit (for the clients' shares)
         self.seen: dict[str, float] = {}  # client -> when last seen (admitted or refused)
+
+    MAX_MODELS = 16  # cost models kept (model sets are few; a name is checked before it gets here)
+
+    def model_for(self, name: Optional[str]) -> CostModel:
+        """The cost model of a model set (None: the default set), learnt from
+        that set's own answers; its prior is the default set's scaled by the
+        set's cost relative to it (serve_app.core.model_sets, Cost.relative),
+        so a set's first requests are priced as that set, not as the default."""
+        model = self.models.get(name)
+        if model is None:
+            a = self.args
+            r = (SETS[name].cost.relative or 1.0) if name in SETS else 1.0
+            model = CostModel(a.prior_base_s * r, a.prior_s_per_mp * r, a.prior_s_per_line * r,
+                              s_per_tile=a.prior_s_per_tile * r, drift=a.model_drift,
+                              s_per_picture_mp=a.s_per_picture_mp, min_turned=a.min_turned_share)
+            if len(self.models) < self.MAX_MODELS or name is None:
+                self.models[name] = model
+        return model
 
     def note_client(self, client: Optional[str]) -> None:
         """A client was here now (admitted, or refused before admission)."""
@@ -152,12 +180,10 @@ class Admission:
         share = 1.0 if len(active) <= 1 else max(self.args.client_share, 1.0 / len(active))
         return share * self.args.max_queued_cost_s, share * self.max_requests
 
-    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None,
-              factor: float = 1.0) -> Ticket:
-        """A Ticket for the request, or Overloaded (503) with Retry-After.
-        `factor`: its model set's cost relative to the default set's."""
+    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None) -> Ticket:
+        """A Ticket for the request, or Overloaded (503) with Retry-After."""
         now = self.clock()
-        cost = self.model.estimate(size) * factor
+        cost = self.model_for(size.model).estimate(size)
         rate = self.meter.rate(now)
         slowdown = self.calibration.factor
         self.note_client(client)
@@ -184,8 +210,8 @@ class Admission:
             self.count_refusal(d.reason or "deadline")
             if d.reason == "too_big":
                 limit = self.args.max_request_share * self.args.max_queued_cost_s
-                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s) of "
-                                 f"{size.megapixels:.1f} MP), over the {limit:g} s one request may take here "
+                raise Overloaded(f"this request is ~{cost:.0f} s of work ({size.pages} page(s), "
+                                 f"{size.total_megapixels:.1f} MP in all), over the {limit:g} s one request may take here "
                                  f"(ingress.admission.max_request_share); submit it as a job instead "
                                  f"(POST /v1/ocr/jobs, then GET /v1/ocr/jobs/{{job_id}})",
                                  retry_after_s=d.retry_after_s)
@@ -197,11 +223,28 @@ class Admission:
                        f"this request ~{cost:.1f} s)")
             raise Overloaded(f"{why}; retry after {d.retry_after_s} s", retry_after_s=d.retry_after_s)
         self.seq += 1
-        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s, factor)
+        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
         self.held[ticket.seq] = cost
         self.owner[ticket.seq] = client
         self._set_queued(now)
         return ticket
+
+    def join(self, ticket: Ticket, client: Optional[str]) -> None:
+        """A request (of `client`) waits on the computation `ticket` pays
+        for. The ledger charges a ticket to its first waiter still waiting:
+        the request that was admitted, then, once it leaves, the next."""
+        if ticket.seq in self.held:
+            self.waiters.setdefault(ticket.seq, []).append(client)
+            self.owner[ticket.seq] = self.waiters[ticket.seq][0]
+
+    def leave(self, ticket: Ticket, client: Optional[str]) -> None:
+        waiting = self.waiters.get(ticket.seq)
+        if waiting is None or client not in waiting:
+            return
+        waiting.remove(client)
+        if waiting and ticket.seq in self.held:
+            self.owner[ticket.seq] = waiting[0]
+            self.note_client(waiting[0])
 
     def count_refusal(self, reason: str, client: Optional[str] = None) -> None:
         """A refusal by reason (deadline, cost_bound, too_big, client_share;
@@ -218,12 +261,17 @@ class Admission:
         if ticket is None or self.held.pop(ticket.seq, None) is None:
             return
         self.owner.pop(ticket.seq, None)
+        self.waiters.pop(ticket.seq, None)
         now = self.clock()
         seconds = now - ticket.admitted_at
         if result is not None:
             self.meter.finished(now, ticket.cost_s)
-            if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
-                self.model.observe(ticket.size, count_lines(result), seconds / ticket.factor)
+            model = self.model_for(ticket.size.model)
+            turned, read = count_turned(result)
+            if ticket.size.orientation:
+                model.observe_turned(turned, read)
+            if ticket.alone and self.seq == ticket.seq and not turned:  # ran alone, read once: its latency is its cost
+                model.observe(ticket.size, count_lines(result), seconds)
             if ticket.expected_s > 0:
                 self.calibration.observe(seconds / ticket.expected_s)
                 if self.metrics is not None:
@@ -249,7 +297,15 @@ class Admission:
         return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
                 "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
                 "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
-                "model": self.model.snapshot()}
+                "model": self.model.snapshot(),
+                "models": {name: m.snapshot() for name, m in self.models.items() if name is not None}}
+
+
+def count_turned(result: dict) -> tuple[int, int]:
+    """(pages read twice because turned, pages read) of a result body."""
+    pages = result.get("pages") if "pages" in result else [result]
+    turned = sum(1 for p in pages if isinstance(p, dict) and "orientation" in (p.get("timings_ms") or {}))
+    return turned, len(pages)
 
 
 def count_lines(result: dict) -> int:
@@ -266,10 +322,10 @@ class Gate:
 
     def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
                  deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
-                 limits: Any = None, factor: float = 1.0):
+                 limits: Any = None, options: Any = None):
         self.admission = admission
-        self.factor = factor  # the request's model set's relative cost (Admission.admit)
         self.data = data
+        self.options = options  # the request's OcrOptions: the work they add, and the model set that reads it
         self.documents = documents
         self.limits = limits  # ImageLimits: an image over max_pixels is a 413, never priced
         # Time left is taken when admit() runs: a request may wait (a batch's items, a shared flight).
@@ -279,7 +335,7 @@ class Gate:
         self.result: Optional[dict] = None
         self.client = CLIENT.get()
 
-    async def admit(self) -> None:
+    async def admit(self) -> Ticket:
         header_bytes = getattr(self.admission.args, "header_bytes", 256 * 1024)
         upload = upload_of(self.data)  # the door's Upload (serve_app.flow.upload): its kind is known
         if self.documents is not None and upload.is_document:  # a PDF opened in a PDF worker, on the pool's threads
@@ -287,11 +343,11 @@ class Gate:
 
             pool = shared_pool(self.documents.workers, self.documents.worker_memory_mb)
             size = await asyncio.get_running_loop().run_in_executor(
-                pool.executor, image_size, upload, self.documents, header_bytes)
+                pool.executor, image_size, upload, self.documents, header_bytes, self.options)
         elif isinstance(upload.data, np.ndarray):
-            size = image_size(upload)
+            size = image_size(upload, None, header_bytes, self.options)
         else:  # a header, from its first header_bytes: off the event loop all the same
-            size = await asyncio.to_thread(image_size, upload, None, header_bytes)
+            size = await asyncio.to_thread(image_size, upload, None, header_bytes, self.options)
         if self.limits is not None and not upload.is_document and size.known:
             # What the decoder would answer, at once and whatever the load: over the
             # pixel limit a 413 (a decompression bomb is not work too big to take),
@@ -301,10 +357,30 @@ class Gate:
             if size.width and size.height:
                 check_aspect(size.width, size.height, self.limits)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
-        self.ticket = self.admission.admit(size, left, self.client, self.factor)
+        self.ticket = self.admission.admit(size, left, self.client)
+        return self.ticket
 
     def done(self, result: Any) -> None:
         self.result = result if isinstance(result, dict) else None
+
+    # -- a ticket that outlives this request (serve_app.serving.result_cache.Dedupe) --
+    def hand_over(self) -> None:
+        """The ticket now belongs to a computation others may join: it is
+        ended by `end` when that computation ends, not when this request leaves."""
+        self.ticket = None
+
+    def join(self, ticket: Ticket) -> None:
+        """This request waits on the computation `ticket` pays for."""
+        self.admission.join(ticket, self.client)
+
+    def leave(self, ticket: Ticket) -> None:
+        self.admission.leave(ticket, self.client)
+
+    def end(self, ticket: Optional[Ticket], result: Any, late: bool = False) -> None:
+        """The computation `ticket` paid for ended: with its result, or None."""
+        self.admission.finish(ticket, result if isinstance(result, dict) else None, late)
+        if ticket is self.ticket:
+            self.ticket = None
 
     def __enter__(self) -> "Gate":
         return self

@@ -16,7 +16,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from serve_app.core.errors import BadRequest, TooLarge
 from serve_app.flow.documents import open_document
 from serve_app.ocr.image_header import png_dimensions
 from serve_app.flow.upload import upload_of
@@ -32,7 +31,10 @@ UNKNOWN_PIXELS = 1_000_000
 @dataclass(frozen=True)
 class Size:
     """What admission knows of a request before decoding it: pixels of one
-    page (an image is one page) and its pages."""
+    page (an image is one page; a document: its largest) and its pages,
+    and for a document each page's own pixels and tiles (from its header:
+    a TIFF's directories, PDFium's page sizes); the work the options add
+    (extra tiles of a fine pass, a re-read of turned pages, a picture)."""
 
     pixels: int
     pages: int = 1
@@ -40,32 +42,84 @@ class Size:
     known: bool = True  # False: read from no header (costed as UNKNOWN_PIXELS)
     width: int = 0  # an image's (or an array's) pixels across and down, when read; 0 for documents
     height: int = 0
+    page_pixels: tuple[int, ...] = ()  # a document's pages, each its own (empty: `pages` x `pixels`)
+    page_tiles: tuple[int, ...] = ()  # (with page_pixels) each page's detector calls
+    extra_tiles: int = 0  # per page: the fine pass's tiles (options.limit_side_len), at most max_tiles
+    orientation: bool = False  # turned pages are read twice (options.page_orientation)
+    picture: bool = False  # a `visualize` picture is drawn
+    model: Optional[str] = None  # the model set that reads it (options.model): its own cost model
 
     @property
     def megapixels(self) -> float:
         return self.pixels / 1e6
 
+    def each_page(self) -> list[tuple[int, int]]:
+        """(pixels, tiles) of every page."""
+        if self.page_pixels:
+            return list(zip(self.page_pixels, self.page_tiles or (1,) * len(self.page_pixels)))
+        return [(self.pixels, self.tiles)] * self.pages
 
-def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024) -> Size:
+    @property
+    def total_megapixels(self) -> float:
+        return sum(px for px, _ in self.each_page()) / 1e6
+
+    def with_options(self, options: Any) -> "Size":
+        """This size as `options` (OcrOptions, or None) read it."""
+        if options is None:
+            return self
+        from dataclasses import replace
+        from serve_app.core.engine_config import PipelineOptions
+
+        extra = 0
+        side = getattr(options, "limit_side_len", None)
+        if side and self.width and self.height and getattr(options, "det", True):
+            cap = PipelineOptions().max_tiles
+            extra = min(cap, math.ceil(self.width / side) * math.ceil(self.height / side)) - 1
+        orient = getattr(options, "page_orientation", None)
+        return replace(self, extra_tiles=max(0, extra),
+                       orientation=orient is not False and getattr(options, "det", True)
+                       and getattr(options, "cls", None) is not False,
+                       picture=bool(getattr(options, "visualize", False)),
+                       model=getattr(options, "model", None))
+
+
+def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024, options: Any = None) -> Size:
     """A request's Size from headers only: an encoded image's header (from
     its first `header_bytes`; a PNG's chunk headers walked, at most a few
-    hundred), an array's shape, a PDF's page count and first page (opened
-    in a PDF worker, no page is rendered). A document that opening refuses
-    (broken, a page count that lies, too many pages) raises that refusal:
-    it is answered for what it is, never priced. Anything else unreadable
-    is costed as UNKNOWN_PIXELS (it will be refused cheaply by the pipeline)."""
+    hundred), an array's shape, a document's every page (a PDF opened in a
+    PDF worker, each page's size from PDFium without loading the page; a
+    TIFF's directories; nothing rendered or decoded). An image whose header
+    cannot be read is costed as UNKNOWN_PIXELS (the pipeline refuses it
+    cheaply); a document that is bad (broken, encrypted, too many pages, a
+    page without area, too long or over the pixel limit) raises its 4xx
+    here, before it is priced. `options` (OcrOptions): the work they add."""
     try:
         upload = upload_of(data)
+    except Exception:
+        return Size(UNKNOWN_PIXELS, known=False).with_options(options)
+    if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
+        return document_size(bytes(upload.data), documents).with_options(options)
+    return _image_size(upload, header_bytes).with_options(options)
+
+
+def document_size(data: bytes, documents: Any) -> Size:
+    """Every page's pixels (as read: a PDF page at the render DPI, within
+    the page pixel limit) and tiles; the document's own error if it is bad."""
+    with open_document(data, documents) as doc:
+        sizes = doc.page_sizes()
+    pixels = tuple(w * h for w, h in sizes)
+    return Size(max(pixels), len(sizes), max(_tiles(h, w) for w, h in sizes),
+                page_pixels=pixels, page_tiles=tuple(_tiles(h, w) for w, h in sizes))
+
+
+def _image_size(upload: Any, header_bytes: int) -> Size:
+    try:
         data = upload.data
         if isinstance(data, np.ndarray):
             if data.ndim < 2:
                 return Size(UNKNOWN_PIXELS, known=False)
             h, w = int(data.shape[0]), int(data.shape[1])
             return Size(max(1, h * w), tiles=_tiles(h, w), width=w, height=h)
-        if documents is not None and upload.is_document:  # a PDF, a multi-page TIFF
-            with open_document(bytes(data), documents) as pdf:
-                g = pdf.geometry(0)
-                return Size(g.width * g.height, pdf.pages, _tiles(g.height, g.width))
         from PIL import Image
 
         if isinstance(data, (str, Path)):
@@ -79,8 +133,6 @@ def image_size(data: Any, documents: Any = None, header_bytes: int = 256 * 1024)
                 found = img.size
         w, h = found
         return Size(max(1, w * h), tiles=_tiles(h, w), width=w, height=h)
-    except (BadRequest, TooLarge):
-        raise  # a document refused for what it is (a page count that lies, too many pages), before it is priced
     except Exception:
         return Size(UNKNOWN_PIXELS, known=False)
 
@@ -103,7 +155,18 @@ class CostModel:
     by `forget` per new one) over a prior given as pseudo-observations at a
     few typical sizes, which fade as real ones arrive; a small fixed ridge
     towards the prior keeps it solvable when every observation is the same
-    image. Lines per megapixel: the decayed ratio of sums."""
+    image. Lines per megapixel: the decayed ratio of sums.
+
+    A document is priced page by page, each from its own pixels and tiles.
+    Options add: each fine-pass tile (s_per_tile, as a long image's), a
+    picture (s_per_picture_mp of the page), and with page orientation on
+    the share of pages read twice (turned), learned from answers (at least
+    `min_turned`: a service never shown a turned page still prices some).
+
+    Learning is bounded so that blank or adversarial pages cannot move it
+    far: only answers that read text (at least one line) teach it, and a
+    page's learned seconds are used within `drift` times of the prior's
+    for its size, either way (a floor and a ceiling)."""
 
     # (megapixels, lines) of the prior's pseudo-observations: a word, a
     # receipt, a dense page, a photo.
@@ -116,9 +179,13 @@ class CostModel:
     CLIP = 2.0
 
     def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
-                 forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0):
+                 forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0, drift: float = 4.0,
+                 s_per_picture_mp: float = 0.05, min_turned: float = 0.1):
         self.prior = np.array([base_s, s_per_mp, s_per_line])
+        self.prior_lines_per_mp = lines_per_mp
         self.s_per_tile = s_per_tile
+        self.s_per_picture_mp = s_per_picture_mp
+        self.drift = drift
         self.forget = forget
         self.ridge = ridge * np.eye(3)
         self.xx = np.zeros((3, 3))
@@ -129,24 +196,50 @@ class CostModel:
             self.xy += x * float(x @ self.prior)
         self.lines_sum = lines_per_mp
         self.mp_sum = 1.0
+        self.min_turned = min_turned
+        self.turned_sum = min_turned * 10  # as if 10 pages were seen, min_turned of them turned
+        self.pages_sum = 10.0
         self.observed = 0
         self.theta = self.prior.copy()
 
     def lines_per_mp(self) -> float:
         return self.lines_sum / self.mp_sum
 
+    def _read_seconds(self, theta: np.ndarray, lines_per_mp: float, mp: float) -> float:
+        base, per_mp, per_line = theta
+        return float(base + per_mp * mp + per_line * lines_per_mp * mp)
+
+    def turned_share(self) -> float:
+        return min(1.0, max(self.min_turned, self.turned_sum / self.pages_sum))
+
+    def page_seconds(self, pixels: int, tiles: int, size: Size) -> float:
+        mp = pixels / 1e6
+        learned = self._read_seconds(self.theta, self.lines_per_mp(), mp)
+        prior = self._read_seconds(self.prior, self.prior_lines_per_mp, mp)
+        read = min(max(learned, prior / self.drift), prior * self.drift)  # the drift bound: a floor and a ceiling
+        read += self.s_per_tile * (max(0, tiles - 1) + size.extra_tiles)
+        if size.orientation:
+            read *= 1.0 + self.turned_share()
+        if size.picture:
+            read += self.s_per_picture_mp * mp
+        return max(0.01, read)
+
     def estimate(self, size: Size) -> float:
-        """Seconds of work of a request of this size, alone (at least 10 ms)."""
-        mp = size.megapixels
-        base, per_mp, per_line = self.theta
-        page = base + per_mp * mp + per_line * self.lines_per_mp() * mp + self.s_per_tile * max(0, size.tiles - 1)
-        return max(0.01, page) * size.pages
+        """Seconds of work of a request of this size, alone (at least 10 ms a page)."""
+        return sum(self.page_seconds(px, tiles, size) for px, tiles in size.each_page())
+
+    def observe_turned(self, turned: int, pages: int) -> None:
+        """Of `pages` read with page orientation on, `turned` were read twice."""
+        if pages > 0:
+            self.turned_sum = self.forget * self.turned_sum + turned
+            self.pages_sum = self.forget * self.pages_sum + pages
 
     def observe(self, size: Size, lines: int, seconds: float) -> None:
         """One request (one image) that ran alone: its size, the lines it
-        read and its seconds."""
-        if size.pages != 1 or size.tiles != 1 or not size.known or not math.isfinite(seconds) or seconds <= 0:
-            return
+        read and its seconds (an image read twice is not one read's measure)."""
+        if (size.pages != 1 or size.tiles != 1 or size.extra_tiles or size.picture or not size.known
+                or not math.isfinite(seconds) or seconds <= 0 or lines < 1):
+            return  # lines < 1: a blank page is no measure of what a page with text costs
         mp = size.megapixels
         x = np.array([1.0, mp, float(lines)])
         predicted = max(0.01, float(x @ self.theta))
@@ -165,7 +258,7 @@ class CostModel:
         base, per_mp, per_line = self.theta
         return {"base_s": round(float(base), 4), "s_per_mp": round(float(per_mp), 4),
                 "s_per_line": round(float(per_line), 5), "lines_per_mp": round(self.lines_per_mp(), 2),
-                "observed": self.observed}
+                "turned_share": round(self.turned_share(), 3), "observed": self.observed}
 
 
 # -- the drain rate ------------------------------------------------------------------

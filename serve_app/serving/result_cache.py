@@ -144,10 +144,29 @@ class ResultCache:
 
 
 class _Flight:
-    def __init__(self, response: Any):
+    def __init__(self, response: Any, gate: Any = None, ticket: Any = None):
         self.response = response  # has .cancel() (a Serve DeploymentResponse), or not
         self.task: Optional[asyncio.Task] = None
         self.waiters = 0
+        self.gate = gate  # the admission gate that paid for it (ends its ticket), or None
+        self.ticket = ticket  # the flight's place in the ledger, shared by every waiter
+        self.ended = False
+
+    def join(self, gate: Any) -> None:
+        self.waiters += 1
+        if gate is not None and self.ticket is not None:
+            gate.join(self.ticket)
+
+    def leave(self, gate: Any) -> None:
+        self.waiters -= 1
+        if gate is not None and self.ticket is not None:
+            gate.leave(self.ticket)
+
+    def end(self, result: Any, late: bool = False) -> None:
+        """The computation ended (answered, failed or abandoned): its ticket leaves the ledger, once."""
+        if not self.ended and self.gate is not None:
+            self.gate.end(self.ticket, result, late)
+        self.ended = True
 
 
 class Dedupe:
@@ -157,14 +176,24 @@ class Dedupe:
     with .cancel()). With sharing on, identical requests wait on one
     computation: if it fails, each gets the same error; a request whose own
     timeout passes leaves with DeadlineExceeded(late) and the others go on
-    waiting; the computation is cancelled only when no request waits for it
-    any more (so it is started with no deadline of its own). With sharing
-    off, it is started with the request's own deadline, as if there were no
-    table. Successful results go into the cache (if any)."""
+    waiting; the computation is cancelled when no request waits for it any
+    more, and is started with the longest deadline a request may have
+    (`flight_timeout_s`) as a backstop. With sharing off, it is started
+    with the request's own deadline, as if there were no table. Successful
+    results go into the cache (if any).
+
+    Admission (`gate`, serve_app.serving.admission.Gate): the request that
+    starts a computation is admitted first and its ticket belongs to the
+    computation, not to the request: every request waiting on it joins the
+    ticket, the ledger charges it to the first still waiting (the payer
+    while it waits, then the next), and it leaves the ledger when the
+    computation ends, or is cancelled once its last waiter leaves. So no
+    computation runs outside the ledger, whoever paid for it."""
 
     def __init__(self, model_id: str, cache: Optional[ResultCache], share: bool, metrics: Any = None,
-                 awaiter: Optional[Callable[[Any], Awaitable]] = None):
+                 awaiter: Optional[Callable[[Any], Awaitable]] = None, flight_timeout_s: Optional[float] = None):
         self.model_id = model_id
+        self.flight_timeout_s = flight_timeout_s
         self.cache = cache
         self.share = share
         self.metrics = metrics
@@ -174,78 +203,101 @@ class Dedupe:
 
     async def read(self, image: Any, options: Any, timeout_s: Optional[float],
                    start: Callable[[Optional[float]], Any], late: str = "deadline passed",
-                   fresh: bool = False, admit: Optional[Callable[[], Awaitable[None]]] = None) -> tuple[Any, str]:
+                   fresh: bool = False, admit: Optional[Callable[[], Awaitable[Any]]] = None,
+                   gate: Any = None) -> tuple[Any, str]:
         """(result, how); `fresh`: computed alone, not looked up (its result
-        is stored). `admit()` is awaited before this request starts a
-        computation (not for a hit or a shared one, which cost nothing); it
-        may raise (admission refused)."""
+        is stored). `admit()` (or `gate.admit()`) is awaited before this
+        request starts a computation (not for a hit, which costs nothing,
+        nor when it joins one, whose ticket it shares); it may raise
+        (admission refused). With a `gate` the ticket of a computation
+        alone is ended here, and a shared one's when the computation ends."""
+        if gate is not None:
+            admit = gate.admit
         key = None
         if self.cache is not None or self.share:
             key = await content_key_async(image, options, self.model_id)
-        if key is None or fresh:
-            if admit is not None:
-                await admit()
-            result = await self._alone(start, timeout_s, late)
+        if key is None or fresh or not self.share:
+            if key is not None and not fresh and self.cache is not None:
+                hit = self.cache.get(key)
+                if hit is not None:
+                    return hit, self._count("hit")
+            ticket = await admit() if admit is not None else None
+            result = await self._alone(start, timeout_s, late, gate, ticket)
             if key is not None:
                 self._store(key, result)
-            return result, self._count("bypass")
+            return result, self._count("bypass" if key is None or fresh else "miss")
         if self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
                 return hit, self._count("hit")
-        if not self.share:
-            if admit is not None:
-                await admit()
-            result = await self._alone(start, timeout_s, late)
-            self._store(key, result)
-            return result, self._count("miss")
         flight = self.flights.get(key)
+        ticket = None
         if flight is None and admit is not None:
-            await admit()
+            ticket = await admit()
             flight = self.flights.get(key)  # another request may have started it meanwhile
+            if flight is not None and gate is not None:
+                gate.end(ticket, None)  # it joins that one: its own ticket goes back unused
         how = "shared"
         if flight is None:
-            flight = _Flight(start(None))
+            backstop = None if self.flight_timeout_s is None else time.time() + self.flight_timeout_s
+            flight = _Flight(start(backstop), gate, ticket)
+            if gate is not None:
+                gate.hand_over()
             flight.task = asyncio.ensure_future(self._settle(key, flight))
             self.flights[key] = flight
             how = "miss"
         self._count(how)
-        flight.waiters += 1
+        flight.join(gate)
         left = True
+        timed_out = False
         try:
             result = await asyncio.wait_for(asyncio.shield(flight.task), timeout_s)
             left = False
             return result, how
         except asyncio.TimeoutError:
+            timed_out = True
             raise DeadlineExceeded(late) from None
         finally:
-            flight.waiters -= 1
+            flight.leave(gate)
             if left and flight.waiters == 0 and not flight.task.done():
-                self._abandon(key, flight)
+                self._abandon(key, flight, timed_out)
 
-    async def _alone(self, start: Callable[[Optional[float]], Any], timeout_s: Optional[float], late: str) -> Any:
+    async def _alone(self, start: Callable[[Optional[float]], Any], timeout_s: Optional[float], late: str,
+                     gate: Any = None, ticket: Any = None) -> Any:
         response = start(None if timeout_s is None else time.time() + timeout_s)
+        result, is_late = None, False
         try:
-            return await asyncio.wait_for(self.awaiter(asyncio.shield(response)), timeout_s)
+            result = await asyncio.wait_for(self.awaiter(asyncio.shield(response)), timeout_s)
+            return result
         except asyncio.TimeoutError:
             _cancel(response)
+            is_late = True
             raise DeadlineExceeded(late) from None
+        except BaseException:
+            _cancel(response)
+            raise
+        finally:
+            if gate is not None:
+                gate.end(ticket, result, is_late)
 
     async def _settle(self, key: str, flight: _Flight) -> Any:
+        result = None
         try:
             result = await self.awaiter(flight.response)
         finally:
             if self.flights.get(key) is flight:
                 del self.flights[key]
+            flight.end(result)
         self._store(key, result)
         return result
 
-    def _abandon(self, key: str, flight: _Flight) -> None:
-        """No one waits: cancel the computation (and what it queued)."""
+    def _abandon(self, key: str, flight: _Flight, late: bool = False) -> None:
+        """No one waits: cancel the computation (and what it queued); its ticket leaves the ledger."""
         if self.flights.get(key) is flight:
             del self.flights[key]
         _cancel(flight.response)
         flight.task.cancel()
+        flight.end(None, late)
 
     def _store(self, key: str, result: Any) -> None:
         if self.cache is None or has_page_errors(result):

@@ -128,6 +128,117 @@ def test_documents_and_nonsense_are_not_learned():
     assert (m.theta == before).all() and m.observed == 0
 
 
+def sized_tiff(sizes: list[tuple[int, int]]) -> bytes:
+    """A 1-bit TIFF, each page of its own size (G4: a blank page is a few bytes)."""
+    ims = [Image.new("1", wh, 1) for wh in sizes]
+    buf = io.BytesIO()
+    ims[0].save(buf, format="TIFF", compression="group4", save_all=True, append_images=ims[1:])
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("kind", ["tiff", "pdf"])
+def test_every_page_of_a_document_is_priced_from_its_own_header_not_its_first(kind):
+    """Issue 38, item 2: 199 pages whose first is 16 x 16 px are priced as
+    199 full pages, not 199 x the sliver; each page's size is read from
+    the TIFF's directories or PDFium's page sizes (nothing rendered)."""
+    from harness.pdfs import sized_pdf
+
+    limits = DocumentLimits()
+    if kind == "tiff":
+        body = sized_tiff([(16, 16)] + [(2000, 2800)] * 198)
+        full = 2000 * 2800
+    else:  # 16 px at the render DPI, then A4 pages
+        sliver = 16 * 72 / limits.render_dpi
+        body = sized_pdf([(sliver, sliver)] + [(595, 842)] * 198)
+        full = image_size(sized_pdf([(595, 842)]), limits).pixels
+    size = image_size(body, limits)
+    assert size.pages == 199 and size.page_pixels[0] == 256 and set(size.page_pixels[1:]) == {full}
+    m = CostModel(0.15, 0.2, 0.006)
+    page = m.estimate(Size(full))
+    assert m.estimate(size) == pytest.approx(198 * page + m.estimate(Size(256)))
+    assert m.estimate(size) > 5 * 199 * m.estimate(Size(256))  # the old price: 199 x the sliver's
+
+
+@pytest.mark.parametrize("body, code", [
+    ("lying", "bad_request"), ("long_page", "bad_request"), ("tiff_page_over_limit", "too_large"),
+])
+def test_a_bad_document_is_refused_for_being_bad_before_it_is_priced(body, code):
+    from harness.pdfs import lying_count_pdf, sized_pdf
+    from serve_app.core.errors import OcrError
+
+    data = {"lying": lying_count_pdf(199),
+            "long_page": sized_pdf([(595, 842)] * 3 + [(1, 10_000)]),
+            "tiff_page_over_limit": sized_tiff([(16, 16), (9000, 9000)])}[body]
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        with Gate(a, data, 10.0, DocumentLimits(max_page_pixels=50_000_000), clock=clock) as gate:
+            await gate.admit()
+
+    with pytest.raises(OcrError) as e:
+        asyncio.run(go())
+    assert e.value.code == code and "page" in e.value.message
+    assert a.seq == 0 and a.queued_s == 0 and not a.refused  # never priced, nothing held
+
+
+def test_the_options_add_their_work_to_the_price():
+    from serve_app.core.request_options import parse_options
+
+    m = CostModel(0.15, 0.2, 0.006, s_per_tile=0.1, min_turned=0.1)
+    plain = image_size(png(4000, 4000), options=parse_options({"page_orientation": False}))
+    turned = image_size(png(4000, 4000), options=parse_options({"page_orientation": True}))
+    fine = image_size(png(4000, 4000), options=parse_options({"page_orientation": False, "limit_side_len": 640}))
+    picture = image_size(png(4000, 4000), options=parse_options({"page_orientation": False, "visualize": True}))
+    base = m.estimate(plain)
+    assert m.estimate(turned) == pytest.approx(base * 1.1)  # a tenth of the pages priced as read twice
+    assert fine.extra_tiles == 31 and m.estimate(fine) == pytest.approx(base + 31 * 0.1)  # at most max_tiles
+    assert m.estimate(picture) == pytest.approx(base + 0.05 * 16)
+    for _ in range(200):  # every page seen turned: priced as read twice
+        m.observe_turned(1, 1)
+    assert m.estimate(turned) == pytest.approx(base * 2, rel=0.01)
+
+
+def test_blank_or_adversarial_pages_cannot_move_the_model_far():
+    """Blank 40 MP pages answered in 1.5 s teach nothing; 40 MP pages with
+    one line each, answered fast, move a 40 MP page's price at most
+    `drift` times down from the prior's (a floor), and absurdly slow
+    answers at most `drift` times up (a ceiling)."""
+    m = CostModel(0.15, 0.2, 0.006, drift=4.0)
+    big = Size(40_000_000)
+    prior = m.estimate(big)
+    for _ in range(300):
+        m.observe(big, 0, 1.5)  # blank
+    assert m.observed == 0 and m.estimate(big) == prior
+    for _ in range(2000):
+        m.observe(big, 1, 0.5 * m.estimate(big))  # one line, each answered in half its price
+        m.observe(Size(1_000_000), 1, 0.5 * m.estimate(Size(1_000_000)))
+    assert m.observed > 0 and m.estimate(big) == pytest.approx(prior / 4)
+    m2 = CostModel(0.15, 0.2, 0.006, drift=4.0)
+    for _ in range(2000):
+        m2.observe(Size(100_000), 5, 2.0 * m2.estimate(Size(100_000)))
+    assert m2.estimate(Size(100_000)) <= 4 * CostModel(0.15, 0.2, 0.006).estimate(Size(100_000)) + 1e-9
+
+
+def test_each_model_set_has_its_own_cost_model():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(Size(1_000_000, model="ppocrv6_small"), None)
+    clock.t += 3.0
+    a.finish(t, RESULT)
+    assert a.models["ppocrv6_small"].observed == 1 and a.model.observed == 0
+    assert "ppocrv6_small" in a.snapshot()["models"]
+
+
+def test_a_page_read_twice_teaches_only_the_turned_share():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    t = a.admit(Size(1_000_000, orientation=True), None)
+    clock.t += 2.0
+    a.finish(t, {"results": [{"text": "a"}], "timings_ms": {"det": 1.0, "orientation": 900.0}})
+    assert a.model.observed == 0 and a.model.turned_share() > 0.1
+
+
 # -- the drain rate ------------------------------------------------------------------------
 
 
@@ -380,6 +491,132 @@ def test_a_refused_admission_starts_no_computation():
     assert started == [] and flights == {}
 
 
+class HeldCall:
+    """A handle call that runs until the test releases it (explicit steps, no race of sleeps)."""
+
+    def __init__(self, calls: list, deadline):
+        self.deadline = deadline
+        self.cancelled = False
+        self.release = asyncio.Event()
+        calls.append(self)
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self):
+        await self.release.wait()
+        return {"results": [{"text": "TEST"}]}
+
+    def cancel(self):
+        self.cancelled = True
+        self.task.cancel()
+
+    def __await__(self):
+        return self.task.__await__()
+
+
+async def until(predicate) -> None:
+    while not predicate():
+        await asyncio.sleep(0.001)
+
+
+def reader(a: Admission, d: Dedupe, start, clock):
+    """read(body, timeout, client): one request through the gate and the table, as the ingress does."""
+    from serve_app.serving.admission import set_client
+
+    def read(body, timeout, client):
+        async def one():
+            set_client(client)
+            gate = Gate(a, body, timeout, DocumentLimits(), clock=clock)
+            with gate:
+                result, how = await d.read(body, OcrOptions(), timeout, start, gate=gate)
+                gate.done(result)
+                return result, how
+        return asyncio.ensure_future(one())
+    return read
+
+
+def test_a_joined_request_shares_the_ticket_which_stays_charged_after_the_payer_leaves():
+    """The hostile pair (issue 38, item 1): a body with a short deadline,
+    then the same body with 600 s that joins its computation. When the
+    payer leaves, the computation stays in the ledger, charged to the
+    joiner's client, until it ends; of eight such pairs the ledger's bound
+    (four requests' cost) admits four and refuses the rest, instead of
+    running eight with the ledger at 0. (Each costs 10 ms here, to fit
+    the payer's 250 ms deadline.)"""
+    clock = Clock()
+    a = Admission(args(prior_base_s=0.01, max_queued_cost_s=0.045), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=True, flight_timeout_s=600)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        payers, joiners = [], []
+        for i in range(8):
+            body = png(100 + i, 100)
+            payer = read(body, 0.25, "addr:payer")
+            await until(lambda: payer.done() or len(d.flights) > len(joiners))
+            if not payer.done():  # admitted: its computation is in flight; the same body joins it
+                joiners.append(read(body, 600, "addr:joiner"))
+                # joined: each earlier flight has its joiner, this one its payer too
+                await until(lambda: payer.done() or sum(f.waiters for f in d.flights.values()) == len(joiners) + 1)
+            payers.append((await asyncio.gather(payer, return_exceptions=True))[0])
+        held = (a.queued_s, sorted(set(a.owner.values())), len(a.held))
+        for call in calls:
+            call.release.set()
+        answers = await asyncio.gather(*joiners)
+        return calls, payers, held, answers
+
+    calls, payers, held, answers = asyncio.run(go())
+    assert [type(p).__name__ for p in payers] == ["DeadlineExceeded"] * 4 + ["Overloaded"] * 4
+    assert held == (pytest.approx(0.04), ["addr:joiner"], 4)  # charged to the client still waiting
+    assert len(calls) == 4 and all(c.deadline is not None for c in calls)  # never without a deadline
+    assert [how for _, how in answers] == ["shared"] * 4 and all(r["results"] for r, _ in answers)
+    assert a.queued_s == 0 and not a.held and not a.owner and not a.waiters
+
+
+def test_a_shared_computation_leaves_the_ledger_cancelled_when_its_last_waiter_leaves():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=True, flight_timeout_s=600)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        body = png(50, 50)
+        first = read(body, 0.02, "addr:a")  # (the prior: 1 s of work; an empty ledger admits it)
+        await until(lambda: d.flights)
+        second = read(body, 600, "addr:b")
+        await until(lambda: next(iter(d.flights.values())).waiters == 2)
+        await asyncio.gather(first, return_exceptions=True)
+        during = (a.queued_s, list(a.owner.values()))
+        second.cancel()  # its client went away
+        await asyncio.gather(second, return_exceptions=True)
+        await asyncio.sleep(0)
+        return calls, during, d
+
+    calls, during, d = asyncio.run(go())
+    assert during == (pytest.approx(1.0), ["addr:b"])
+    assert calls[0].cancelled and not d.flights and a.queued_s == 0 and not a.held
+
+
+def test_a_request_alone_that_goes_away_cancels_its_computation_and_gives_its_cost_back():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+
+    async def go():
+        calls: list = []
+        d = Dedupe("m", None, share=False)
+        read = reader(a, d, lambda deadline: HeldCall(calls, deadline), clock)
+        r = read(png(50, 50), 600, "addr:a")
+        await until(lambda: calls)
+        held = a.queued_s
+        r.cancel()
+        await asyncio.gather(r, return_exceptions=True)
+        return calls, held
+
+    calls, held = asyncio.run(go())
+    assert held == pytest.approx(1.0) and calls[0].cancelled and a.queued_s == 0
+
+
 # -- admission that cannot be gamed (issue 24, item 3) ---------------------------------------
 
 
@@ -518,7 +755,7 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
     strip = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 40_000_000, 8, 2, 0, 0, 0)) \
         + chunk(b"IEND", b"")
     clock = Clock()
-    a = Admission(args(), None, clock)
+    a = Admission(args(model_drift=1000), None, clock)  # a prior of 1 s at any size: let it learn freely
     limits = ImageLimits(max_pixels=50_000_000, max_aspect=500.0)
     for _ in range(60):  # a slow service: about 3 s a megapixel
         a.model.observe(Size(1_000_000), 60, 3.0)
@@ -536,21 +773,26 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
     asyncio.run(go())
 
 
-def test_a_costlier_model_set_is_priced_by_its_factor_and_learnt_at_the_default_sets_scale():
+def test_a_model_sets_first_requests_are_priced_as_that_set_and_it_learns_apart():
+    """Each set has its own cost model; before it has learnt anything, its
+    prior is the default set's scaled by the set's relative cost (the
+    most expensive request a stranger can name a set for is priced as that
+    set, not as v4)."""
+    from serve_app.core.model_sets import SETS
+
     clock = Clock()
-    adm = Admission(AdmissionArgs(max_queued_cost_s=10.0, max_request_share=1.0), clock=clock)
-    size = Size(1_000_000, width=1000, height=1000)
-    plain = adm.model.estimate(size)
-    t = adm.admit(size, None, factor=2.5)
-    assert t.cost_s == pytest.approx(2.5 * plain) and adm.queued_s == pytest.approx(2.5 * plain)
-    clock.t += 2.5 * 0.4  # it ran alone, 2.5 times what a default-set image of 0.4 s takes
-    adm.finish(t, {"results": [{}] * 10})
+    adm = Admission(AdmissionArgs(max_queued_cost_s=100.0, max_request_share=1.0), clock=clock)
+    plain = adm.model_for(None).estimate(Size(1_000_000, width=1000, height=1000))
+    for name, s in SETS.items():
+        size = Size(1_000_000, width=1000, height=1000, model=name)
+        assert adm.model_for(name).estimate(size) == pytest.approx(plain * (s.cost.relative or 1.0))
+    small = Size(1_000_000, width=1000, height=1000, model="ppocrv6_small")
+    t = adm.admit(small, None)
+    assert adm.queued_s == pytest.approx(t.cost_s)
+    clock.t += 0.4
+    adm.finish(t, {"results": [{"text": "x"}] * 10})
     assert adm.queued_s == 0
-    seen = adm.model.observed
-    assert seen == 1
-    # a set so costly that one image is over the whole ledger: refused before any work (503), not loaded
-    with pytest.raises(Overloaded):
-        adm.admit(size, None, factor=1000.0)
+    assert adm.model_for("ppocrv6_small").observed == 1 and adm.model_for(None).observed == 0
 
 
 def test_a_pdf_whose_page_count_lies_is_a_400_at_the_door_however_busy():

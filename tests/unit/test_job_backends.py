@@ -110,7 +110,8 @@ def test_an_idempotency_key_stands_for_one_payload(books):
 
 def test_capacity_counts_unfinished_jobs_and_their_image_bytes(books):
     async def go():
-        book = await books(FakePipeline(open_gate=False).run, capacity=3, max_queued_bytes=1000, concurrency=1)
+        book = await books(FakePipeline(open_gate=False).run, capacity=3, max_queued_bytes=1000, concurrency=1,
+                           client_share=1.0)  # one client: the store's own bounds
         await book.submit(b"x" * 600, OcrOptions())
         with pytest.raises(Overloaded) as too_big:
             await book.submit(b"y" * 500, OcrOptions())  # 1100 bytes queued: over
@@ -327,19 +328,50 @@ def test_a_submit_cancelled_during_its_journal_write_leaves_no_unseen_job(tmp_pa
     assert out["book"] == [b"k"] and out["file"] == [b"k"]
 
 
-def test_a_store_over_its_bound_with_every_client_within_its_share_drops_the_biggest_holders_oldest(books):
-    """Many clients at once (say, many addresses): each within its share, the
-    store over max_finished; the client holding the most loses its oldest."""
+def test_a_full_store_refuses_a_new_clients_job_and_drops_nobody_elses_result(books):
+    """Many clients at once (say, many addresses), each within its share,
+    fill the store (max_finished 10): the next client without results of
+    its own gets a 503 with Retry-After (until the oldest result's TTL), and
+    every accepted client's results stay; a client with results of its own
+    gives up its own oldest for its new one."""
     async def go():
         book = await books(FakePipeline().run, max_finished=10, client_share=0.5, concurrency=1)  # finish in order
         ids = {}
-        for client, n in (("addr:a", 5), ("addr:b", 3), ("addr:c", 3)):
+        for client, n in (("addr:a", 5), ("addr:b", 3), ("addr:c", 2)):
             ids[client] = [(await book.submit(f"{client}{k}".encode(), OcrOptions(), client=client))["job_id"]
                            for k in range(n)]
             await settle(book, ids[client])
+        with pytest.raises(Overloaded) as refused:
+            await book.submit(b"d0", OcrOptions(), client="addr:d")
+        again = (await book.submit(b"a5", OcrOptions(), client="addr:a"))["job_id"]
+        await settle(book, [again])
         kept = {c: [await book.get(i) is not None for i in js] for c, js in ids.items()}
         await books.close_all()
-        return kept
+        return kept, refused.value
 
-    kept = run(go())
-    assert kept == {"addr:a": [False, True, True, True, True], "addr:b": [True] * 3, "addr:c": [True] * 3}
+    kept, refused = run(go())
+    assert refused.status == 503 and refused.retry_after_s >= 1 and "other clients' results" in refused.message
+    assert kept == {"addr:a": [False, True, True, True, True], "addr:b": [True] * 3, "addr:c": [True] * 2}
+
+
+def test_one_client_holds_its_share_of_the_queue_and_the_workers_take_clients_in_turn(books):
+    """1,000 bomb jobs from one client (issue 38, item 3), scaled: a client
+    holds at most client_share of capacity (then 503 with Retry-After), and
+    another client's job, sent after them, runs second, not last."""
+    async def go():
+        pipeline = FakePipeline(open_gate=False)
+        book = await books(pipeline.run, capacity=40, client_share=0.25, concurrency=1)
+        bombs = []
+        with pytest.raises(Overloaded) as over:
+            for k in range(40):
+                bombs.append((await book.submit(f"bomb{k}".encode(), OcrOptions(), client="addr:6.6.6.6"))["job_id"])
+        honest = (await book.submit(b"honest", OcrOptions(), client="addr:10.0.0.1"))["job_id"]
+        pipeline.gate.set()
+        await settle(book, [honest, *bombs])
+        order = [bytes(image) for image, _ in pipeline.calls]
+        await books.close_all()
+        return len(bombs), over.value, order.index(b"honest")
+
+    accepted, over, place = run(go())
+    assert accepted == 10 and over.status == 503 and over.retry_after_s >= 1 and "its share" in over.message
+    assert place <= 2  # behind at most the job already running and one more of the other client's

@@ -57,7 +57,7 @@ def test_1100_junk_jobs_that_fail_at_once_leave_room_for_a_real_one():
 def test_capacity_counts_unfinished_jobs_and_their_bytes():
     async def go():
         pipeline = FakePipeline(open_gate=False)
-        book = await started(pipeline.run, capacity=3, max_queued_bytes=1000, concurrency=1)
+        book = await started(pipeline.run, capacity=3, max_queued_bytes=1000, concurrency=1, client_share=1.0)
         await book.submit(b"x" * 600, OcrOptions())
         with pytest.raises(Overloaded) as by_bytes:
             await book.submit(b"y" * 600, OcrOptions())

@@ -96,7 +96,7 @@ def test_a_job_whose_replica_died_is_retried_then_given_up():
 
 def test_idempotency_key_returns_the_same_job_and_capacity_refuses_with_503():
     async def go():
-        book = await started(FakePipeline(open_gate=False), capacity=2)
+        book = await started(FakePipeline(open_gate=False), capacity=2, client_share=1.0)
         a = await book.submit(b"a", OcrOptions(), "k")
         assert (await book.submit(b"a", OcrOptions(), "k"))["job_id"] == a["job_id"]
         with pytest.raises(IdempotencyConflict) as conflict:  # the same key, another payload

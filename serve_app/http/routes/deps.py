@@ -19,7 +19,7 @@ from serve_app.core.errors import OcrError, TooLarge, Unauthorized
 from serve_app.core.request_options import FORMATS, OcrOptions
 from serve_app.flow.formats import render
 from serve_app.http.front import Front
-from serve_app.http.headers import bearer_matches, priority
+from serve_app.http.headers import priority
 
 log = logging.getLogger("ray.serve")
 
@@ -44,8 +44,7 @@ RequestId = Annotated[str, Depends(request_id)]
 
 def authorized(request: Request, _: RequestId, front: CurrentFront) -> None:
     """Bearer-token check for /v1 routes (when ingress.auth_token_env is set)."""
-    token = front.token
-    if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+    if not front.clients.authorized(request.headers.get("authorization"), front.token):
         raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
 
 

@@ -17,7 +17,7 @@ from serve_app.http.front import downstream
 from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
-from serve_app.jobs.clients import client_of_request
+from serve_app.serving.admission import current_client
 from serve_app.jobs.state import job_body
 from serve_app.ocr.image_header import check_image_header
 
@@ -37,7 +37,7 @@ async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = N
         # Junk is a 400 now, not a failed job later (header only, off
         # the loop); a document is opened, its pages counted, none rendered.
         await asyncio.to_thread(check_upload, upload, front.limits, front.documents)
-        job = await downstream(front.jobs.submit.remote(upload.data, opts, key, client_of_request(request)))
+        job = await downstream(front.jobs.submit.remote(upload.data, opts, key, current_client() or "addr:?"))
     return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                         headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 

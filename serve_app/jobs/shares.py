@@ -1,0 +1,51 @@
+"""Each client's share of the job book (issue 38): its unfinished jobs and
+their image bytes (jobs.client_share of capacity and of max_queued_bytes),
+and room for its result that takes nobody else's (serve_app.jobs.results).
+Functions over a JobBook (serve_app.jobs.book). No Ray import."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from serve_app.core.errors import Overloaded
+
+
+def check_room(book: Any, client: str, nbytes: int) -> None:
+    """Overloaded (503, Retry-After) unless a new job of `client` of
+    `nbytes` fits: the store's capacity and queued bytes, this client's
+    share of each (jobs.client_share), and room for its result that takes
+    nobody else's (serve_app.jobs.results.ResultShares.room_for)."""
+    args = book.args
+    share = args.client_share
+    mine, held = book.client_unfinished.get(client, 0), book.client_held.get(client, 0)
+    if book.unfinished >= args.capacity:
+        raise Overloaded(f"the job store is full ({args.capacity} jobs) of unfinished work; retry later",
+                         retry_after_s=book._retry_after())
+    if book.held_bytes + nbytes > args.max_queued_bytes:
+        raise Overloaded(f"the job store holds {book.held_bytes} bytes of queued images; retry later",
+                         retry_after_s=book._retry_after())
+    if mine >= max(1, int(args.capacity * share)) or held + nbytes > max(1, int(args.max_queued_bytes * share)):
+        raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
+                         f"(jobs.client_share {share:g} of capacity and of max_queued_bytes) while the store "
+                         f"serves everyone; retry once some have finished",
+                         retry_after_s=book._retry_after(mine))
+    if not book.finished.room_for(client, book.unfinished):
+        oldest = book.finished.oldest_finished()
+        wait = book._retry_after() if oldest is None else math.ceil(oldest + args.ttl_s - time.time())
+        raise Overloaded(f"the job store's results are full ({len(book.finished)} results, "
+                         f"{book.finished.total_bytes} bytes) of other clients' results, kept until their "
+                         f"time to live; retry later", retry_after_s=max(1, min(3600, wait)))
+
+
+def hold(book: Any, job: Any, sign: int) -> None:
+    """Count an unfinished job in (+1) or out (-1), the store's and its client's."""
+    book.unfinished += sign
+    book.held_bytes += sign * job.nbytes
+    c = job.client
+    book.client_unfinished[c] = book.client_unfinished.get(c, 0) + sign
+    book.client_held[c] = book.client_held.get(c, 0) + sign * job.nbytes
+    if book.client_unfinished[c] <= 0:
+        del book.client_unfinished[c]
+        book.client_held.pop(c, None)
