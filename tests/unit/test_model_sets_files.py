@@ -16,7 +16,7 @@ import pytest
 from serve_app.core.errors import ModelError
 from serve_app.inference import weights
 from serve_app.tools.conversion_check import ConversionError
-from serve_app.tools.convert_models import rewrite_code
+from serve_app.tools.convert_models import rewrite_code, rewrite_legacy
 
 
 def _lay_out(root: Path, model: str, stage: str, files: dict[str, bytes]) -> Path:
@@ -113,6 +113,13 @@ def test_a_user_directory_still_wins_over_a_set(tmp_path):
     assert weights.model_files("det", str(tmp_path), model="ppocrv6_small").program == tmp_path / "inference.json"
 
 
+def test_a_legacy_conversion_resolves_to_its_pdmodel(cache):
+    """The export env's conversion (a legacy program, which Paddle runs on OpenVINO) is the one loaded."""
+    model = "ppocrv6_tiny"
+    d = _lay_out(cache, model, "det", {"inference.pdmodel": b"legacy", "inference.pdiparams": b"\x01" * 64})
+    assert weights.model_files("det", model=model).program == d / "inference.pdmodel"
+
+
 X2PADDLE_LINES = """\
         a = paddle.mean(x=x2paddle_add_5_0, axis=[2, 3], keepdim=True)
         b = paddle.nn.functional.interpolate(x=x2paddle_Add_159, scale_factor=[2.0, 2.0], mode='nearest', align_mode=1)
@@ -137,3 +144,39 @@ def test_the_rewrite_replaces_both_ops_the_cpu_engines_refuse():
 def test_the_rewrite_refuses_code_it_cannot_make_safe(line):
     with pytest.raises(ConversionError, match="still holds ops the CPU engines refuse"):
         rewrite_code(line)
+
+
+# x2paddle's exact GELU (two of them interleaved with other ops, as it writes them) and one erf used elsewhere.
+X2PADDLE_GELU = """\
+from x2paddle.op_mapper.onnx2paddle import onnx_custom_layer as x2paddle_nn
+    def forward(self, x2paddle_x):
+        x2paddle_Div_1 = paddle.divide(x=x2paddle_conv_7, y=x2paddle_helper_constant_0)
+        x2paddle_Erf_1 = paddle.erf(x=x2paddle_Div_1)
+        x2paddle_conv_51 = self.conv16(x2paddle_pool_4)
+        x2paddle_Add_19 = paddle.add(x=x2paddle_Erf_1, y=x2paddle_helper_constant_2)
+        x2paddle_Mul_3 = paddle.multiply(x=x2paddle_conv_7, y=x2paddle_Add_19)
+        x2paddle_gelu_0 = paddle.multiply(x=x2paddle_Mul_3, y=x2paddle_helper_constant_1)
+        x2paddle_conv_8 = self.conv9(x2paddle_gelu_0)
+        x2paddle_Div_3 = paddle.divide(x=x2paddle_conv_9, y=x2paddle_helper_constant_0)
+        x2paddle_Erf_3 = paddle.erf(x=x2paddle_Div_3)
+        x2paddle_Add_29 = paddle.add(x=x2paddle_Erf_3, y=x2paddle_helper_constant_2)
+        x2paddle_Mul_6 = paddle.multiply(x=x2paddle_conv_9, y=x2paddle_Add_29)
+        x2paddle_gelu_1 = paddle.multiply(x=x2paddle_Mul_6, y=x2paddle_helper_constant_1)
+"""
+
+
+def test_the_legacy_rewrite_makes_each_erf_gelu_one_gelu():
+    code, counts = rewrite_legacy(X2PADDLE_GELU)
+    assert counts == {"erf_gelu_to_gelu": 2}
+    assert "        x2paddle_gelu_0 = paddle.nn.functional.gelu(x2paddle_conv_7)" in code.splitlines()
+    assert "        x2paddle_gelu_1 = paddle.nn.functional.gelu(x2paddle_conv_9)" in code.splitlines()
+    assert "erf" not in code and "divide" not in code and "x2paddle_Mul_3" not in code
+    assert "x2paddle_conv_51 = self.conv16(x2paddle_pool_4)" in code  # the ops between are kept
+    assert "from x2paddle" not in code  # the export env has paddle only
+
+
+def test_the_legacy_rewrite_refuses_an_erf_it_cannot_replace():
+    # The erf's result is used twice: not a private GELU chain, so OpenVINO would meet an erf.
+    code = X2PADDLE_GELU + "        x2paddle_other = paddle.add(x=x2paddle_Erf_3, y=x2paddle_helper_constant_2)\n"
+    with pytest.raises(ConversionError, match="erf"):
+        rewrite_legacy(code)
