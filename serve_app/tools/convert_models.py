@@ -163,7 +163,37 @@ def rewrite_legacy(code: str) -> tuple[str, dict]:
     code, gelus = rewrite_gelu(code)
     if "paddle.erf" in code:
         raise ConversionError("x2paddle's code still holds an erf that is not an exact GELU (OpenVINO has no erf)")
-    return code, {"erf_gelu_to_gelu": gelus}
+    # OpenVINO's Paddle frontend reads `slice`, not `strided_slice`: with stride 1 they are one op.
+    code, slices = _STRIDED.subn(r"paddle.slice(\1, axes=\2, starts=\3, ends=\4)", code)
+    code, flattens = _flatten_reshapes(code)
+    return code, {"erf_gelu_to_gelu": gelus, "strided_slice_to_slice": slices, "shape_reshape_to_flatten": flattens}
+
+
+_STRIDED = re.compile(r"paddle\.strided_slice\(x=(\w+), axes=(\[[^\]]*\]), starts=(\[[^\]]*\]), "
+                      r"ends=(\[[^\]]*\]), strides=\[1\]\)")
+_RESHAPE_BY_TENSOR = re.compile(r"paddle\.reshape\(x=(\w+), shape=(\w+)\)")
+
+
+def _flatten_reshapes(code: str) -> tuple[str, int]:
+    """A reshape to a shape computed as concat(shape(A)[0:2], [k]) (the
+    recognisers' [N, C, H, W] -> [N, C, H*W] before attention, k = -1) is
+    `flatten(A, start_axis=2)`: Paddle 2.6's trace cannot know the shape of
+    the former (the LayerNorm after it refuses [-1, -1, -1]). k is not read
+    here; the check against onnxruntime proves the output."""
+    n = 0
+
+    def one(m: re.Match) -> str:
+        nonlocal n
+        a, s = m.group(1), m.group(2)
+        cat = re.search(rf"^\s*{s} = paddle\.concat\(x=\[(\w+), \w+\]\)$", code, re.M)
+        sl = cat and re.search(rf"^\s*{cat.group(1)} = paddle\.slice\(input=(\w+), axes=\[0\], starts=\[0\], ends=\[2\]\)$",
+                               code, re.M)
+        if not sl or not re.search(rf"^\s*{sl.group(1)} = paddle\.shape\(input={a}\)$", code, re.M):
+            return m.group(0)
+        n += 1
+        return f"paddle.flatten({a}, start_axis=2)"
+
+    return _RESHAPE_BY_TENSOR.sub(one, code), n
 
 
 def export_python() -> Optional[Path]:

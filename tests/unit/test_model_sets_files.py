@@ -167,7 +167,7 @@ from x2paddle.op_mapper.onnx2paddle import onnx_custom_layer as x2paddle_nn
 
 def test_the_legacy_rewrite_makes_each_erf_gelu_one_gelu():
     code, counts = rewrite_legacy(X2PADDLE_GELU)
-    assert counts == {"erf_gelu_to_gelu": 2}
+    assert counts == {"erf_gelu_to_gelu": 2, "strided_slice_to_slice": 0, "shape_reshape_to_flatten": 0}
     assert "        x2paddle_gelu_0 = paddle.nn.functional.gelu(x2paddle_conv_7)" in code.splitlines()
     assert "        x2paddle_gelu_1 = paddle.nn.functional.gelu(x2paddle_conv_9)" in code.splitlines()
     assert "erf" not in code and "divide" not in code and "x2paddle_Mul_3" not in code
@@ -180,3 +180,26 @@ def test_the_legacy_rewrite_refuses_an_erf_it_cannot_replace():
     code = X2PADDLE_GELU + "        x2paddle_other = paddle.add(x=x2paddle_Erf_3, y=x2paddle_helper_constant_2)\n"
     with pytest.raises(ConversionError, match="erf"):
         rewrite_legacy(code)
+
+
+# PP-OCRv6 small rec's flatten before its attention (a reshape to concat(shape(A)[0:2], [-1])) and a qkv split.
+X2PADDLE_ATTENTION = """\
+        x2paddle_Shape_3 = paddle.shape(input=x2paddle_add_65_0)
+        x2paddle_Shape_3 = paddle.cast(x=x2paddle_Shape_3, dtype='int64')
+        x2paddle_helper_slice_0 = paddle.slice(input=x2paddle_Shape_3, axes=[0], starts=[0], ends=[2])
+        x2paddle_Concat_3 = paddle.concat(x=[x2paddle_helper_slice_0, x2paddle_helper_constant_41])
+        x2paddle_flatten_0 = paddle.reshape(x=x2paddle_add_65_0, shape=x2paddle_Concat_3)
+        x2paddle_other = paddle.reshape(x=x2paddle_add_66_0, shape=x2paddle_Concat_3)
+        x2paddle_Slice_5 = paddle.strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[1], strides=[1])
+        x2paddle_Slice_6 = paddle.strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[4], strides=[2])
+"""
+
+
+def test_the_legacy_rewrite_gives_the_trace_a_known_shape_and_openvino_a_slice():
+    code, counts = rewrite_legacy(X2PADDLE_ATTENTION)
+    assert counts == {"erf_gelu_to_gelu": 0, "strided_slice_to_slice": 1, "shape_reshape_to_flatten": 1}
+    assert "x2paddle_flatten_0 = paddle.flatten(x2paddle_add_65_0, start_axis=2)" in code
+    # The shape is not x2paddle_add_66_0's: left as it is.
+    assert "x2paddle_other = paddle.reshape(x=x2paddle_add_66_0, shape=x2paddle_Concat_3)" in code
+    assert "x2paddle_Slice_5 = paddle.slice(x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[1])" in code
+    assert "strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[4], strides=[2])" in code  # stride 2 kept
