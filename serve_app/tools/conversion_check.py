@@ -211,4 +211,38 @@ def verify(stage: str, model_dir: Path, onnx_path: Path, charset: Optional[list[
             raise ConversionError(f"{params}: on {len(crops)} peer crops the converted recogniser reads "
                                   f"{len(differ)} differently from onnxruntime (first: {differ[:2]}), "
                                   f"max diff {real:.3g} (bound {bound})")
+    if engine == "openvino" and program_of(model_dir).name == LEGACY and bf16_supported():
+        report["bf16"] = bf16_drift(stage, model_dir, theirs, charset)
     return report
+
+
+def bf16_supported() -> bool:
+    """serve_app.inference.predictor.cpu_has_bf16's test (the service's `auto`)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def bf16_drift(stage: str, model_dir: Path, theirs: Callable, charset: Optional[list[str]]) -> dict:
+    """Recorded, not enforced: what OpenVINO's bf16 (the CPU engine's `auto`
+    on a CPU with bf16) changes against onnxruntime on the same real inputs.
+    A set whose strings change here is served with openvino_precision fp32."""
+    ours = paddle_runner(model_dir, "openvino", "bf16")
+    if stage == "det":
+        flips, pixels = 0, 0
+        for _, img in peer_images(DET_IMAGES):
+            x = det_input(img)
+            a, b = ours(x), theirs(x)
+            flips += int(((a > 0.3) != (b > 0.3)).sum())
+            pixels += a.size
+        return {"mask_flips": flips, "mask_pixels": pixels}
+    differ = []
+    for name, crop in peer_crops():
+        x = rec_input(crop)
+        sa, sb = ctc_greedy(ours(x)[0], charset), ctc_greedy(theirs(x)[0], charset)
+        if sa != sb:
+            differ.append([name, sa, sb])
+    return {"strings_differ": len(differ), "first": differ[:3]}
