@@ -16,7 +16,8 @@ import pytest
 from serve_app.core.errors import ModelError
 from serve_app.inference import weights
 from serve_app.tools.conversion_check import ConversionError
-from serve_app.tools.convert_models import rewrite_code, rewrite_legacy
+from serve_app.tools.convert_models import rewrite_code
+from serve_app.tools.legacy_rewrite import rewrite_legacy
 
 
 def _lay_out(root: Path, model: str, stage: str, files: dict[str, bytes]) -> Path:
