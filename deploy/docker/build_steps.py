@@ -7,7 +7,7 @@ fails `docker build` there.
     python deploy/docker/build_steps.py python            # 3.11 or 3.12
     python deploy/docker/build_steps.py paddle PIN        # a CUDA build; its pin written to PIN
     python deploy/docker/build_steps.py deps PIN          # still that paddle, and one OpenCV
-    python deploy/docker/build_steps.py imports           # serve_app compiles, every module imports
+    python deploy/docker/build_steps.py imports [EXTRAS]  # serve_app compiles, every module imports
     python deploy/docker/build_steps.py models            # weights present, sizes and sha256 as the manifest
     python deploy/docker/build_steps.py configs FILE...   # Serve schema + the app's typed args
     python deploy/docker/build_steps.py tensorrt CUDA REQUIRE [PIN]   # serve_app.inference.tensorrt_libs install
@@ -17,6 +17,7 @@ Only the standard library at import: `python` runs before anything is installed.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -86,29 +87,56 @@ def step_deps(pin: Path) -> str:
     return f"{have[0]}, {cv[0]}"
 
 
-def step_imports() -> str:
+def optional_extra(error: ImportError, pyproject: Path, installed: tuple = ("gpu",)) -> str | None:
+    """The pyproject extra (not installed in the image) whose package a
+    failed import names, e.g. `ocrmypdf` for serve_app.integrations; None
+    when the failure is not an optional dependency's absence."""
+    import tomllib
+
+    missing = getattr(error, "name", None)
+    if not isinstance(error, ModuleNotFoundError) or not missing:
+        return None
+    extras = tomllib.loads(pyproject.read_text())["project"].get("optional-dependencies", {})
+    for extra, reqs in extras.items():
+        names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].strip().lower().replace("-", "_") for r in reqs}
+        if extra not in installed and missing.split(".")[0].lower() in names:
+            return extra
+    return None
+
+
+def step_imports(extras: str = "gpu") -> str:
     """The package byte-compiles (the image runs with
     PYTHONDONTWRITEBYTECODE) and every module imports (a module moved
-    without its importers fails here, not in a replica)."""
+    without its importers fails here, not in a replica); a module that
+    needs an optional extra the image does not install (pyproject.toml) is
+    named and skipped. `extras`: the image's EXTRAS (comma-separated)."""
     import compileall
     import importlib
     import pkgutil
 
     import serve_app
 
+    pyproject = Path(serve_app.__path__[0]).parent / "pyproject.toml"
+
     if not compileall.compile_dir(serve_app.__path__[0], quiet=1):
         raise StepFailed("serve_app does not byte-compile (the errors above)")
 
-    failed = []
+    failed, skipped = [], []
     names = [m.name for m in pkgutil.walk_packages(serve_app.__path__, "serve_app.")]
     for name in names:
         try:
             importlib.import_module(name)
         except Exception as e:  # noqa: BLE001 - each failure is reported
-            failed.append(f"{name}: {type(e).__name__}: {e}")
+            installed = tuple(x.strip() for x in extras.split(",") if x.strip())
+            extra = optional_extra(e, pyproject, installed) if isinstance(e, ImportError) else None
+            if extra:
+                skipped.append(f"{name} (extra {extra})")
+            else:
+                failed.append(f"{name}: {type(e).__name__}: {e}")
     if failed:
         raise StepFailed(f"{len(failed)} of {len(names)} modules do not import: " + "; ".join(failed[:5]))
-    return f"{len(names)} modules of serve_app import"
+    return (f"{len(names) - len(skipped)} modules of serve_app import"
+            + (f"; not installed here, skipped: {', '.join(skipped)}" if skipped else ""))
 
 
 def step_models() -> str:
@@ -165,7 +193,7 @@ def main(argv=None) -> int:
     steps = {"python": lambda: step_python(),
              "paddle": lambda: step_paddle(Path(*rest)),
              "deps": lambda: step_deps(Path(*rest)),
-             "imports": lambda: step_imports(),
+             "imports": lambda: step_imports(*rest),
              "models": lambda: step_models(),
              "configs": lambda: step_configs(rest)}
     if step == "tensorrt":

@@ -32,7 +32,6 @@ from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Una
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
 from serve_app.core.request_options import OcrOptions, parse_options
-from serve_app.flow.formats import render
 from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
@@ -215,7 +214,7 @@ class Front:
         ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
         result, cache = await self.read(upload, opts, ctx)
         body = {"request_id": ctx.request_id, **result, "cache": cache}
-        return body if opts.format == "json" else (await asyncio.to_thread(render, body, opts.format))[0]
+        return body if opts.format == "json" else (await self.renders.render(body, opts.format))[0]
 
     # -- HTTP -----------------------------------------------------------------
     @contextlib.asynccontextmanager

@@ -147,3 +147,15 @@ def test_a_step_that_fails_stops_the_build_with_its_reason(image_root, tmp_path)
     assert out.returncode == 1 and "gpu_mem_mbb" in out.stderr
     with pytest.raises(build_steps.StepFailed, match="Python 3.10 in the base image"):
         build_steps.step_python((3, 10))
+
+
+def test_imports_skip_only_a_missing_optional_extra():
+    """The image installs the `gpu` extra, not `ocrmypdf`: the plugin's
+    module is skipped by name there; any other missing module fails the
+    step."""
+    build_steps = load_build_steps()
+    pyproject = REPO / "pyproject.toml"
+    assert build_steps.optional_extra(ModuleNotFoundError("no ocrmypdf", name="ocrmypdf"), pyproject) == "ocrmypdf"
+    assert build_steps.optional_extra(ModuleNotFoundError("no redis", name="redis"), pyproject) is None  # core dep
+    assert build_steps.optional_extra(ModuleNotFoundError("x", name="serve_app.weights"), pyproject) is None
+    assert build_steps.optional_extra(ImportError("cannot import name x"), pyproject) is None
