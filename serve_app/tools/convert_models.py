@@ -131,7 +131,7 @@ def export_python() -> Optional[Path]:
     """The export env's interpreter (paddlepaddle 2.6.2): $OCR_SERVE_EXPORT_PYTHON
     or .venv-export/bin/python in the checkout; None when neither exists."""
     env = os.environ.get("OCR_SERVE_EXPORT_PYTHON")
-    path = Path(env) if env else REPO / ".venv-export" / "bin" / "python"
+    path = Path(env).absolute() if env else REPO / ".venv-export" / "bin" / "python"
     return path if path.is_file() else None
 
 
