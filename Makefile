@@ -166,4 +166,4 @@ gpu-check:
 gpu-run: gpu-check
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) $(EXPORT_VENV) *.egg-info
