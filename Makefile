@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test models python-check serve test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
+.PHONY: install install-test models python-check serve lint test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 # Says at once what this machine lacks to make the venv (a Python of another
 # version; Debian's and Ubuntu's python3 without its venv module).
@@ -70,13 +70,17 @@ serve: install
 	$(BIN)/serve run deployments.light.yaml
 
 # `make test` is the README's test command, `pytest -m "not slow" tests`, run
-# in two disjoint parts: the unit tier first (`make test-quick`, seconds, no
+# in two disjoint parts (after `make lint`): the unit tier first (`make test-quick`, seconds, no
 # Ray, no models) so a broken build fails fast, then everything else. Each
 # test runs once. Exit 5 (no tests selected) is not a failure.
 # System packages first (tests/system/packages.txt: python3-venv, fonts, redis-server for the
 # job-book tests of the unit tier, ...), then the venv.
-test-quick: install-test
+test-quick: install-test lint
 	$(BIN)/python -m pytest -q -m "unit and not slow" tests/unit || [ $$? -eq 5 ]
+
+# ruff (pyproject's [tool.ruff.lint]) over the whole tree, before any test runs.
+lint: install-test
+	$(BIN)/ruff check .
 
 # The unit tier 3 times in a row, each beside a busy core (tests/unit_stress.sh):
 # a test whose sleeps race the machine's scheduler fails here, not at random.
@@ -100,7 +104,7 @@ test-cluster: install-test
 	$(BIN)/python -m pytest -q -m "cluster and not slow" tests/integration || [ $$? -eq 5 ]
 
 bench-engine: install-test
-	$(BIN)/python -m load_tests bench_engine
+	$(BIN)/python -m load_tests engine systems
 
 # deploy/kuberay/rayservice.yaml from its template and deployments.gpu.yaml (a test checks it is current).
 rayservice: $(SERVE_STAMP)

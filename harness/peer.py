@@ -154,3 +154,63 @@ def read_with_cache(cache_dir, name: str) -> tuple[list[str], dict]:
     cfg = default_engine_config()
     with OcrEngine(cfg.model_copy(update={"predictor": cfg.predictor.model_copy(update={"cache_dir": cache_dir})})) as eng:
         return [line.text for line in eng.read(PEER / name).lines], {p.name: p.cache for p in eng._predictors}
+
+
+TIGHT_LINE_SOURCES = ("rapidocr_en.jpg", "paddleocr_00006737.jpg", "mmocr_icdar15_img_1.jpg", "rapidocr_ch_en_num.jpg")
+
+
+def tight_lines() -> list[tuple]:
+    """12 lines the reference read with confidence (BGR crop, text), cut tight by its boxes."""
+    import cv2
+    import numpy as np
+
+    out = []
+    for name in TIGHT_LINE_SOURCES:
+        img = cv2.imread(str(PEER / name))
+        for r in reference()[name]:
+            if len(r["text"]) >= 3 and r["score"] > 0.9:
+                b = np.asarray(r["box"])
+                x0, y0 = np.maximum(b.min(axis=0).astype(int), 0)
+                x1, y1 = b.max(axis=0).astype(int)
+                out.append((img[y0:y1, x0:x1], r["text"]))
+    return out[:12]
+
+
+def tight_line_errors(read, lines: list[tuple], height: int) -> tuple[int, int, int]:
+    """(character errors, characters, lines read as nothing) of `read`
+    (image -> text) over `lines` scaled to `height` px high, spaces ignored."""
+    import cv2
+
+    errors = chars = empty = 0
+    for crop, want in lines:
+        small = cv2.resize(crop, (max(1, round(crop.shape[1] * height / crop.shape[0])), height),
+                           interpolation=cv2.INTER_AREA)
+        got = read(small)
+        empty += not got
+        want = want.replace(" ", "")
+        errors += levenshtein(want, got.replace(" ", ""))
+        chars += len(want)
+    return errors, chars, empty
+
+
+def tight_line_errors_at(precision: str, heights: list[int]) -> dict[int, tuple[int, int, int]]:
+    """tight_line_errors per height for a new engine (the in-process defaults)
+    at OpenVINO `precision`. Tests call it in a child (harness.in_child)."""
+    from serve_app.engine import OcrEngine, default_engine_config
+
+    cfg = default_engine_config()
+    opts = cfg.predictor.model_copy(update={"openvino_precision": precision})
+    lines = tight_lines()
+    with OcrEngine(cfg.model_copy(update={"predictor": opts})) as eng:
+        read = lambda img: " ".join(line.text for line in eng.read(img).lines)  # noqa: E731
+        return {h: tight_line_errors(read, lines, h) for h in heights}
+
+
+def engine_lines(name: str) -> list[dict]:
+    """A new engine's (the in-process defaults) lines for the peer image
+    `name`, as result dicts. For a test process with no engine of its own to
+    share: tests call it in a child (harness.in_child)."""
+    from serve_app.engine import OcrEngine
+
+    with OcrEngine() as eng:
+        return [line.to_dict() for line in eng.read(PEER / name).lines]

@@ -346,7 +346,7 @@ def replica_stats(handle, n: int, tries: int = 200, get: Optional[Callable[[], d
 
 def wait_shapes_built(timeout_s: float = 180.0, app: str = "ocr") -> None:
     """Wait until every recogniser replica has built the shapes it left for
-    after ready (recognizer.warm: core, serve_app/serving/deferred_shapes.py;
+    after ready (recognizer.warm: core, serve_app/serving/shapes_after_ready.py;
     stats()["deferred_shapes"]["finished_at"]). Until then the builds take
     CPU from every other process: a module whose tests hold the service to
     tight deadlines (a 3 s body deadline) starts from a built service, as

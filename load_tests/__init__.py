@@ -1,25 +1,21 @@
-"""Load tests of the OCR service: a small package.
+"""The benchmark programs of the OCR service: `python -m load_tests` lists
+them, `python -m load_tests NAME [MODE] ...` runs one (the registry:
+load_tests/__main__.py; each mode a module with `add_cli_args(parser)` and
+`main(args)`, built by load_tests/cli.py, and a `--smoke` that
+tests/integration/test_load_tests.py runs).
 
-Modules by role (none imports Ray at module level):
+Shared by them all (none imports Ray at module level):
 
-* ``stats``: one ``Record`` per request, the one percentile definition, summaries.
-* ``procfs``: the one /proc reader (memory: RSS, shared, private; CPU seconds).
-* ``harness.service`` (outside this package: the harness the tests share):
-  start Ray, deploy a Serve config file the way ``serve deploy`` does, wait
-  for readiness and replicas, stop; ``harness.peer``, ``harness.pdfs``,
-  ``harness.pages``, ``harness.redis_server``: images, metrics, documents.
-* ``images``: the peer images a run uses.
 * ``loadgen``: request functions that never raise; closed, open and in-process loops.
-* ``batches``: per-stage batch sizes sampled from the deployments' ``stats()``.
-* ``baselines``: the in-process engine, RapidOCR and the simple server subprocess.
-* ``engine_report``: bench_engine.py's accuracy, statistics and markdown.
-* ``runs``: a run's points, and its raw JSON (to and from).
-* ``analysis``, ``report``, ``plots``: the report, built only from the raw JSON.
-* ``phases``: the benchmark's phases.
-* ``bench``, ``soak``, ``bench_engine``: command lines
-  (``python -m load_tests bench ...`` or ``python -m load_tests.bench ...``);
-  ``cpu_by_process``, ``shape_memory``, ``locustfile``, ``simple_server``:
-  small tools. Every program runs from the repository root as
-  ``python -m load_tests NAME`` (``python -m load_tests`` lists them); none
-  edits ``sys.path`` and none needs pytest.
+* ``stats``: one ``Record`` per request, the one percentile definition, summaries.
+* ``images``: the images a run sends (the peer set: ``harness.peer.PEER``).
+* ``harness.service`` (outside this package, shared with the tests): start
+  Ray, deploy a Serve config, wait for /readyz (``wait_ready``) and replicas,
+  stop; ``harness.procfs``: the one /proc reader; ``harness.hostile``: the
+  costly requests; ``harness.pdfs``, ``harness.pages``, ``harness.redis_server``.
+* ``batches``, ``baselines``, ``phases``, ``runs``, ``analysis``, ``report``,
+  ``plots``, ``engine_report``: the parts of `serve load` and `engine systems`.
+* ``simple_server`` (the baseline server, run as ``python -m
+  load_tests.simple_server``), ``serve_floor_app`` (a model-free Serve app),
+  ``locustfile`` (interactive load with Locust): not programs of the list.
 """

@@ -1,48 +1,131 @@
-"""`python -m load_tests`: the benchmarks and tools of load_tests/ with what
-each measures; `python -m load_tests NAME [ARGS...]` runs one of them, as
-`python load_tests/NAME.py ARGS...` does (`--help` for its options)."""
+"""`python -m load_tests`: the benchmark programs and what each measures.
+
+    python -m load_tests                      # the list
+    python -m load_tests NAME --help          # a program's modes
+    python -m load_tests NAME MODE [ARGS...]  # run one mode (MODE --help for its options)
+    python -m load_tests NAME --smoke         # every mode of NAME at a tiny scale (the tests run this)
+
+Each program is one module with `add_cli_args(parser)` + `main(args)`, or a
+few such modules under one name (its modes). They share one load generator
+(loadgen), one statistics module (stats), the peer images (harness.peer)
+and the service harness (harness.service: start, deploy, wait for ready)."""
 
 from __future__ import annotations
 
-import ast
-import runpy
+import argparse
+import importlib
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+from load_tests import cli
+
+# name -> (what it answers, {mode: module}); a program with one mode runs it without naming it.
+PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
+    "serve": ("the service over HTTP against its baselines (in-process engine, simple server), one run", {
+        "load": "load_tests.bench",
+        "throughput-mode": "load_tests.throughput_mode",
+        "scale-up": "load_tests.scale_up",
+    }),
+    "engine": ("the in-process engine: against RapidOCR, and its lower precisions against fp32", {
+        "systems": "load_tests.bench_engine",
+        "precision": "load_tests.precision_agreement",
+    }),
+    "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
+        "budget": "load_tests.hops",
+        "stages": "load_tests.stage_parts",
+        "cpu": "load_tests.cpu_by_process",
+        "extrapolate": "load_tests.hop_budget",
+    }),
+    "memory": ("memory: a config's footprint, a replica's steps, the input sizes a service meets", {
+        "footprint": "load_tests.footprint",
+        "replica": "load_tests.replica_memory",
+        "input": "load_tests.input_memory",
+    }),
+    "startup": ("start-up: a replica's cold start, and `serve run` to ready phase by phase", {
+        "cold": "load_tests.cold_start",
+        "serve-run": "load_tests.serve_phases",
+    }),
+    "documents": ("documents: reading order and layout, PDFs end to end, 1-bit pages", {
+        "layout": "load_tests.bench_layout",
+        "pdf": "load_tests.bench_pdf",
+        "bilevel": "load_tests.bilevel",
+    }),
+    "hostile": ("hostile and overload traffic: costly requests, admission, priority lanes, duplicates, work per image", {
+        "costs": "load_tests.hostile_costs",
+        "admission": "load_tests.bench_admission",
+        "priority": "load_tests.bench_priority",
+        "dedupe": "load_tests.bench_dedupe",
+        "bounded-work": "load_tests.bounded_work",
+    }),
+    "jobs": ("the job books: Redis against SQLite per submit and poll", {"backends": "load_tests.bench_job_backends"}),
+    "soak": ("the service under open-loop load for a long time: errors and memory growth",
+             {"soak": "load_tests.soak"}),
+    "gpu": ("the GPU path (never run on this machine): preflight checks and the smoke run's steps", {
+        "preflight": "load_tests.gpu_preflight",
+        "smoke": "load_tests.gpu_smoke",
+    }),
+}
 
 
-def programs() -> dict[str, str]:
-    """name -> first line of its docstring, for every module here that runs
-    as a program (it has an `if __name__ == "__main__":` block)."""
-    out = {}
-    for path in sorted(HERE.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        source = path.read_text()
-        if 'if __name__ == "__main__":' not in source:
-            continue
-        doc = ast.get_docstring(ast.parse(source)) or ""
-        out[path.stem] = " ".join(doc.split("\n\n")[0].split())
-    return out
+def add_cli_args(parser: argparse.ArgumentParser, name: str) -> None:
+    summary, modes = PROGRAMS[name]
+    parser.description = summary
+    parser.add_argument("--smoke", action="store_true", help="every mode at a tiny scale (seconds), then exit")
+    if len(modes) == 1:
+        cli.parser_for(importlib.import_module(next(iter(modes.values()))), parser)
+        return
+    sub = parser.add_subparsers(dest="mode", metavar="MODE")
+    for mode, module_name in modes.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(mode, help=cli.summary(module)[:120], description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        cli.parser_for(module, p)
 
 
-def main(argv: list[str]) -> int:
-    found = programs()
-    if not argv or argv[0] in ("-h", "--help", "list"):
-        width = max(map(len, found))
-        print("usage: python -m load_tests NAME [ARGS...]   (NAME --help for its options)\n")
-        for name, summary in found.items():
-            print(f"  {name:<{width}}  {summary[:110] + ('...' if len(summary) > 110 else '')}")
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name not in found:
-        print(f"no load_tests program {name!r}; `python -m load_tests` lists them", file=sys.stderr)
+def main(name: str, argv: list[str]) -> int:
+    _, modes = PROGRAMS[name]
+    parser = argparse.ArgumentParser(prog=f"python -m load_tests {name}",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cli_args(parser, name)
+    if argv in (["--smoke"], ["--smoke", "--"]):  # every mode's smoke, each with its defaults
+        rc = 0
+        for mode, module_name in modes.items():
+            margv = ["--smoke"] if len(modes) == 1 else [mode, "--smoke"]
+            args = parser.parse_args(margv)
+            args.argv = margv
+            print(f"== {name} {mode} --smoke", flush=True)
+            rc |= cli.run(importlib.import_module(module_name), args)
+        return rc
+    args = parser.parse_args(argv)
+    mode = next(iter(modes)) if len(modes) == 1 else args.mode
+    if mode is None:
+        parser.print_help()
         return 2
-    sys.argv = [str(HERE / f"{name}.py"), *rest]
-    runpy.run_module(f"load_tests.{name}", run_name="__main__", alter_sys=True)
-    return 0
+    args.argv = argv[1:] if len(modes) > 1 else argv
+    return cli.run(importlib.import_module(modes[mode]), args)
+
+
+def listing() -> str:
+    width = max(map(len, PROGRAMS))
+    lines = ["usage: python -m load_tests NAME [MODE] [ARGS...]   (NAME --help for its modes)", ""]
+    for name, (summary, modes) in PROGRAMS.items():
+        lines.append(f"  {name:<{width}}  {summary}")
+        if len(modes) > 1:
+            lines.append(f"  {'':<{width}}    modes: {', '.join(modes)}")
+    return "\n".join(lines)
+
+
+def entry(argv: list[str]) -> int:
+    if argv[:1] == ["--names"]:  # one a line: what the smoke test runs
+        print("\n".join(PROGRAMS))
+        return 0
+    if not argv or argv[0] in ("-h", "--help", "list"):
+        print(listing())
+        return 0
+    if argv[0] not in PROGRAMS:
+        print(f"no load_tests program {argv[0]!r}; `python -m load_tests` lists them", file=sys.stderr)
+        return 2
+    return main(argv[0], argv[1:])
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(entry(sys.argv[1:]))

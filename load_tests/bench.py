@@ -62,10 +62,9 @@ This file is the command line; the work is in the package's modules
 
 Run from the repository root::
 
-    .venv/bin/python -m load_tests bench --quick               # < 2 min, proves the harness works
-    .venv/bin/python -m load_tests bench --n-images 20 --duration 30 --out docs   # the documented run
-    .venv/bin/python -m load_tests bench --targets handle --clients 1,8   # only the handle sweep
-    .venv/bin/python -m load_tests.bench --quick                # the same, as a module
+    .venv/bin/python -m load_tests serve load --quick               # < 2 min, proves the harness works
+    .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out docs   # the documented run
+    .venv/bin/python -m load_tests serve load --targets handle --clients 1,8   # only the handle sweep
 
 ``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
 untimed pass for the in-process loops, every phase at one or two load
@@ -87,11 +86,10 @@ from load_tests.phases import run_in_process, run_service, run_simple  # noqa: E
 from load_tests.report import summary_line, write_raw, write_report  # noqa: E402
 from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run  # noqa: E402
 from harness.service import REPO  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     ap.add_argument("--quick", action="store_true", help="everything at a tiny scale, < 2 min (asserts no speed)")
     ap.add_argument("--out", type=Path, help="report folder: benchmarks.md and img/ (default docs; "
@@ -122,8 +120,10 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--from-raw", type=Path, help="measure nothing: rewrite the report and plots of the run "
                                                   "recorded in this raw JSON (into --out, default its own)")
-    args = ap.parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """The defaults that depend on --quick, and the paths made absolute."""
     q = args.quick
     args.clients = args.clients or ([1, 4] if q else [1, 2, 4, 8, 16])
     args.handle_clients = args.handle_clients or ([2] if q else [1, 8])
@@ -137,14 +137,23 @@ def parse_args(argv=None):
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in args.targets if t not in ALL_TARGETS]
     if bad:
-        ap.error(f"unknown targets {bad}; choose from {ALL_TARGETS}")
+        raise SystemExit(f"unknown targets {bad}; choose from {ALL_TARGETS}")
     if args.open_fraction <= 0 or args.duration <= 0:
-        ap.error("--open-fraction and --duration must be positive")
+        raise SystemExit("--open-fraction and --duration must be positive")
     args.config = args.config.resolve()
     args.images = args.images.resolve()
     args.out = args.out.resolve()
     args.raw = args.raw.resolve()
     return args
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """A recorded run's argv (its raw JSON keeps it) read back."""
+    ap = argparse.ArgumentParser()
+    add_cli_args(ap)
+    args = ap.parse_args(argv)
+    args.argv = list(argv)
+    return resolve(args)
 
 
 def rerender(args) -> int:
@@ -178,12 +187,64 @@ async def main_async(args) -> int:
     return 1 if run.failures else 0
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    args = resolve(args)
+    args.argv = list(getattr(args, "argv", None) or [])
     if args.from_raw:
         return rerender(args)
     return asyncio.run(main_async(args))
 
 
+def _tiny_raw() -> dict:
+    """A recorded run of four points, made here: what --smoke renders."""
+    from load_tests.stats import Record, summarize
+
+    def point(target, mode, load, latencies, window_s=2.0, images=("a.jpg", "b.jpg")):
+        recs = [Record(0.1 * i, 0.1 * i + ms / 1000.0, 200, True, None, images[i % len(images)],
+                       {"total": ms * 0.8}) for i, ms in enumerate(latencies)]
+        return {"target": target, "label": target, "mode": mode, "load": load, "window_s": window_s,
+                "summary": summarize(recs, (0.0, window_s)), "batches": None, "loadavg": [0.5, 0.5, 0.5],
+                "cpu": {"machine": 1.0, "ours": 1.0, "others": 0.0}, "records": [r.to_json() for r in recs]}
+
+    return {"argv": ["--quick"], "started": "2026-12-01 05:00:00 UTC", "wall_s": 10.0,
+            "loadavg_start": [0.1] * 3, "loadavg_end": [0.2] * 3, "git": ["abc123", []], "machine": "smoke",
+            "versions": "python 3", "cold": {"deploy_to_ready_s": 5.0}, "probes": {}, "notes": ["a note"],
+            "failures": [], "images": ["a.jpg", "b.jpg"],
+            "points": [point("engine", "loop", 1, [100, 200] * 5), point("simple", "closed", 1, [110, 210] * 5),
+                       point("http", "closed", 1, [115, 215] * 5), point("http", "closed", 4, [300, 500] * 10)]}
+
+
+def smoke(args: argparse.Namespace) -> int:
+    """The statistics and the report of a tiny recorded run, rendered twice
+    from its raw JSON (as --from-raw does): no Ray, no models."""
+    import math
+    import tempfile
+
+    from load_tests.cli import check
+    from load_tests.stats import Record, percentile, percentiles, summarize
+
+    check(percentile([1, 2, 3, 4], 50) == 2.5 and abs(percentile(range(1, 101), 99) - 99.01) < 1e-9,
+          "percentile: linear interpolation between closest ranks")
+    check(math.isnan(percentile([], 50)) and percentiles([1, 2, 3, 4])["p50"] == 2.5, "percentile of nothing: NaN")
+    recs = [Record(0.5, 0.6, 200, True, None, "a", None), Record(1.0, 1.1, 200, True, None, "a", {"total": 80.0}),
+            Record(1.5, 1.8, 200, True, None, "a", {"total": 200.0}),
+            Record(2.0, 2.05, 503, False, "HTTP 503: overloaded", "a", None), Record(2.9, 3.3, 200, True, None, "a", None)]
+    s = summarize(recs, (1.0, 3.0))
+    check((s["requests"], s["ok"], s["errors"], s["throughput"]) == (4, 3, 1, 1.0),
+          f"summary counts what was sent in the window and answered in it: {s}")
+    raw = json.loads(json.dumps(_tiny_raw()))
+    with tempfile.TemporaryDirectory() as tmp:
+        args = parse_args(["--quick", "--out", f"{tmp}/a"])
+        run, path = write_report(raw, args)
+        md = path.read_text()
+        check("| service, HTTP | 4 clients | 20 |" in md, "the report's table has the 4-client HTTP point")
+        check(md.rstrip().splitlines()[-1] == summary_line(run), "the report ends in its summary line")
+        args.out = Path(tmp) / "b"
+        _, again = write_report(json.loads(json.dumps(raw)), args)
+        check(again.read_text() == md, "the same raw JSON renders the same report")
+    print(summary_line(run))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

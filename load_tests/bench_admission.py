@@ -16,7 +16,7 @@ requests that got no answer: the images the detector ran (its replicas'
 batch records) less the answers (each answered image was detected once),
 and the recogniser's crops per answered image.
 
-    .venv/bin/python -m load_tests bench_admission [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
+    .venv/bin/python -m load_tests hostile admission [--deadline 4] [--seconds 40] [--factor 2] [--rate R]
 
 Prints a table per mode: sent, answered (200), refused (503), 504, other,
 the share of accepted (not refused) requests answered within their
@@ -42,6 +42,7 @@ from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import log  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 
 @dataclass
@@ -251,8 +252,7 @@ async def run(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG)
     p.add_argument("--deadline", type=float, default=4.0, help="X-Request-Timeout of every request (s)")
     p.add_argument("--seconds", type=float, default=40.0, help="length of each open-loop run")
@@ -262,8 +262,11 @@ def main(argv=None) -> int:
     p.add_argument("--sat-seconds", type=float, default=15.0)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--port", type=int, default=0)
-    return asyncio.run(run(p.parse_args(argv)))
+
+
+def main(args: argparse.Namespace) -> int:
+    return asyncio.run(run(args))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -12,7 +12,7 @@ in one run:
    for those requests: each computed), counting the pipeline's runs as the
    images the detector replicas ran (their batch stats).
 
-    .venv/bin/python -m load_tests bench_dedupe [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
+    .venv/bin/python -m load_tests hostile dedupe [--burst 32] [--repeats 50] [--image paddleocr_00018069.jpg]
 
 Prints two tables (medians, p99, throughput, lines read)."""
 
@@ -27,14 +27,12 @@ from threading import Barrier
 
 
 from harness import service  # noqa: E402
+import sys  # noqa: E402
+from harness.peer import PEER  # noqa: E402
+from load_tests.stats import percentile  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
-PEER = Path(__file__).resolve().parents[1] / "tests" / "data" / "peer"
 FRESH = {"Cache-Control": "no-cache"}
-
-
-def p99(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
 
 
 def post(session, url: str, data: bytes, headers: dict | None = None) -> dict:
@@ -79,17 +77,18 @@ def burst(url: str, data: bytes, n: int, headers: dict | None) -> tuple[list[dic
     return out, time.perf_counter() - t0
 
 
-def main() -> None:
-    import requests
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG)
     ap.add_argument("--image", default="paddleocr_00018069.jpg", help="a peer image (tests/data/peer)")
     ap.add_argument("--burst", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=50, help="duplicates (and no-op calls) in part 1")
     ap.add_argument("--fresh-repeats", type=int, default=8, help="computed calls in part 1")
     ap.add_argument("--port", type=int, default=0)
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    import requests
+
 
     data = (PEER / args.image).read_bytes()
     other = (PEER / "rapidocr_en.jpg").read_bytes()  # part 1's image, so that part 2's is new to the cache
@@ -128,8 +127,8 @@ def main() -> None:
     for name, rows in (("computed (no-cache)", fresh), ("duplicate (cache hit)", hits)):
         sv = [r["server_ms"] for r in rows]
         cl = [r["client_ms"] for r in rows]
-        print(f"| {name} | {statistics.median(sv):.2f} | {p99(sv):.2f} | {statistics.median(cl):.2f} | {p99(cl):.2f} |")
-    print(f"| no-op route (/healthz) | - | - | {statistics.median(noop):.2f} | {p99(noop):.2f} |")
+        print(f"| {name} | {statistics.median(sv):.2f} | {percentile(sv, 99):.2f} | {statistics.median(cl):.2f} | {percentile(cl, 99):.2f} |")
+    print(f"| no-op route (/healthz) | - | - | {statistics.median(noop):.2f} | {percentile(noop, 99):.2f} |")
     hit_ms = statistics.median(r["server_ms"] for r in hits)
     print(f"\nduplicate server time p50 {hit_ms:.2f} ms ({'under' if hit_ms < 5 else 'NOT under'} 5 ms); "
           f"client time over the no-op route "
@@ -146,7 +145,7 @@ def main() -> None:
         marks = ",".join(f"{k}x{v}" for k, v in sorted(_count(r["cache"] for r in rows).items()))
         lines = ",".join(str(k) for k in sorted({r["lines"] for r in rows}))
         print(f"| {name} | {runs} | {statuses} | {marks} | {lines} | {wall:.2f} | {len(rows) / wall:.2f} | "
-              f"{statistics.median(cl):.0f} | {p99(cl):.0f} |")
+              f"{statistics.median(cl):.0f} | {percentile(cl, 99):.0f} |")
     print(f"\nwall time off / on: {alone_s / shared_s:.1f}x; pipeline runs {shared_runs} vs {alone_runs}")
 
 
@@ -158,4 +157,4 @@ def _count(xs) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -63,8 +63,8 @@ the warm-up pass is counted in the notes.
 
 Run (from the repository root)::
 
-    .venv/bin/python -m load_tests bench_engine --quick        # ~1-2 minutes
-    .venv/bin/python -m load_tests bench_engine --per-image --out load_tests/out/bench_engine.md
+    .venv/bin/python -m load_tests engine systems --quick        # ~1-2 minutes
+    .venv/bin/python -m load_tests engine systems --per-image --out load_tests/out/bench_engine.md
 
 Options: ``--threads N``, ``--repeats R``, ``--images DIR``, ``--quick``
 (8 representative images, 1 repeat), ``--per-image``, ``--out FILE``,
@@ -88,10 +88,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr  # noqa: E402
 from load_tests.engine_report import SystemLog, render, summarise  # noqa: E402
-from load_tests.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap  # noqa: E402
+from harness.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap  # noqa: E402
 from load_tests.stats import Record  # noqa: E402
+from load_tests.images import DEFAULT_IMAGES  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
-DEFAULT_IMAGES = REPO / "tests/data/peer"
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
 
@@ -114,9 +115,7 @@ QUICK_IMAGES = (
 # main
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                     help="CPU inference threads for every system (default: all cores, %(default)s)")
     ap.add_argument("--repeats", type=int, default=None, help="timed passes (default 3; 1 with --quick)")
@@ -136,15 +135,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-trim", action="store_true",
                     help="do not malloc_trim the heap between passes (see trim_heap)")
     ap.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset of " + ", ".join(SYSTEMS))
-    args = ap.parse_args(argv)
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
     if args.repeats < 1 or args.threads < 1:
-        ap.error("--repeats and --threads must be at least 1")
+        raise SystemExit("--repeats and --threads must be at least 1")
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     bad = [s for s in args.systems if s not in SYSTEMS]
     if bad:
-        ap.error(f"unknown system(s) {bad}; choose from {SYSTEMS}")
+        raise SystemExit(f"unknown system(s) {bad}; choose from {SYSTEMS}")
     return args
 
 
@@ -193,8 +194,8 @@ def run_pass(system: System, rec: SystemLog, folder: Path, images: list[str], pa
             rec.unstable.append((im, pass_no))
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def main(args: argparse.Namespace) -> int:
+    args = resolve(args)
     if args.malloc_mmap_threshold > 0 and not set_mmap_threshold(args.malloc_mmap_threshold):
         print("warning: mallopt(M_MMAP_THRESHOLD) failed; running with glibc's default", file=sys.stderr)
         args.malloc_mmap_threshold = 0
@@ -264,5 +265,20 @@ def main(argv=None) -> int:
     return 0
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """The in-process engine alone over one word image (its label kept), one
+    timed pass: the whole program at its smallest (loads the models)."""
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        name = "rapidocr_text_rec.jpg"
+        shutil.copy(args.images / name, Path(tmp) / name)
+        labels = [e for e in json.loads((args.images / "expected.json").read_text()) if e.get("image") == name]
+        (Path(tmp) / "expected.json").write_text(json.dumps(labels))
+        args.images, args.systems, args.repeats, args.quick = Path(tmp), "engine", 1, False
+        return main(args)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

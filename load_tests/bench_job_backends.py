@@ -14,7 +14,7 @@ that answers at once, so the figures are the book's own cost, not OCR's:
 The baseline is the SQLite book (ratio 1.00). Redis runs on loopback on the
 same 2 cores; a real cluster adds a network round trip per call.
 
-    .venv/bin/python -m load_tests bench_job_backends [--n 300] [--polls 2000]"""
+    .venv/bin/python -m load_tests jobs [--n 300] [--polls 2000]"""
 
 from __future__ import annotations
 
@@ -32,17 +32,15 @@ from serve_app.jobs.book import JobBook  # noqa: E402
 from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402
 from serve_app.core.request_options import OcrOptions  # noqa: E402
 from serve_app.core.app_args import JobArgs  # noqa: E402
+import sys  # noqa: E402
+from load_tests.stats import percentile  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 IMAGE = b"\x89PNG" + bytes(50_000)
 
 
 async def answer(image, options, progress):
     return {"results": [{"text": "x" * 100, "score": 0.99, "box": [[0, 0], [1, 0], [1, 1], [0, 1]]}]}
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 async def measure(book, n: int, polls: int) -> dict:
@@ -68,15 +66,17 @@ async def measure(book, n: int, polls: int) -> dict:
         await book.aclose()
     else:
         book.close()
-    return {"submit_p50": statistics.median(one) * 1e3, "submit_p99": pct(one, 0.99) * 1e3,
-            "burst_per_s": burst_rate, "poll_p50": statistics.median(got) * 1e3, "poll_p99": pct(got, 0.99) * 1e3}
+    return {"submit_p50": statistics.median(one) * 1e3, "submit_p99": percentile(one, 99) * 1e3,
+            "burst_per_s": burst_rate, "poll_p50": statistics.median(got) * 1e3, "poll_p99": percentile(got, 99) * 1e3}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--n", type=int, default=300, help="sequential submits per backend")
     ap.add_argument("--polls", type=int, default=2000)
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     args = dict(capacity=100_000, max_queued_bytes=1 << 34, concurrency=8)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,5 +103,12 @@ def main() -> None:
               f"{r['poll_p50']:11.3f} {r['poll_p99']:7.3f} {r['poll_p50'] / base['poll_p50']:5.2f}")
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """A tiny real run: 32 submits and 50 polls per book (Redis where a
+    redis-server is installed, as the full run needs)."""
+    args.n, args.polls = 32, 50
+    return main(args)
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

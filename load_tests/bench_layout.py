@@ -3,7 +3,7 @@ page orientation decisions and their cost, multi-page TIFF, upper-case
 spacing. One in-process engine (the default config, the real models);
 every comparison is measured side by side in this run.
 
-    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests bench_layout [--repeats 3] [--json F]
+    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests documents layout [--repeats 3] [--json F]
 
 Tables:
 1. order on made pages (harness/pages.py): blocks on (default) vs off (the
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from harness.pages import fax_tiff, made_pages, order_score  # noqa: E402
 from harness.peer import PEER, expected, reference  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 ANGLES = (0, 90, 180, 270)
 
@@ -298,12 +299,13 @@ def _load(path: Path) -> np.ndarray:
     return decode_image(path.read_bytes())
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the cost table")
     ap.add_argument("--only", default="", help="comma-separated tables: order,peer,orientation,cost,tiff,upper,rule")
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     from serve_app.engine import OcrEngine
 
     only = set(filter(None, args.only.split(",")))
@@ -324,4 +326,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -31,7 +31,7 @@ Protocol
 
 Run (from the repository root, under the shared lock on a shared machine):
 
-    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests bench_pdf --repeats 5
+    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5
 """
 
 from __future__ import annotations
@@ -49,11 +49,12 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 
 from harness.pdfs import image_pdf  # noqa: E402
+from harness.peer import PEER  # noqa: E402
 
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from serve_app.core.app_args import AppArgs  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
-PEER = REPO / "tests" / "data" / "peer"
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
 
 
@@ -140,12 +141,13 @@ def table(rows: list[dict], base: float) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pages", type=int, default=20)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--replicas", default="1,2", help="recogniser replica counts to run the service with")
-    args = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     dpi = AppArgs.model_validate(load_config()["applications"][0]["args"]).engine.documents.render_dpi
     images = page_images(args.pages)
     pdf = image_pdf([img for _, img in images], dpi=dpi, jpeg_quality=90)
@@ -160,4 +162,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -17,7 +17,7 @@ same configuration (so the mix of images does not move the figure).
 Targets (issue #16): loaded interactive p50 <= 1.5x unloaded, p99 <= 3x;
 bulk alone with lanes on >= 0.95x the throughput with lanes off.
 
-    .venv/bin/python -m load_tests bench_priority [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
+    .venv/bin/python -m load_tests hostile priority [--unloaded-s 25] [--load-s 40] [--warmup-s 8] [--bulk-clients 12]
 
 Prints one table; --json FILE writes the raw summaries."""
 
@@ -36,6 +36,8 @@ from harness import service  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load  # noqa: E402
 from load_tests.loadgen import closed_loop, log, now  # noqa: E402
 from load_tests.stats import Record, fmt, percentile, summarize  # noqa: E402
+import sys  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 
 async def post(session, base: str, img: Img, lane: Optional[str], timeout_s: float = 300) -> Record:
@@ -166,8 +168,7 @@ def table(res: dict[str, dict]) -> str:
     return "\n".join(rows) + "\n\n| ratio | | | |\n|---|---|---|---|\n" + "\n".join(ratios)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--unloaded-s", type=float, default=25.0)
@@ -180,7 +181,9 @@ def main() -> None:
     ap.add_argument("--no-off", action="store_true",
                     help="skip the lanes-off configuration (variants are then compared with lanes on)")
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     images = load(DEFAULT_IMAGES, args.images)
     res = {}
     for name, enabled, overrides in [("on", True, {}), *([] if args.no_off else [("off", False, {})]),
@@ -195,4 +198,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -4,7 +4,7 @@ gray, serve_app.ocr.decode.BILEVEL_SIGMA) against the same pixels sent as
 an 8-bit PNG of 0s and 255s (read as they are: the baseline, as 1-bit pages
 were read before). One in-process engine, the default config.
 
-    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests bilevel [--json F]
+    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests documents bilevel [--json F]
 
 Sources: four made pages (harness/pages.py, their truth as labels) and five
 peer photos (their gray reading as labels). Each is made 1-bit three ways:
@@ -29,6 +29,7 @@ from PIL import Image
 
 from harness.pages import made_pages
 from harness.peer import PEER, label_errors
+from load_tests.cli import standalone  # noqa: E402
 
 PHOTOS = ("rapidocr_en.jpg", "mmocr_wildreceipt_1.jpeg", "paddleocr_00018069.jpg", "paddleocr_00006737.jpg",
           "paddleocr_11.jpg")
@@ -52,10 +53,11 @@ def encode(img: Image.Image, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", help="write the figures here")
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     from serve_app.engine import OcrEngine
 
     sources = [(p.name, p.image[..., 0], list(p.truth)) for p in made_pages()[:4]]
@@ -106,4 +108,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

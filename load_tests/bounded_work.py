@@ -3,7 +3,7 @@ index against all pairs, same input), the layout of a page of nested
 columns, and the byte walks of floods (check_structure against Pillow
 walking the same file). No Ray, no models.
 
-    .venv/bin/python -m load_tests bounded_work [--smoke]
+    .venv/bin/python -m load_tests hostile bounded-work [--smoke]
 
 Each row: what, its size, seconds (median of --repeat), and for the merge
 and the walks the baseline measured in the same run and the ratio."""
@@ -114,7 +114,7 @@ def layout_rows(smoke: bool, repeat: int) -> list[tuple]:
 def flood_rows(smoke: bool, repeat: int) -> list[tuple]:
     from PIL import Image
 
-    from load_tests.hostile_costs import chunks_after_idat_png, empty_idats_png, gif_frames, jpeg_comments
+    from harness.hostile import chunks_after_idat_png, empty_idats_png, gif_frames, jpeg_comments
     from serve_app.ocr.image_header import check_structure
 
     mib = 1 if smoke else 19
@@ -152,7 +152,14 @@ def main(args: argparse.Namespace) -> None:
         print(f"| {what} | {outcome} | {s:.3f} | {shown} | {ratio} |")
 
 
+def smoke(args: argparse.Namespace) -> None:
+    """Every row at its smallest size, once (main under --smoke)."""
+    main(args)
+
+
 if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_cli_args(p)
-    main(p.parse_args())
+    import sys
+
+    from load_tests.cli import standalone
+
+    sys.exit(standalone(__name__))

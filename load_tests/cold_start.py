@@ -10,7 +10,7 @@ every warm-up call (ModelReplica.warm). The Ray actor's own start (worker
 process, actor creation) is not in it: load_tests/scale_up.py measures a
 whole autoscaled replica in Ray.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests cold_start --repeats 3
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests startup cold --repeats 3
 
 Modes: `none` (predictor.cache_dir null: the compiled model goes to a
 throwaway folder), `cold` (an empty cache folder: the replica compiles and
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from load_tests.cli import standalone  # noqa: E402
 
 T_START = time.time()  # first statement of the child's script (after the interpreter started)
 
@@ -81,7 +82,7 @@ def child(stage: str, cache_dir: str | None) -> dict:
         shapes = rec.warm_shapes(args.recognizer.warm_widths)
         warm = os.environ.get("COLD_START_REC_WARM") or args.recognizer.warm  # --rec-warm, else the config's
         if warm == "core" and engine.rec.batch_padding == "bucket":  # what a replica runs before ready
-            from serve_app.serving.deferred_shapes import core_shapes
+            from serve_app.serving.shapes_after_ready import core_shapes
 
             shapes = core_shapes(shapes)[0]
         calls = [rec.warm_call(s) for s in shapes]
@@ -141,8 +142,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--child", choices=STAGES)
     ap.add_argument("--cache-dir", default="")
     ap.add_argument("--repeats", type=int, default=3, help="runs per (stage, mode); medians are printed")
@@ -153,7 +153,10 @@ def main() -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--rec-warm", choices=("full", "core"),
                     help="the recogniser's shapes before ready (recognizer.warm; default: deployments.yaml's)")
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.rec_warm:
         os.environ["COLD_START_REC_WARM"] = a.rec_warm
     if a.rec_batch_sizes:
@@ -187,4 +190,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -4,7 +4,7 @@ clients over the peer images, and prints the CPU seconds each process used
 in the window (from /proc), with core-seconds per image, per process and
 per part of the service (load_tests/hop_budget.py's groups).
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests cpu_by_process --clients 8 --seconds 30
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops budget cpu --clients 8 --seconds 30
     ... cpu_by_process.py --target simple              # the baseline, same clients and images
     ... cpu_by_process.py --pipeline-in-ingress false  # the pipeline in its own deployment
     ... cpu_by_process.py --json out.json              # also write the figures
@@ -27,9 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests.baselines import SimpleServer  # noqa: E402
 from load_tests.hop_budget import PER_IMAGE_MODEL, PER_NODE, PER_REQUEST_RAY, process_group  # noqa: E402
-from load_tests.procfs import cmdline, process_table  # noqa: E402
+from harness.procfs import cmdline, process_table  # noqa: E402
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from harness.peer import PEER  # noqa: E402
+import sys  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 
 def cpu_seconds() -> dict[int, tuple[str, float]]:
@@ -37,14 +39,16 @@ def cpu_seconds() -> dict[int, tuple[str, float]]:
     return {pid: (cmdline(pid), cpu) for pid, (_, cpu) in process_table().items()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--n-images", type=int, default=20)
     ap.add_argument("--target", choices=("service", "simple"), default="service")
     ap.add_argument("--json", type=Path, help="also write the figures here")
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
 
     names = sorted(p.name for p in PEER.iterdir() if p.suffix in (".jpg", ".png"))
     names = names[:: max(1, len(names) // a.n_images)][: a.n_images]
@@ -117,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -3,14 +3,14 @@ process and in total, `serve run` to ready (first and second start), one
 client's p50 over the in-process engine, img/s at 8 clients, lines read and
 CER, in one run.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 1200 .venv/bin/python -m load_tests footprint
+    flock -w 1200 /tmp/ray-tests.lock timeout 1200 .venv/bin/python -m load_tests memory footprint
     ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
 
 A config is a file, optionally with `+key.path=value` overrides of its
 application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
 the default set is both profiles with `recognizer.warm` full and core (core
-is the default: serve_app/serving/deferred_shapes.py). A replica added by
-autoscaling is not started here: `python -m load_tests cold_start` times a
+is the default: serve_app/serving/shapes_after_ready.py). A replica added by
+autoscaling is not started here: `python -m load_tests startup cold` times a
 replica's own start on an idle core (`--rec-warm full|core`).
 
 Each round: the in-process engine in a child process (2 threads on both
@@ -41,7 +41,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +52,9 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests.hop_budget import process_group  # noqa: E402
-from load_tests.procfs import descendants, pss_mb  # noqa: E402
+from harness.procfs import descendants, pss_mb  # noqa: E402
+from load_tests.stats import median  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 DEFAULT_CONFIGS = ("deployments.yaml+recognizer.warm=full", "deployments.yaml",
                    "deployments.light.yaml+recognizer.warm=full", "deployments.light.yaml")
@@ -117,10 +118,6 @@ def apply_overrides(args: dict, overrides: list[tuple[list[str], object]]) -> No
 
 def text_lines(names: list[str]) -> list[str]:
     return [n for n in names if n.startswith(TEXT_LINE_PREFIXES)]
-
-
-def p50(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
 
 
 def reading(reads: dict[str, list[str]], engine_reads: Optional[dict[str, list[str]]],
@@ -217,7 +214,7 @@ def run_engine(names: list[str], lines: list[str], passes: int) -> dict:
     if out.returncode != 0:
         raise RuntimeError(f"engine child failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**r, "p50_peer": p50(r["ms_peer"]), "p50_lines": p50(r["ms_lines"])}
+    return {**r, "p50_peer": median(r["ms_peer"]), "p50_lines": median(r["ms_lines"])}
 
 
 # -- the service ---------------------------------------------------------------------
@@ -274,7 +271,7 @@ class ServeRun:
         return time.perf_counter() - t
 
     def processes(self) -> list[dict]:
-        from load_tests.procfs import cmdline
+        from harness.procfs import cmdline
 
         assert self.proc is not None
         out = []
@@ -428,8 +425,8 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                     ms_lines.append(post(s, svc.url, n, data[n])[0])
         procs = svc.processes()
         out["shapes_left_pss"] = shapes_left(svc.url)
-        out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=p50(ms_peer),
-                   p50_lines=p50(ms_lines),
+        out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=median(ms_peer),
+                   p50_lines=median(ms_lines),
                    ms_peer=ms_peer, reading=reading(reads, engine["reads"], labels), procs=procs,
                    groups=group_pss(procs), pss_total=sum(p["pss"] for p in procs),
                    rss_total=sum(p["rss"] for p in procs), n_procs=len(procs))
@@ -446,8 +443,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                     help="comma-separated Serve config files (relative to the repository); the first is the baseline")
     ap.add_argument("--rounds", type=int, default=1, help="rounds; the configs' order is reversed every other one")
@@ -456,7 +452,10 @@ def main() -> None:
     ap.add_argument("--ready-timeout", type=float, default=240)
     ap.add_argument("--json", type=Path, help="also write every figure here")
     ap.add_argument("--engine-child", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.engine_child:
         print(json.dumps(engine_child(*json.loads(a.engine_child))))
         return
@@ -500,5 +499,34 @@ def main() -> None:
         a.json.write_text(json.dumps({"engines": engines, "runs": runs}, indent=1, default=str))
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """The pure parts on fixed figures: which process is what, PSS per role,
+    the text-line set, the reading figures, a config variant and the table."""
+    from load_tests.cli import check
+
+    check(role("ray::ServeReplica:ocr:TextRecognizer") == "rec replica" and role("ray::ProxyActor") == "proxy"
+          and role("/venv/bin/python3 /venv/bin/serve run /tmp/x/config.yaml") == "serve run (CLI)", "roles")
+    g = group_pss([{"role": "proxy", "pss": 88.0, "rss": 120.0}, {"role": "rec replica", "pss": 700.0, "rss": 900.0},
+                   {"role": "rec replica", "pss": 740.0, "rss": 950.0}])
+    check(list(g) == ["rec replica", "proxy"] and g["rec replica"]["pss"] == 1440.0, f"PSS per role: {g}")
+    names = ["mmocr_word_1036169.jpg", "paddleocr_en_word_1.png", "rapidocr_en.jpg"]
+    check(text_lines(names) == names[:2], "the text-line images are the one-line crops")
+    r = reading({"a": ["HELLO"], "b": ["WORLO", "x"]}, {"a": ["HELLO"], "b": ["WORLD", "x"]},
+                {"a": ["HELLO"], "b": ["WORLD"]})
+    check((r["lines"], r["same_as_engine"], round(r["cer"], 3)) == (3, 1, 0.1), f"reading: {r}")
+    path, overrides = parse_config("deployments.yaml+recognizer.warm=full+detector.threads=1")
+    check((path, overrides) == ("deployments.yaml", [(["recognizer", "warm"], "full"), (["detector", "threads"], 1)]),
+          "a config variant is a file with overrides")
+    run = {"name": "deployments.yaml", "round": 0, "groups": {"rec replica": {"n": 2, "pss": 1500.0, "rss": 1500.0,
+           "max": 750.0}}, "pss_total": 2500.0, "n_procs": 20, "rss_total": 3000.0, "pss_total_loaded": 2510.0,
+           "ready_first_s": 30.0, "ready_second_s": 20.0, "p50_peer": 250.0, "p50_lines": 120.0, "first_ms": 300.0,
+           "steady_ms": 200.0, "rate_8": 3.5, "errors_8": 0,
+           "reading": {"lines": 665, "cer": 0.0956, "same_as_engine": 60, "images": 60}}
+    text = table({"p50_peer": 200.0, "p50_lines": 100.0, "reading": {"lines": 665, "cer": 0.0956}}, [run])
+    check(text.splitlines()[0] == "| | deployments.yaml (round 0) |", "the table's header")
+    print(text)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -25,6 +25,7 @@ from typing import Callable, Optional
 REPO = Path(__file__).resolve().parents[1]
 
 from serve_app.tools.gpu_build import Stop, choose, parse, query  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 INDEXES = ("https://pypi.org/simple/pip/", "https://www.paddlepaddle.org.cn/packages/stable/cu126/")
 MIN_FREE_GB = 20  # paddlepaddle-gpu and its CUDA wheels (~6 GB unpacked), pip's cache, TensorRT, Ray's logs
@@ -109,11 +110,13 @@ def preflight(port: int, run=subprocess.run, which=shutil.which, urlopen=urllib.
     return cuda_tag, why, python
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--cuda", default=None)
-    a = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     try:
         cuda, why, python = preflight(a.port, cuda=a.cuda or None)
     except Stop as e:
@@ -125,4 +128,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -287,9 +287,8 @@ def replica_summary(s: dict, gpu_used_mib) -> str:
             f"{precision_summary(s)}")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="cmd")
     sub.add_parser("probe")
     e = sub.add_parser("engines")
     e.add_argument("--json", type=Path, required=True)
@@ -298,7 +297,11 @@ def main(argv=None) -> int:
     s.add_argument("--engines", type=Path, default=Path("/nonexistent"))
     s.add_argument("--seconds", type=float, default=20, help="per client level")
     s.add_argument("--clients", default="1,8,32", help="client levels, comma-separated")
-    a = p.parse_args(argv)
+
+
+def main(a: argparse.Namespace) -> int:
+    if a.cmd is None:
+        raise SystemExit("gpu smoke: name a step: probe, engines or service")
     if a.cmd == "probe":
         return probe()
     if a.cmd == "engines":
@@ -307,4 +310,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from load_tests.cli import standalone
+
+    sys.exit(standalone(__name__))

@@ -6,9 +6,14 @@ load_tests/hops.py and load_tests/cpu_by_process.py."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
-import statistics
-from typing import Iterable, Optional
+from pathlib import Path
+from typing import Optional
+import sys  # noqa: E402
+from load_tests.stats import median  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 STAGES = ("det", "cls", "rec")
 
@@ -42,11 +47,6 @@ def stage_compute_ms(batches: dict[str, list[dict]], t0: float, t1: float) -> di
                 per_pid[b["pid"]] = per_pid.get(b["pid"], 0.0) + b["ms"]
         out[stage] = max(per_pid.values(), default=0.0)
     return out
-
-
-def median(values: Iterable[Optional[float]]) -> float:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else float("nan")
 
 
 def request_parts(latency_ms: float, timings: dict, compute: dict, ingress_ms: Optional[float]) -> dict:
@@ -166,17 +166,17 @@ def extrapolation(service: dict, simple: dict, rate_1: float, rate_2: float, cor
     return out
 
 
-def main() -> None:
-    import argparse
-    import json
-    from pathlib import Path
-
-    ap = argparse.ArgumentParser(description="Extrapolate measured per-image CPU to more cores")
-    ap.add_argument("--service", type=Path, required=True, help="cpu_by_process.py --json of the service")
-    ap.add_argument("--simple", type=Path, required=True, help="cpu_by_process.py --target simple --json")
-    ap.add_argument("--hops", type=Path, required=True, help="load_tests/hops.py's raw JSON (thread speedup)")
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--service", type=Path, help="`hops cpu --json` of the service (required)")
+    ap.add_argument("--simple", type=Path, help="`hops cpu --target simple --json` (required)")
+    ap.add_argument("--hops", type=Path, help="`hops budget`'s raw JSON: the thread speedup (required)")
     ap.add_argument("--cores", default="2,4,8,16,32")
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
+    if not (a.service and a.simple and a.hops):
+        raise SystemExit("hops extrapolate needs --service, --simple and --hops (see --help)")
     svc, smp = json.loads(a.service.read_text()), json.loads(a.simple.read_text())
     sp = json.loads(a.hops.read_text())["speedup"]
     r1, r2 = sp["1"]["rate"], sp["2"]["rate"]
@@ -190,5 +190,38 @@ def main() -> None:
         print(f"| {row['cores']} | {row['service']:.2f} | {row['simple']:.2f} | {row['ratio']:.2f}x |")
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """The arithmetic on fixed figures: Server-Timing, a stage's compute in a
+    window, parts over the engine, process groups, Amdahl and the extrapolation."""
+    from load_tests.cli import check
+
+    check(server_timing_ms("db;dur=3, ingress;desc=x;dur=7.25") == 7.25 and server_timing_ms("db;dur=3") is None,
+          "Server-Timing's ingress duration")
+    batches = {"det": [{"pid": 1, "t": 10.5, "ms": 40.0}, {"pid": 1, "t": 9.0, "ms": 99.0}], "cls": [],
+               "rec": [{"pid": 2, "t": 10.6, "ms": 10.0}, {"pid": 2, "t": 10.7, "ms": 15.0},
+                       {"pid": 3, "t": 10.65, "ms": 20.0}, {"pid": 3, "t": 12.0, "ms": 50.0}]}
+    check(stage_compute_ms(batches, 10.0, 11.0) == {"det": 40.0, "cls": 0.0, "rec": 25.0},
+          "a stage's compute: batches in the window, the busiest replica")
+    eng = request_parts(127.0, {"decode": 5.0, "det": 50.0, "cls": 8.0, "rec": 60.0, "total": 125.0},
+                        {"det": 40.0, "cls": 5.0, "rec": 55.0}, None)
+    svc = request_parts(180.0, {"decode": 6.0, "det": 62.0, "cls": 12.0, "rec": 80.0, "total": 162.0},
+                        {"det": 44.0, "cls": 5.0, "rec": 65.0}, 170.0)
+    d = over_engine(svc, eng)
+    check(d["latency"] == 53.0 and abs(d["parts_sum"] - d["latency"]) < 1e-9, f"parts add up: {d}")
+    check(process_group("ray::ServeReplica:ocr:TextRecognizer") == "rec replica"
+          and process_group(".venv/bin/python -m load_tests.simple_server --host x") == "simple server",
+          "process groups")
+    p = amdahl_fraction(1.6)
+    check(abs(amdahl_speedup(p, 2) - 1.6) < 1e-9 and abs(service_rate(8, 0.4, 0.1, 0.5) - 15.0) < 1e-9, "Amdahl")
+    rows = extrapolation({"model_core_s_per_img": 0.4, "request_core_s_per_img": 0.1, "node_cores": 0.5,
+                          "answers": 100, "groups_cpu_s": {"proxy": 1.0}},
+                         {"system_core_s_per_img": 0.3, "img_s": 4.0}, 3.0, 4.8, [2, 8, 64, 1024])
+    check(abs(rows[0]["service"] - 3.0) < 1e-9 and abs(rows[3]["service"] - 100.0) < 1e-9,
+          f"extrapolation, capped by the one proxy: {rows}")
+    for r in rows:
+        print(r)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -5,7 +5,7 @@ images; and the engine's speedup from 1 to 2 threads. (Until issue #23 the
 service could also run the pipeline in the ingress; that placement was
 measured against this one and removed.)
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests hops budget budget
 
 The service is deployed as in deployments.yaml on a local Ray cluster
 (Ray is told 4 logical CPUs; every replica still pins its inference
@@ -40,9 +40,10 @@ from load_tests.hop_budget import (  # noqa: E402
     STAGES, amdahl_fraction, median, median_parts, over_engine, request_parts, server_timing_ms, stage_compute_ms,
 )
 from harness.service import (  # noqa: E402
-    MODEL_DEPLOYMENTS, deploy_config, free_ports, load_config, replica_stats, start_ray, stop_all, wait_ready,
+    MODEL_DEPLOYMENTS, deploy_config, free_ports, load_config, replica_stats, start_ray, stop_all,
 )
 from harness.peer import PEER  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 IMAGES = {"receipt": "mmocr_wildreceipt_1.jpeg", "word crop": "mmocr_word_1036169.jpg",
           "phone photo": "mmocr_icdar15_img_1.jpg", "short page": "rapidocr_en.jpg",
@@ -325,8 +326,7 @@ def report(result: dict) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--repeats", type=int, default=8, help="rounds (each image once to each system)")
     ap.add_argument("--n-images", type=int, default=20, help="images in the thread-speedup mix")
     ap.add_argument("--passes", type=int, default=2, help="timed passes over the mix per thread count")
@@ -337,7 +337,10 @@ def main() -> None:
     ap.add_argument("--speedup-only", action="store_true",
                     help="measure only the thread speedup and put it into --out's recorded run")
     ap.add_argument("--engine-threads", type=int, help=argparse.SUPPRESS)
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.engine_threads:
         print("RESULT " + json.dumps(engine_threads(a.engine_threads, a.n_images, a.passes)))
         return
@@ -370,4 +373,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

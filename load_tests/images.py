@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from harness.peer import PEER
+
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_IMAGES = REPO / "tests/data/peer"
+DEFAULT_IMAGES = PEER
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 CTYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
 # --quick: a 14-line photo (several crops: cls/rec batches), a text line, a short German sign.

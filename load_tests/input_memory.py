@@ -8,7 +8,7 @@ meets, so with an open set of shapes RSS grows with every new size; with
 the closed set it must stay flat (goal: under 10% growth from image 50 to
 the end).
 
-    .venv/bin/python -m load_tests input_memory [--images 300] [--seed 0] [--open]
+    .venv/bin/python -m load_tests memory input [--images 300] [--seed 0] [--open]
 
 --open runs the old open policy ("max", long side 1280, nothing warmed)
 for comparison. Prints a table; asserts nothing.
@@ -25,9 +25,10 @@ import cv2
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-PEER = REPO / "tests" / "data" / "peer"
+from harness.peer import PEER  # noqa: E402
 
-from load_tests.procfs import rss_mb  # noqa: E402
+from harness.procfs import rss_mb  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 
 def random_sizes(n: int, seed: int) -> list[tuple[int, int]]:
@@ -41,12 +42,13 @@ def random_sizes(n: int, seed: int) -> list[tuple[int, int]]:
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--images", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--open", action="store_true", help="the old open detector sizing (limit_type max 1280)")
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
 
     from serve_app.core.engine_config import DetOptions
     from serve_app.engine import OcrEngine, default_engine_config
@@ -77,4 +79,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -18,7 +18,7 @@ import time
 from typing import Any, Awaitable, Callable, Optional
 
 from load_tests.images import Img
-from load_tests.procfs import cpu_seconds, cpu_share
+from harness.procfs import cpu_seconds, cpu_share
 from load_tests.stats import Record
 
 

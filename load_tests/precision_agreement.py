@@ -1,7 +1,7 @@
 """Agreement of a lower-precision engine with fp32, per stage, as the start-up check measures it.
 
-    python -m load_tests precision_agreement                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
-    python -m load_tests precision_agreement --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
+    python -m load_tests engine precision                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
+    python -m load_tests engine precision --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
 
 The same measure a TensorRT fp16/int8 replica is judged by before it is ready
 (serve_app/inference/precision_check.py; outside the bound it serves at fp32):
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from load_tests.cli import standalone  # noqa: E402
 
 STAGES = ("det", "cls", "rec")
 
@@ -59,11 +60,13 @@ def variants(device: str, stage: str, engine):
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--stages", default=",".join(STAGES))
-    a = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     import cv2
 
     from serve_app.core.engine_config import EngineConfig
@@ -114,4 +117,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

@@ -12,7 +12,7 @@ crops from the peer images (what service adds). The Ray actor's own
 process start is not in it (load_tests/footprint.py measures whole
 services).
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests replica_memory
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests memory replica
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from load_tests.cli import standalone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ VARIANTS: dict[str, tuple[str, int, dict, dict]] = {
 
 
 def _pss() -> float:
-    from load_tests.procfs import pss_mb
+    from harness.procfs import pss_mb
 
     m = pss_mb()
     return round(m["pss"], 1) if m else float("nan")
@@ -133,15 +134,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--child", choices=("det", "cls", "rec"))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rec", default="{}")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     ap.add_argument("--repeats", type=int, default=1, help="rounds, variants interleaved in each")
     ap.add_argument("--json")
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.child:
         print(json.dumps(child(a.child, a.threads, json.loads(a.rec))))
         return
@@ -164,4 +167,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

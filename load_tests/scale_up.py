@@ -6,7 +6,7 @@ replica, when its process started, when it began building its predictor,
 was loaded, warmed and ready, when Serve listed it RUNNING, and when the
 first request's batch ran on it. Throughput per interval beside it.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests scale_up
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests serve scale-up
 
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
 config (default: the file's, which is what users get).
@@ -17,7 +17,7 @@ autoscaler would, with both cores idle (the issue's "a replica added by
 autoscaling ready in at most 10 s on an idle core"). The run ends once the
 new replica is RUNNING and its stats are read; no request is sent.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests scale_up --idle
+    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests serve scale-up --idle
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from load_tests.images import pick_images  # noqa: E402
 from load_tests.loadgen import http_sync  # noqa: E402
 from harness.service import apply_config, deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
 from harness.peer import PEER  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 DET = "TextDetector"
 
@@ -175,7 +176,7 @@ def report(r: dict, a) -> str:
     if a.idle:  # no load: no throughput to show
         return "\n".join(out)
     # throughput and latency per interval
-    out += ["", f"| interval (s from step) | answers | img/s | p50 ms | errors |", "|---|---:|---:|---:|---:|"]
+    out += ["", "| interval (s from step) | answers | img/s | p50 ms | errors |", "|---|---:|---:|---:|---:|"]
     w = a.interval_s
     k = -int(a.base_s // w)
     last = r["stopped"] - step  # answers after the stop (clients draining) are left out
@@ -189,8 +190,7 @@ def report(r: dict, a) -> str:
     return "\n".join(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--base-clients", type=int, default=1)
     ap.add_argument("--step-clients", type=int, default=12)
     ap.add_argument("--base-s", type=float, default=10.0, help="seconds at the base load before the step")
@@ -202,7 +202,10 @@ def main() -> None:
     ap.add_argument("--upscale-delay", type=float)
     ap.add_argument("--idle", action="store_true",
                     help="no load: add a detector replica by raising min_replicas (both cores idle)")
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.idle:
         a.base_clients = a.step_clients = 0
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -217,4 +220,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

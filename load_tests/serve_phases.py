@@ -2,7 +2,7 @@
 (the floor: what Ray and Serve take on this machine before any of our
 work) and each config, started twice each, in one run.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests serve_phases
+    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests startup serve-run
 
 Each start is footprint.py's (`serve run` of a temporary copy on a free
 port, a fresh journal; the second start reuses the first's compile-cache
@@ -27,6 +27,8 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests.footprint import ServeRun, parse_config  # noqa: E402
+import sys  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 FLOOR = "floor"
 FLOOR_CONFIG = {
@@ -100,13 +102,15 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--configs", default=f"{FLOOR},deployments.light.yaml,deployments.yaml",
                     help=f"comma-separated; '{FLOOR}' is the model-free app; a file may carry +key=value overrides")
     ap.add_argument("--starts", type=int, default=2, help="starts of each config (the later ones reuse the cache)")
     ap.add_argument("--timeout", type=float, default=180)
-    a = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     results: dict[str, list[dict]] = {}
     t_run = time.time()
     for spec in [s.strip() for s in a.configs.split(",") if s.strip()]:
@@ -126,5 +130,35 @@ def main() -> None:
         print("\nmedian ready s: " + ", ".join(f"{n} {s:.1f} (floor + {s - ready[FLOOR]:.1f})" for n, s in ready.items()))
 
 
+SMOKE_LOG = """\
+2026-12-02 09:31:33,860\tINFO scripts.py:489 -- Running config file: 'deployments.light.yaml'.
+2026-12-02 09:31:36,773\tINFO worker.py:2029 -- Started a local Ray instance. View the dashboard at http://127.0.0.1:8265
+INFO 2026-12-02 09:31:38,243 serve 24518 -- Started Serve in namespace "serve".
+(ServeController pid=24988) INFO 2026-12-02 09:31:39,317 controller 24988 -- Imported and built app 'ocr' successfully.
+(ServeController pid=24988) INFO 2026-12-02 09:31:39,479 controller 24988 -- Adding 1 replica to Deployment(name='TextRecognizer', app='ocr').
+(ServeReplica:ocr:TextRecognizer pid=1) INFO 2026-12-02 09:31:46,128 ocr_TextRecognizer m6 -- cls replica ready: load 0.25s, warm-up 0.12s over 6 shapes
+(ServeReplica:ocr:TextRecognizer pid=1) INFO 2026-12-02 09:31:47,271 ocr_TextRecognizer m6 -- det replica ready: load 0.33s, warm-up 3.63s over 21 shapes
+(ServeReplica:ocr:TextRecognizer pid=1) INFO 2026-12-02 09:31:46,900 ocr_TextRecognizer m6 -- rec replica ready: load 0.48s, warm-up 1.42s over 15 shapes
+"""
+
+
+def smoke(args: argparse.Namespace) -> int:
+    """The phases read from a captured `serve run` log, and the table: each
+    phase ends at its first line, the models at their last "ready" (no Ray)."""
+    from datetime import datetime
+
+    from load_tests.cli import check
+
+    got = phases(SMOKE_LOG, datetime(2026, 12, 2, 9, 31, 31, 800000).timestamp(), 16.1)
+    want = {"CLI start": 2.06, "Ray up": 4.973, "Serve up": 6.443, "app built": 7.517, "replicas added": 7.679,
+            "model replicas ready": 15.471, "/readyz 200": 16.1}
+    check(got.keys() == want.keys() and all(abs(got[k] - v) < 1e-3 for k, v in want.items()), f"phases: {got}")
+    missing = phases(SMOKE_LOG.splitlines()[0], datetime(2026, 12, 2, 9, 31, 33).timestamp(), 7.0)
+    rows = table({"floor": [missing]}).splitlines()
+    check("| Ray up | - |" in rows and "| /readyz 200 | 7.0 |" in rows, "a phase missing from the log is a dash")
+    print(table({"smoke": [got]}))
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -12,7 +12,7 @@ benchmark sends: the image as a multipart field ``file`` or as the raw body
 ``{request_id, error: {code, message}}`` with the service's status codes.
 ``GET /healthz`` is liveness, ``GET /readyz`` is 200 once the engine is loaded.
 
-    .venv/bin/python -m load_tests simple_server --port 8712
+    .venv/bin/python -m load_tests.simple_server --port 8712
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
 from serve_app.core.errors import OcrError  # noqa: E402
+import sys  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 log = logging.getLogger("simple_server")
 state: dict = {"engine": None}
@@ -100,15 +102,16 @@ async def readyz():
     return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
 
 
-def main(argv=None) -> None:
-    import uvicorn
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8712)
-    args = ap.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    import uvicorn
+
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -17,7 +17,7 @@ each a 4xx, or a 503 naming the jobs API). Their answers are counted apart; the 
 no error at all.
 
 Memory growth (each replica's private memory: RSS less the shared pages of
-Ray's object store, which are recorded apart; load_tests/procfs.py) is
+Ray's object store, which are recorded apart; harness/procfs.py) is
 measured from the end of warm-up (every soak image read twice, so every
 shape the replicas will see has been seen, then up to 90 s at the soak rate,
 so the heaps have settled) to the end. Latency percentiles are
@@ -38,11 +38,12 @@ from typing import Optional
 
 
 from harness import service  # noqa: E402
-from load_tests import procfs  # noqa: E402
+from harness import procfs  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402
 from load_tests.stats import summarize  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 REPO = service.REPO
 DEPLOYMENTS = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]
@@ -94,7 +95,7 @@ async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: floa
             finally:
                 writer.close()
         if kind == "costly":  # the cheapest, costliest requests of issue 24, in turn
-            from load_tests.hostile_costs import CASES
+            from harness.hostile import CASES
 
             case = CASES[_COSTLY[0] % len(CASES)]
             _COSTLY[0] += 1
@@ -195,8 +196,7 @@ async def soak(url: str, seconds: float, fraction: float, timeout_s: float = 120
             "hostile_share": hostile, "hostile": hostile_counts}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=1200)
     p.add_argument("--fraction", type=float, default=0.7, help="share of measured saturation to offer")
     p.add_argument("--sizes", type=int, default=48, help="random resizes of the peer images added to the mix")
@@ -209,7 +209,9 @@ def main(argv=None) -> int:
     p.add_argument("--config", type=Path, default=service.DEFAULT_CONFIG, help="Serve config to deploy")
     p.add_argument("--out", type=Path, default=REPO / "load_tests" / "out" / "soak")
     p.add_argument("--from-raw", type=Path, help="measure nothing: re-render a recorded soak_raw.json")
-    args = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
     if args.from_raw:
         raw = json.loads(args.from_raw.read_text())
     else:
@@ -232,5 +234,28 @@ def write_raw(raw: dict, out: Path) -> None:
     (out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
 
 
+def smoke(args: argparse.Namespace) -> int:
+    """The soak's report of a tiny recorded run (two seconds, one replica's
+    memory twice): no Ray, no models."""
+    import tempfile
+
+    from load_tests.cli import check
+    from load_tests.stats import Record
+
+    recs = [Record(0.2 * i, 0.2 * i + (100 + i) / 1000, 200, True, None, "a", None) for i in range(10)]
+    recs.append(Record(1.0, 1.005, 0, False, "ClientError: x", "a", None))
+    raw = {"seconds": 2.0, "saturation_img_s": 5.0, "offered_img_s": 3.5, "window_s": 2.0,
+           "records": [r.to_json() for r in recs],
+           "memory": [[0.0, {"TextDetector:1": 100.0, "TextDetector:1 shm": 5.0}],
+                      [2.0, {"TextDetector:1": 102.0, "TextDetector:1 shm": 9.0}]]}
+    with tempfile.TemporaryDirectory() as tmp:
+        s = write_soak_report(raw, Path(tmp))
+        check((s["requests"], s["errors"]) == (11, 1), f"requests and errors counted: {s}")
+        check(s["memory_growth"] == {"TextDetector:1": 0.02}, f"memory growth per replica: {s['memory_growth']}")
+        check("| TextDetector:1 | 100 | 102 | 2.00% |" in (Path(tmp) / "soak.md").read_text(), "the memory table")
+    print(json.dumps(s))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

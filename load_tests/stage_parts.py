@@ -7,7 +7,7 @@ minus pipeline total) or inside the stages (the same work slower in the
 service's process).
 
     make serve   # or: serve run deployments.light.yaml (another shell)
-    flock -w 600 /tmp/ray-tests.lock .venv/bin/python -m load_tests stage_parts --url http://127.0.0.1:8000
+    flock -w 600 /tmp/ray-tests.lock .venv/bin/python -m load_tests hops budget stages --url http://127.0.0.1:8000
 
 Every request has `Cache-Control: no-cache`; one untimed pass first (the
 service's shapes built after ready, the engine's warm-up), then
@@ -21,6 +21,8 @@ import re
 import statistics
 import time
 from pathlib import Path
+import sys  # noqa: E402
+from load_tests.cli import standalone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("decode", "det", "cls", "rec", "total")
@@ -74,12 +76,13 @@ def med(rows: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--url", default="http://127.0.0.1:8000")
     ap.add_argument("--passes", type=int, default=1)
     ap.add_argument("--no-engine", action="store_true", help="the service only")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace) -> int:
     data = peer_images()
     t0 = time.time()
     svc = service_rows(args.url, data, args.passes)
@@ -99,4 +102,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(standalone(__name__))

@@ -60,6 +60,11 @@ def percentile(values: Iterable[float], q: float) -> float:
     return float(np.percentile(arr, q))
 
 
+def median(values: Iterable[Optional[float]]) -> float:
+    """The 50th `percentile` of the values that are not None; NaN if none are."""
+    return percentile((v for v in values if v is not None), 50)
+
+
 def percentiles(values: Iterable[float], qs=PCTS) -> dict[str, float]:
     """{"p50": ..., "p90": ..., "p99": ...} by `percentile`."""
     vals = list(values)

@@ -1,7 +1,7 @@
 """Ray Serve's throughput-optimized mode (RAY_SERVE_THROUGHPUT_OPTIMIZED=1)
 against the default mode, on this machine, with the CPU profile.
 
-    python -m load_tests throughput_mode [--seconds 15] [--clients 6] [--repeats 12]
+    python -m load_tests serve throughput-mode [--seconds 15] [--clients 6] [--repeats 12]
 
 Each mode in its own process and its own Ray cluster (Serve reads the mode
 at import, in every process of the cluster): one client sending the peer
@@ -25,8 +25,11 @@ import threading
 import time
 from pathlib import Path
 
+from harness.peer import PEER
+from load_tests.cli import standalone
+from load_tests.stats import percentile
+
 REPO = Path(__file__).resolve().parents[1]
-PEER = REPO / "tests" / "data" / "peer"
 RECEIPT = PEER / "mmocr_wildreceipt_1.jpeg"
 WORD = PEER / "rapidocr_issue_170.png"
 MODES = {"default": {}, "throughput": {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}}
@@ -50,10 +53,6 @@ def _post(url: str, path: Path):
 
     with path.open("rb") as f:
         return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=120)
-
-
-def _q(lat: list[float], p: int) -> float:
-    return statistics.quantiles(lat, n=100, method="inclusive")[p - 1] if len(lat) >= 2 else float("nan")
 
 
 def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
@@ -104,7 +103,7 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
         for t in threads:
             t.join()
         wall = time.perf_counter() - t1
-        result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": _q(lat, 50), "p99_ms": _q(lat, 99),
+        result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
                                 "codes": codes}
         gcs = ray.get_runtime_context().gcs_address
         for sep in loops:
@@ -119,8 +118,7 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
         stop_all(graceful=False)  # the result is written: no Serve drain before the cluster goes
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--repeats", type=int, default=12)
@@ -128,7 +126,10 @@ def main(argv=None) -> int:
     p.add_argument("--handle-loops", default="0,1",
                    help="RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP values a plain driver's sync handle is tried with")
     p.add_argument("--out", type=Path, default=None)
-    a = p.parse_args(argv)
+
+
+def main(args: argparse.Namespace) -> int:
+    a = args
     if a.child:
         child(a.child, a.out, a.seconds, a.clients, a.repeats, tuple(a.handle_loops.split(",")))
         return 0
@@ -160,4 +161,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone(__name__))

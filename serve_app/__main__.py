@@ -18,6 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
     p.add_argument("--reference", action="store_true",
                    help="RapidOCR 1.4.x parameters (detector short side 736, EXIF ignored)")
+    p.add_argument("--model", default="ppocrv4_mobile", metavar="NAME",
+                   help="model set: ppocrv4_mobile (default), ppocrv6_small, ppocrv6_tiny (models/README.md)")
     p.add_argument("--det-model", help="directory of an exported detection model")
     p.add_argument("--cls-model", help="directory of an exported direction-classifier model")
     p.add_argument("--rec-model", help="directory of an exported recognition model")
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def engine_config(args):
-    from serve_app.core.engine_config import reference_config
+    from serve_app.core.engine_config import for_model, reference_config
     from serve_app.engine import default_engine_config
 
     base = default_engine_config()
@@ -51,6 +53,7 @@ def engine_config(args):
         **({"cpu_math_library_num_threads": args.threads} if args.threads else {}),
     })
     cfg = reference_config(predictor=popts) if args.reference else base.model_copy(update={"predictor": popts})
+    cfg = for_model(cfg, args.model)
     models = {k: getattr(args, k) for k in ("det_model", "cls_model", "rec_model", "rec_dict") if getattr(args, k)}
     if args.no_cls:
         models["cls"] = cfg.cls.model_copy(update={"enabled": False})
@@ -81,7 +84,7 @@ def main(argv=None) -> int:
         print(f"error: {e.message}", file=sys.stderr)
         return 2
     try:
-        engine = OcrEngine(engine_config(args))
+        engine = OcrEngine(engine_config(args))  # an unknown --model: ConfigError, exit 2
     except OcrError as e:
         print(f"error: {e.message}", file=sys.stderr)
         return 2

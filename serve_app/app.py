@@ -8,6 +8,7 @@ and fails its own start with a message saying what to do."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Optional
 
@@ -55,33 +56,56 @@ def build_app(args: Optional[dict] = None):
 
     a = AppArgs.model_validate(args or {})
     check_token_present(a.ingress)
-    det_args = with_shape_ranges("det", a.detector, a.engine)
-    cls_args = with_shape_ranges("cls", a.classifier, a.engine)
-    rec_args = with_shape_ranges("rec", a.recognizer, a.engine)
-    cls_beside = a.engine.cls.enabled and a.classifier.beside_recognizer
+    engines = a.engines()  # each served model set's config, the default first
+    engine = engines[a.models[0]]
+    det_args = with_shape_ranges("det", a.detector, engine)
+    cls_args = with_shape_ranges("cls", a.classifier, engine)
+    rec_args = with_shape_ranges("rec", a.recognizer, engine)
+    cls_beside = engine.cls.enabled and a.classifier.beside_recognizer
     if a.recognizer.with_pipeline:  # the pipeline and the models in one process (AppArgs checked the rest)
-        from serve_app.serving.cls_beside_rec import PipelineWithModels
+        from serve_app.serving.stages_in_one_process import PipelineWithModels
 
-        pipeline = PipelineWithModels.bind(a.engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes)
+        pipeline = PipelineWithModels.bind(engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes,
+                                           a.models)
     else:
-        if cls_beside or a.detector.beside_recognizer:  # the models in one process
-            from serve_app.serving.cls_beside_rec import RecognizerWithParts
+        def stage_deployments(eng: EngineConfig, with_cls: bool, suffix: str = ""):
+            """(detector, recogniser, classifier) of one model set; a further
+            set's deployments are named with `_{set}` (their own block in
+            the Serve config) and share the default set's classifier."""
+            named = (lambda d, name: d.options(name=f"{name}{suffix}")) if suffix else (lambda d, name: d)
+            # TensorRT's shape ranges from this set's own closed input shapes (its ladders).
+            det_args = with_shape_ranges("det", a.detector, eng)
+            rec_args = with_shape_ranges("rec", a.recognizer, eng)
+            cls_here = with_cls and cls_beside
+            if cls_here or a.detector.beside_recognizer:  # the models in one process
+                from serve_app.serving.stages_in_one_process import RecognizerWithParts
 
-            recognizer = RecognizerWithParts.bind(a.engine, rec_args, cls_args if cls_beside else None,
-                                                  det_args if a.detector.beside_recognizer else None, a.lanes)
-        else:
-            recognizer = TextRecognizerDeployment.bind(a.engine, rec_args, a.lanes)
-        detector = (recognizer if a.detector.beside_recognizer
-                    else TextDetectorDeployment.bind(a.engine, det_args, a.lanes))
-        if not a.engine.cls.enabled:
-            classifier = None
-        else:
-            classifier = recognizer if cls_beside else DirectionClassifierDeployment.bind(a.engine, cls_args, a.lanes)
-        pipeline = OcrPipeline.bind(detector, classifier, recognizer, a.engine, a.recognizer, a.lanes)
+                rec = named(RecognizerWithParts, "TextRecognizer").bind(
+                    eng, rec_args, cls_args if cls_here else None,
+                    det_args if a.detector.beside_recognizer else None, a.lanes)
+            else:
+                rec = named(TextRecognizerDeployment, "TextRecognizer").bind(eng, rec_args, a.lanes)
+            det = rec if a.detector.beside_recognizer else named(TextDetectorDeployment, "TextDetector").bind(
+                eng, det_args, a.lanes)
+            cls = None
+            if with_cls and eng.cls.enabled:
+                cls = rec if cls_beside else DirectionClassifierDeployment.bind(eng, cls_args, a.lanes)
+            return det, rec, cls
+
+        detector, recognizer, classifier = stage_deployments(engine, True)
+        others = {}
+        for name in a.models[1:]:
+            det, rec, _ = stage_deployments(engines[name], False, f"_{name}")
+            others[name] = (det, rec)
+        pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.serving.result_cache import model_identity
 
     # One pipeline placement: the OcrPipeline deployment serves sync reads
     # and jobs alike (docs/architecture.md, "Deployments").
-    return OcrIngress.bind(pipeline, jobs, a.engine.limits, a.ingress, a.engine.documents,
-                           PaddleXDefaults.of(a.engine), a.cache, model_identity(a.engine), a.lanes)
+    # The result cache's and in-flight table's model identity: every served
+    # set's (weights and settings); a request's own set is in its options.
+    identity = model_identity(engine) if len(engines) == 1 else hashlib.sha256(
+        "".join(f"{name}:{model_identity(e)};" for name, e in engines.items()).encode()).hexdigest()
+    return OcrIngress.bind(pipeline, jobs, engine.limits, a.ingress, engine.documents,
+                           PaddleXDefaults.of(engine), a.cache, identity, a.lanes, tuple(a.models))

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Coroutine, Optional
 
-from serve_app.core.engine_config import EngineConfig, PipelineOptions
+from serve_app.core.engine_config import EngineConfig, PipelineOptions, for_model
 from serve_app.core.errors import BadImage
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.pipeline import ImageInput, Pipeline, Stages, load_image, round_box
@@ -29,14 +29,17 @@ class OcrEngine:
     each predictor runs on its own thread, the pipeline on the engine's
     event loop thread; `aread` runs it on the caller's loop."""
 
-    def __init__(self, config: Optional[EngineConfig] = None):
-        self.config = config = config or default_engine_config()
+    def __init__(self, config: Optional[EngineConfig] = None, model: Optional[str] = None):
+        """`model`: a model set's name (serve_app.core.model_sets; default:
+        the config's, ppocrv4_mobile unless it says otherwise)."""
+        config = config or default_engine_config()
+        self.config = config = for_model(config, model) if model is not None else config
         t0 = time.perf_counter()
         popts = config.predictor
         self._predictors: list[PaddlePredictor] = []
 
         def load(stage: str, model_dir: Optional[str]) -> PaddlePredictor:
-            self._predictors.append(PaddlePredictor(model_files(stage, model_dir), popts, stage))
+            self._predictors.append(PaddlePredictor(model_files(stage, model_dir, config.model), popts, stage))
             return self._predictors[-1]
 
         try:
@@ -47,7 +50,7 @@ class OcrEngine:
                 cls = load("cls", config.cls_model)
                 self.classifier = DirectionClassifier(cls, config.cls)
             rec = load("rec", config.rec_model)
-            charset = load_charset(dictionary_path(config.rec_dict), config.rec.use_space_char)
+            charset = load_charset(dictionary_path(config.rec_dict, config.model), config.rec.use_space_char)
             self.recognizer = TextRecognizer(rec, config.rec, charset)
         except BaseException:
             self.close()
@@ -95,7 +98,7 @@ class OcrEngine:
 
     async def aread(self, image: ImageInput, options: OcrOptions = OcrOptions()) -> OcrResult:
         """`read` for async callers, on their own event loop."""
-        return await self.pipeline.read(image, options)
+        return await self.pipeline.read(image, options.with_model((self.config.model,)))
 
     def read_document(self, pdf, *, det: bool = True, cls: Optional[bool] = None, return_chars: bool = False,
                       **options: Any) -> DocumentResult:
@@ -103,11 +106,11 @@ class OcrEngine:
         pdf_text_layer=True, a page that has a text layer takes its lines
         from it. Any other OcrOptions field by name, as in `read`."""
         opts = parse_options({"det": det, "cls": cls, "return_chars": return_chars, **options})
-        return self._run(self.pipeline.read_document(pdf, opts))
+        return self._run(self.pipeline.read_document(pdf, opts.with_model((self.config.model,))))
 
     async def aread_any(self, data: ImageInput, options: OcrOptions = OcrOptions()):
         """An image -> OcrResult, a PDF (by its magic bytes) -> DocumentResult."""
-        return await self.pipeline.read_any(data, options)
+        return await self.pipeline.read_any(data, options.with_model((self.config.model,)))
 
     def detect(self, image: ImageInput) -> list[list[list[float]]]:
         """Text boxes only (det only), in reading order, original coordinates."""

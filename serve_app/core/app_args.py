@@ -57,7 +57,7 @@ class ModelArgs(_Args):
         "M_MMAP_THRESHOLD, set before its predictor is built): larger buffers are mapped on every "
         "allocation and unmapped when freed. null (the default): glibc's own threshold, which rises to the "
         "largest buffer freed, so image-sized buffers are reused from the heap; 131072 was the default "
-        "before and cost ~25 ms of page faults per image here (`python -m load_tests heap_settings`). "
+        "before and cost ~25 ms of page faults per image here (the heap_settings benchmark, deleted once it had decided this; commit 4adefb1 has it). "
         "At least 64 KiB and at most 32 MiB (glibc's own ceiling)")
     malloc_trim_idle_s: Optional[float] = Field(
         1.0, gt=0,
@@ -72,7 +72,7 @@ class DetectorArgs(ModelArgs):
     # "ladder" every input shape of its closed set is warmed instead.
     warm_shapes: list[tuple[int, int]] = [(960, 960), (640, 640), (320, 960)]
     # true: no TextDetector deployment; each recogniser replica also runs the
-    # detector (serve_app/serving/cls_beside_rec.py): one process and one copy
+    # detector (serve_app/serving/stages_in_one_process.py): one process and one copy
     # of the runtimes fewer, but the detector then scales with the
     # recogniser. Its predictor options still apply; its cores, threads,
     # replicas, resources and user_config are the recogniser's (its batch
@@ -82,7 +82,7 @@ class DetectorArgs(ModelArgs):
 
 class ClassifierArgs(ModelArgs):
     # true: no DirectionClassifier deployment; each recogniser replica also
-    # runs the classifier (serve_app/serving/cls_beside_rec.py): one process and one
+    # runs the classifier (serve_app/serving/stages_in_one_process.py): one process and one
     # copy of the runtimes fewer. Its predictor options still apply; its
     # cores, threads, replicas and resources are the recogniser's.
     beside_recognizer: bool = False
@@ -100,7 +100,7 @@ class RecognizerArgs(ModelArgs):
     # the same text, and no request waits on the predictor for more than
     # the one build running when it came; but the builds take CPU from the
     # other stages, so the first requests after ready are slower
-    # (serve_app/serving/deferred_shapes.py). Applies
+    # (serve_app/serving/shapes_after_ready.py). Applies
     # with bucket padding unless TensorRT is on (it builds an engine per
     # shape; a replica on the CPU fallback defers); otherwise every shape is warmed.
     warm: Literal["full", "core"] = "core"
@@ -116,7 +116,7 @@ class RecognizerArgs(ModelArgs):
     # true (with detector.beside_recognizer, and classifier.beside_recognizer
     # unless engine.cls is off): the pipeline's own work (decoding, crops,
     # order) runs in the recogniser's process too, which is then the
-    # OcrPipeline deployment (serve_app/serving/cls_beside_rec.py,
+    # OcrPipeline deployment (serve_app/serving/stages_in_one_process.py,
     # PipelineWithModels): no TextRecognizer deployment, and an image's
     # three stage calls are local calls instead of Ray hops (~7-10 ms each
     # here). The deployment's resources, replicas, max_ongoing_requests and
@@ -240,6 +240,10 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1)  # (see body_timeout_s)
     # /readyz answers from a cached probe of the stages this many seconds old at most.
     ready_cache_s: float = Field(1.0, ge=0)
+    # A probe of the stages not answered within this many seconds counts as
+    # not ready (503): with no live pipeline replica, Serve would hold the
+    # probe until one starts, and /readyz would hang instead of answering.
+    ready_timeout_s: float = Field(3.0, gt=0)
     # GET /v1/stats (the page's live view): answered from figures gathered at
     # most this many seconds ago; its request history is kept per bucket of
     # stats_bucket_s seconds over the last stats_span_s.
@@ -373,6 +377,14 @@ class AppArgs(_Args):
     """The `args:` block of an application in deployments.yaml."""
 
     engine: EngineConfig = EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True))
+    # The model sets this application serves (serve_app.core.model_sets);
+    # the first is the default (a request naming none). Each set has its
+    # own detector and recogniser (deployments of their own, or predictors
+    # in the pipeline's process with recognizer.with_pipeline), all loaded
+    # and warmed before the application is ready; the direction classifier
+    # is shared. engine's settings apply to every set, each set's own
+    # detector thresholds and normalisation filling what engine does not name.
+    models: list[str] = ["ppocrv4_mobile"]
     ingress: IngressArgs = IngressArgs()
     cache: CacheArgs = CacheArgs()
     jobs: JobArgs = JobArgs()
@@ -380,6 +392,19 @@ class AppArgs(_Args):
     classifier: ClassifierArgs = ClassifierArgs()
     recognizer: RecognizerArgs = RecognizerArgs()
     lanes: LaneArgs = LaneArgs()
+
+    @field_validator("models")
+    @classmethod
+    def _served(cls, v: list[str]) -> list[str]:
+        from serve_app.core.model_sets import check_served
+
+        return check_served(v)
+
+    def engines(self) -> dict[str, EngineConfig]:
+        """Each served set's engine config, the default first."""
+        from serve_app.core.engine_config import for_model
+
+        return {name: for_model(self.engine, name) for name in self.models}
 
     @model_validator(mode="after")
     def _pipeline_beside_models(self) -> "AppArgs":

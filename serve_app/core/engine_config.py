@@ -85,7 +85,7 @@ class PredictorOptions(_Strict):
     )
     enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN: docs/architecture.md, "Why the choices")
     # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
-    # (docs/architecture.md, "Why the choices"; `python -m load_tests precision_agreement` compares a precision with fp32). fp32 for
+    # (docs/architecture.md, "Why the choices"; `python -m load_tests engine precision` compares a precision with fp32). fp32 for
     # bit-for-bit reproducibility across machines.
     openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
     switch_ir_optim: bool = True  # Paddle's IR graph optimisation passes
@@ -144,7 +144,7 @@ class DetOptions(_Strict):
     # is scaled up to at least min_side first (tiny crops; the long side
     # stays within the last rung), and padded up to a multiple of rung /
     # short_steps with `pad` (masked out of the output). 21 input shapes by
-    # default; `python -m load_tests det_sizing` compares sizings.
+    # default; the det_sizing benchmark (deleted; commit 4adefb1 has it) compared sizings.
     side_ladder: list[int] = [640, 960, 1280]
     min_side: int = Field(256, ge=1)  # "ladder": the short side is scaled up to at least this first
     short_steps: int = Field(4, ge=1, le=64)  # "ladder": the short side is padded to a multiple of rung / short_steps
@@ -342,10 +342,14 @@ class EngineConfig(_Strict):
     """Everything the in-process engine needs: model files, stage
     parameters, limits and the default predictor options."""
 
-    det_model: Optional[str] = None  # directory; None = the default model set
-    cls_model: Optional[str] = None  # directory; None = the default model set
-    rec_model: Optional[str] = None  # directory; None = the default model set
-    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the default model set's
+    # The model set (serve_app.core.model_sets): its models, dictionary, and
+    # the detector thresholds and normalisation its authors give it, for the
+    # det/rec fields this config does not name itself.
+    model: str = "ppocrv4_mobile"
+    det_model: Optional[str] = None  # directory; None = the model set's
+    cls_model: Optional[str] = None  # directory; None = the model set's
+    rec_model: Optional[str] = None  # directory; None = the model set's
+    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the model set's
     det: DetOptions = DetOptions()
     cls: ClsOptions = ClsOptions()
     rec: RecOptions = RecOptions()
@@ -353,6 +357,58 @@ class EngineConfig(_Strict):
     limits: ImageLimits = ImageLimits()
     documents: DocumentLimits = DocumentLimits()
     predictor: PredictorOptions = PredictorOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_set_defaults(cls, data: Any) -> Any:
+        """The model set's own det/rec values under what the config gives."""
+        if not isinstance(data, dict) or data.get("model", "ppocrv4_mobile") == "ppocrv4_mobile":
+            return data
+        from serve_app.core.model_sets import SETS
+
+        chosen = SETS.get(data["model"])
+        if chosen is None:
+            raise ValueError(f"unknown model set {data['model']!r}; known sets: {', '.join(SETS)}")
+        out = dict(data)
+        for key, defaults in (("det", chosen.det_options), ("rec", chosen.rec_options),
+                              ("predictor", chosen.predictor_options)):
+            if defaults:
+                given = out.get(key) or {}
+                given = given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else dict(given)
+                out[key] = {**defaults, **given}
+        return out
+
+    @model_validator(mode="after")
+    def _known_model(self) -> "EngineConfig":
+        from serve_app.core.model_sets import SETS
+
+        if self.model not in SETS:
+            raise ValueError(f"unknown model set {self.model!r}; known sets: {', '.join(SETS)}")
+        return self
+
+
+def for_model(base: EngineConfig, name: str) -> EngineConfig:
+    """`base` reading with the model set `name`: the same settings, with the
+    set's own det/rec values where `base` names none (values `base` holds
+    only because its own set gave them are not carried over). The same
+    object when `name` is base's set, so the default set's config (and its
+    results) stay exactly as they are."""
+    from serve_app.core.model_sets import model_set
+
+    if name == base.model:
+        return base
+    model_set(name)  # ConfigError for an unknown name
+    given = base.model_dump(exclude_unset=True)
+    own = model_set(base.model)
+    for key, defaults in (("det", own.det_options), ("rec", own.rec_options), ("predictor", own.predictor_options)):
+        block = given.get(key)
+        if block:
+            given[key] = {k: v for k, v in block.items() if not (k in defaults and _same(v, defaults[k]))}
+    return EngineConfig.model_validate({**given, "model": name})
+
+
+def _same(a: Any, b: Any) -> bool:
+    return tuple(a) == tuple(b) if isinstance(a, (list, tuple)) else a == b
 
 
 def reference_config(**overrides) -> EngineConfig:

@@ -75,6 +75,11 @@ class OcrOptions:
     # entry point's default (sync HTTP and handle calls interactive, jobs
     # bulk). It orders work, never changes a result (not in the cache key).
     priority: Optional[Literal["interactive", "bulk"]] = None
+    # The model set to read with (serve_app.core.model_sets); None: the
+    # application's default (the first it serves). An unknown or unserved
+    # name is a 400 listing the served sets (resolve_model), before any work.
+    # Part of the cache key: each set's result is its own.
+    model: Annotated[Optional[str], Field(max_length=64)] = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +94,15 @@ class OcrOptions:
     def with_lane(self, default: str) -> "OcrOptions":
         """These options with their lane resolved (its own, else `default`)."""
         return self if self.priority is not None else replace(self, priority=default)
+
+    def with_model(self, served: tuple[str, ...]) -> "OcrOptions":
+        """These options with their model set resolved against what is
+        served (the first: the default); BadRequest listing the served sets
+        for an unknown or unserved one."""
+        from serve_app.core.model_sets import resolve_model
+
+        name = resolve_model(self.model, served)
+        return self if name == self.model else replace(self, model=name)
 
     def det_params(self) -> "DetParams":
         return DetParams(self.limit_side_len, self.thresh, self.box_thresh, self.unclip_ratio)
@@ -152,6 +166,9 @@ def parse_options(options: Any) -> OcrOptions:
                              f"{name} must be in {describe_range(name)}") from None
         if name == "priority":
             raise BadRequest(f"bad option priority: {first.get('input')!r}; priority is interactive or bulk") from None
+        if name == "model":
+            raise BadRequest(f"bad option model: {first.get('msg')}; model is the name of a served model set "
+                             f"(GET /v1/models)") from None
         if name == "format":
             raise BadRequest(f"bad option format: {first.get('input')!r}; format is one of "
                              f"{', '.join(FORMATS)}") from None

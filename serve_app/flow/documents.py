@@ -17,7 +17,6 @@ import functools
 import math
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from serve_app.core.engine_config import DocumentLimits
 from serve_app.core.errors import BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge
+from serve_app.flow.page_geometry import PageGeometry
 from serve_app.flow.pdf_worker import (
     PoolBusy, WorkerCannotStart, WorkerDied, WorkerError, WorkerPool, WorkerTimeout, shared_pool,
 )
@@ -48,13 +48,6 @@ def is_pdf(data: Any) -> bool:
     if isinstance(data, (bytes, bytearray, memoryview)):
         return PDF_MAGIC in bytes(data[:HEADER_WINDOW])
     return False
-
-
-@dataclass(frozen=True)
-class PageGeometry:
-    scale: float  # pixels per PDF point
-    width: int  # pixels
-    height: int
 
 
 def page_geometry(width_pt: float, height_pt: float, dpi: int, max_pixels: int,

@@ -20,7 +20,7 @@ import numpy as np
 from serve_app.core.engine_config import EngineConfig, ImageLimits, PipelineOptions
 from serve_app.flow.documents import PdfFile, open_document_async
 from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
-from serve_app.core.request_options import DetParams, OcrOptions
+from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import (
     CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,

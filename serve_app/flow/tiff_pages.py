@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from serve_app.core.engine_config import DocumentLimits
-from serve_app.flow.documents import PageGeometry
+from serve_app.flow.page_geometry import PageGeometry
 from serve_app.core.errors import (
     BadImage, BadRequest, ConfigError, DeadlineExceeded, Overloaded, PageOverBudget, TooLarge,
 )

@@ -1,7 +1,7 @@
 """The front: what the ingress is, without Ray. One object per ingress
 replica holding what every HTTP request leases (the body budget, the
 in-flight slots, the bulk lane's slots), the one read path every sync door
-goes through (`Front.read`: admission, the result cache, the deadline and
+goes through (`Front.read_upload`: admission, the result cache, the deadline and
 the error mapping), the handle API's logic (`Front.ocr`), readiness and the
 live figures.
 
@@ -31,6 +31,7 @@ from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Unavailable
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
+from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
@@ -72,7 +73,7 @@ async def downstream(call):
         raise Unavailable("a replica serving this request stopped; retry shortly") from None
 
 
-class Reused:
+class CachedCall:
     """A value made by one call at a time and reused for `ttl_s` seconds
     (readiness, the live figures): cheap under any polling. A caller that
     goes away does not cancel the call the others wait on."""
@@ -126,12 +127,14 @@ class Front:
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
                  model_id: str = "", lanes: LaneArgs = LaneArgs(), *, metrics: Any, cluster: Any,
-                 admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors()):
+                 admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors(),
+                 models: tuple[str, ...] = (DEFAULT_MODEL,)):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
         # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
+        self.models = tuple(models)  # the model sets served (serve_app.core.model_sets), the default first
         self.limits = limits
         self.args = args
         self.documents = documents
@@ -152,9 +155,9 @@ class Front:
         # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, cache_metrics, downstream)
-        self._ready = Reused(self._probe_ready)  # the stages' readiness, one probe at a time
+        self._ready = CachedCall(self._probe_ready)  # the stages' readiness, one probe at a time
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
-        self._stats = Reused(self._gather_stats)  # the live figures, one gathering at a time
+        self._stats = CachedCall(self._gather_stats)  # the live figures, one gathering at a time
         self.token: Optional[bytes] = None
         if args.auth_token_env:
             token = os.environ.get(args.auth_token_env, "")
@@ -165,7 +168,7 @@ class Front:
             self.token = token.encode()
 
     # -- the one read path -----------------------------------------------------
-    async def read(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
+    async def read_upload(self, upload: Upload, opts: OcrOptions, ctx: RequestContext, late: str = "",
                    fresh: bool = False) -> tuple[dict, str]:
         """Every synchronous door's read (POST /v1/ocr, each item of
         /v1/ocr/batch, PaddleX's /ocr, the handle's `ocr`): admission by
@@ -177,7 +180,10 @@ class Front:
         answered: hit | shared | miss | bypass). `fresh`: computed alone,
         not looked up (Cache-Control: no-cache)."""
         late = late or "not done within the request's deadline"
-        popts = opts.for_pipeline()  # the key: JSON and rendered formats share one computation
+        # The model set first: unserved is a 400 before admission, cache or any
+        # work (nothing is ever loaded for a request); it is part of the key.
+        popts = opts.with_model(self.models).for_pipeline()  # the key: JSON and rendered formats share one computation
+        factor = SETS[popts.model].cost.relative or 1.0  # its price, relative to the default set's
         try:
             left = ctx.time_left()
             if left is not None and left <= 0:
@@ -190,7 +196,7 @@ class Front:
                 else:
                     await asyncio.to_thread(check_structure, upload.data)
             # Admitted only if it starts a computation (a hit or a shared answer costs nothing).
-            with Gate(self.admission, upload, left, self.documents, limits=self.limits) as gate:
+            with Gate(self.admission, upload, left, self.documents, limits=self.limits, factor=factor) as gate:
                 result, cache = await self.dedupe.read(
                     upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
                     late, fresh, admit=gate.admit)
@@ -212,7 +218,7 @@ class Front:
         opts = parse_options(options).with_lane(INTERACTIVE)  # refuse bad options here, before any work
         upload = upload_of(image, self.limits)
         ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
-        result, cache = await self.read(upload, opts, ctx)
+        result, cache = await self.read_upload(upload, opts, ctx)
         body = {"request_id": ctx.request_id, **result, "cache": cache}
         return body if opts.format == "json" else (await self.renders.render(body, opts.format))[0]
 
@@ -286,8 +292,8 @@ class Front:
 
     async def _probe_ready(self) -> dict:
         try:
-            return await self.pipeline.ready.remote()
-        except Exception:
+            return await asyncio.wait_for(self.pipeline.ready.remote(), timeout=self.args.ready_timeout_s)
+        except Exception:  # a stage that does not answer in time (or at all) is not ready
             return {}
 
     async def _gather_stats(self) -> dict:

@@ -66,10 +66,11 @@ class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
-                 model_id: str = "", lanes: LaneArgs = LaneArgs()):
+                 model_id: str = "", lanes: LaneArgs = LaneArgs(), models: tuple[str, ...] = ("ppocrv4_mobile",)):
         self.front = Front(pipeline, jobs, limits, args, documents, paddlex_defaults, cache, model_id, lanes,
                            metrics=RequestMetrics(), admission_metrics=AdmissionMetrics(),
-                           cache_metrics=CacheMetrics(), errors=RAY_ERRORS, cluster=ServeCluster())
+                           cache_metrics=CacheMetrics(), errors=RAY_ERRORS, cluster=ServeCluster(),
+                           models=models)
         check_exposure(_serve_host(), self.front.token is not None, args.allow_anonymous)
 
     def __serve_build_asgi_app__(self) -> FastAPI:

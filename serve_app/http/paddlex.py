@@ -70,6 +70,8 @@ class PaddleXOcrRequest(BaseModel):
     textDetUnclipRatio: Optional[float] = None
     textRecScoreThresh: Optional[float] = None
     visualize: Optional[bool] = None
+    # Not PaddleX's: the model set to read with (options.model; GET /v1/models).
+    model: Optional[str] = None
 
 
 # PaddleX request field -> the OcrOptions field it sets. None: this service
@@ -87,6 +89,7 @@ OPTION_FIELDS: dict[str, Optional[str]] = {
     "textDetBoxThresh": "box_thresh",
     "textDetUnclipRatio": "unclip_ratio",
     "textRecScoreThresh": "drop_score",
+    "model": "model",  # this service's extension: a served model set
 }
 
 

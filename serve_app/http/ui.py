@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from serve_app.core.model_sets import SETS
+
 STATIC = Path(__file__).resolve().parent / "static"
 
 # name -> media type: the only files served (no paths from the request).
@@ -28,6 +30,9 @@ OPTIONS: tuple[dict[str, Any], ...] = (
     {"name": "cls", "label": "Direction classifier", "kind": "choice",
      "choices": [["", "service default"], [True, "on"], [False, "off"]],
      "help": "turn upside-down lines before reading them"},
+    {"name": "model", "label": "Model set", "kind": "choice",
+     "choices": [["", "service default"], *([name, s.title] for name, s in SETS.items())],
+     "help": "the models to read with (GET /v1/models: those this service serves)"},
     {"name": "det", "label": "Detect lines", "kind": "bool", "default": True,
      "help": "off: read the whole image as one line (a crop already cut out)"},
     {"name": "return_chars", "label": "Character boxes", "kind": "bool", "default": False,

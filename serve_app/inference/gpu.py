@@ -12,28 +12,12 @@ from typing import Any, Callable, Optional
 
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.core.errors import ConfigError
+from serve_app.inference.tensorrt_libs import paddle_location, trt_compile_version
 
 log = logging.getLogger(__name__)
 
 
 # --- TensorRT: on where its library loads (serve_app/inference/tensorrt_libs.py) -------------------
-
-
-def trt_compile_version() -> tuple[int, int, int]:
-    """The TensorRT this paddle was compiled against; (0, 0, 0): none."""
-    from paddle import inference
-
-    try:
-        v = tuple(int(x) for x in inference.get_trt_compile_version())
-    except Exception:  # noqa: BLE001 - a build without the call
-        return (0, 0, 0)
-    return (v + (0, 0, 0))[:3]  # type: ignore[return-value]
-
-
-def paddle_location() -> str:
-    import paddle
-
-    return os.path.dirname(os.path.abspath(paddle.__file__))
 
 
 def tensorrt_decision(enable: Any, usable: bool, reason: str) -> tuple[bool, str]:

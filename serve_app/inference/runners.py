@@ -64,7 +64,7 @@ class TextDetector:
         at each shape of the closed set (or, in the open "max"/"min" modes,
         at `open_shapes`), largest first: each later, smaller shape's buffers
         fit in what the first one freed, instead of the heap growing shape by
-        shape (297 MB less at ready in one process, python -m load_tests replica_memory)."""
+        shape (297 MB less at ready in one process, python -m load_tests memory replica)."""
         shapes = sorted(det_input_shapes(self.opts) or [tuple(s) for s in open_shapes],
                         key=lambda hw: hw[0] * hw[1], reverse=True)
         return [(self.detect, [np.full((h, w, 3), 255, np.uint8)] * n)

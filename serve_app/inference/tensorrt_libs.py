@@ -82,6 +82,23 @@ class TensorRTLibs:
                 "linked": dict(self.linked), "preloaded": list(self.preloaded)}
 
 
+def trt_compile_version() -> tuple[int, int, int]:
+    """The TensorRT this paddle was compiled against; (0, 0, 0): none."""
+    from paddle import inference
+
+    try:
+        v = tuple(int(x) for x in inference.get_trt_compile_version())
+    except Exception:  # noqa: BLE001 - a build without the call
+        return (0, 0, 0)
+    return (v + (0, 0, 0))[:3]  # type: ignore[return-value]
+
+
+def paddle_location() -> str:
+    import paddle
+
+    return os.path.dirname(os.path.abspath(paddle.__file__))
+
+
 def default_loader(path: str) -> None:
     """dlopen `path` as Paddle does (RTLD_LOCAL); raises OSError if it (or
     one of its dependencies) cannot be loaded. The library stays loaded."""
@@ -287,7 +304,6 @@ def main(argv=None) -> int:
     p.add_argument("--constraint", default=None, help="install: a pip constraints file (the installed paddle)")
     p.add_argument("--require", action="store_true", help="exit non-zero unless TensorRT is usable")
     a = p.parse_args(argv)
-    from serve_app.inference.gpu import paddle_location, trt_compile_version
 
     if a.action == "install":
         if a.cuda.startswith("cu11"):  # said at once, before paddle is imported

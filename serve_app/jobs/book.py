@@ -23,7 +23,6 @@ What a careless or hostile client can cost is bounded here:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time

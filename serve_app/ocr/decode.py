@@ -14,55 +14,8 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from serve_app.core.engine_config import ImageLimits
-from serve_app.core.errors import BadImage, TooLarge, UnsupportedMediaType
-
-# We enforce our own pixel limit from the header; PIL's global one would
-# raise a DecompressionBombError with a message of its own first.
-Image.MAX_IMAGE_PIXELS = None
-
-# HEIC/HEIF (phones' photos: iPhones save them by default) through
-# pillow-heif's libheif + libde265, the optional extra `heic`: its wheels also
-# bundle the x265 encoder (GPL-2), which the default install does not carry.
-# AVIF through Pillow's own libavif (BSD). The container's header gives the
-# size before any pixel is decoded, as for the others; libheif applies the
-# image's rotation and mirroring when it decodes, and pillow-heif then leaves
-# the EXIF orientation at 1 (no double turn).
-try:
-    import pillow_heif
-except ImportError:
-    pillow_heif = None
-else:
-    pillow_heif.register_heif_opener(thumbnails=False)
-
-HEIC_EXTRA = ("HEIC/HEIF images are read with the optional extra `heic` (pillow-heif), not installed here: "
-              "install it (pip install -e '.[heic]'; its wheels bundle GPL-2 code), or send the image as "
-              "JPEG, PNG or AVIF")
-# Pillow refuses a format name it has no opener for: HEIF only with the extra.
-_HEIF = ("HEIF",) if pillow_heif is not None else ()
-FORMATS = ("JPEG", "PNG", "BMP", "TIFF", "WEBP", "GIF") + _HEIF + ("AVIF",)  # an MPO opens as JPEG (its factory)
-UNSUPPORTED = "not a supported image (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC or AVIF expected)"
-# ISO-BMFF brands (the `ftyp` box) of HEIF images; AVIF's own are avif/avis.
-HEIF_BRANDS = {b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm", b"hevs", b"mif1", b"msf1"}
-AVIF_BRANDS = {b"avif", b"avis"}
-
-
-def is_heif(data: bytes) -> bool:
-    """An ISO-BMFF `ftyp` box naming a HEIF brand and no AVIF one."""
-    head = bytes(data[:64])
-    if len(head) < 16 or head[4:8] != b"ftyp":
-        return False
-    size = min(int.from_bytes(head[:4], "big"), len(head))
-    brands = {head[8:12]} | {head[i:i + 4] for i in range(16, size - 3, 4)}
-    return bool(brands & HEIF_BRANDS) and not brands & AVIF_BRANDS
-
-
-def unreadable(data: bytes) -> Exception:
-    """The error for bytes Pillow cannot open: a HEIC without the `heic`
-    extra is a 415 that names the extra; anything else a 400."""
-    if pillow_heif is None and is_heif(data):
-        return UnsupportedMediaType(HEIC_EXTRA)
-    return BadImage(UNSUPPORTED)
-
+from serve_app.core.errors import BadImage, TooLarge
+from serve_app.ocr.image_formats import FORMATS, HEIF_NAMES, check_aspect, pillow_heif, unreadable  # noqa: F401  (pillow_heif: whether the extra is here)
 
 def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpose: bool = True) -> np.ndarray:
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -97,7 +50,7 @@ def decode_image(data: bytes, limits: ImageLimits = ImageLimits(), exif_transpos
 
 # Formats whose extra frames are not pages: an animation's frames, a stereo
 # JPEG's second view. Only the first is read; the answer says how many there were.
-FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG") + _HEIF + ("AVIF",)  # JPEG: an MPO (stereo) has 2
+FRAME_FORMATS = ("GIF", "WEBP", "PNG", "JPEG") + HEIF_NAMES + ("AVIF",)  # JPEG: an MPO (stereo) has 2
 
 
 def frame_count(data: bytes) -> int:
@@ -121,15 +74,6 @@ def frame_count(data: bytes) -> int:
             return max(1, int(getattr(img, "n_frames", 1)))
     except Exception:
         return 1
-
-
-def check_aspect(w: int, h: int, limits: ImageLimits) -> None:
-    """BadImage when an image is over limits.max_aspect times as long as it
-    is wide: a 1 x 300,000 px strip costs hundreds of detector tiles and
-    holds no line of text a person could read."""
-    if max(w, h) > limits.max_aspect * max(1, min(w, h)):
-        raise BadImage(f"image is {w}x{h} px: its long side is over {limits.max_aspect:g} times its short side "
-                       f"(limits.max_aspect); crop it, or split it into pieces")
 
 
 # A 1-bit image (a fax, a scan saved bilevel) is smoothed back to gray

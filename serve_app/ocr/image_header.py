@@ -13,7 +13,7 @@ from PIL import Image
 
 from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
-from serve_app.ocr.decode import FORMATS, check_aspect, unreadable
+from serve_app.ocr.image_formats import FORMATS, check_aspect, unreadable
 
 
 def check_image_header(data: bytes, limits: ImageLimits) -> tuple[int, int]:

@@ -101,6 +101,10 @@ class Ticket:
     admitted_at: float
     alone: bool  # admitted to an empty ledger
     time_left_s: Optional[float] = None
+    # The request's model set's cost relative to the default set's
+    # (serve_app.core.model_sets, Cost.relative): its estimate was scaled by
+    # it, and what it took is learnt divided by it (one cost model for all sets).
+    factor: float = 1.0
 
 
 class Admission:
@@ -148,10 +152,12 @@ class Admission:
         share = 1.0 if len(active) <= 1 else max(self.args.client_share, 1.0 / len(active))
         return share * self.args.max_queued_cost_s, share * self.max_requests
 
-    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None) -> Ticket:
-        """A Ticket for the request, or Overloaded (503) with Retry-After."""
+    def admit(self, size: Size, time_left_s: Optional[float], client: Optional[str] = None,
+              factor: float = 1.0) -> Ticket:
+        """A Ticket for the request, or Overloaded (503) with Retry-After.
+        `factor`: its model set's cost relative to the default set's."""
         now = self.clock()
-        cost = self.model.estimate(size)
+        cost = self.model.estimate(size) * factor
         rate = self.meter.rate(now)
         slowdown = self.calibration.factor
         self.note_client(client)
@@ -191,7 +197,7 @@ class Admission:
                        f"this request ~{cost:.1f} s)")
             raise Overloaded(f"{why}; retry after {d.retry_after_s} s", retry_after_s=d.retry_after_s)
         self.seq += 1
-        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
+        ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s, factor)
         self.held[ticket.seq] = cost
         self.owner[ticket.seq] = client
         self._set_queued(now)
@@ -217,7 +223,7 @@ class Admission:
         if result is not None:
             self.meter.finished(now, ticket.cost_s)
             if ticket.alone and self.seq == ticket.seq:  # ran alone: its latency is its cost
-                self.model.observe(ticket.size, count_lines(result), seconds)
+                self.model.observe(ticket.size, count_lines(result), seconds / ticket.factor)
             if ticket.expected_s > 0:
                 self.calibration.observe(seconds / ticket.expected_s)
                 if self.metrics is not None:
@@ -260,8 +266,9 @@ class Gate:
 
     def __init__(self, admission: Admission, data: Any, time_left_s: Optional[float], documents: Any = None,
                  deadline: Optional[float] = None, clock: Callable[[], float] = time.monotonic,
-                 limits: Any = None):
+                 limits: Any = None, factor: float = 1.0):
         self.admission = admission
+        self.factor = factor  # the request's model set's relative cost (Admission.admit)
         self.data = data
         self.documents = documents
         self.limits = limits  # ImageLimits: an image over max_pixels is a 413, never priced
@@ -294,7 +301,7 @@ class Gate:
             if size.width and size.height:
                 check_aspect(size.width, size.height, self.limits)
         left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
-        self.ticket = self.admission.admit(size, left, self.client)
+        self.ticket = self.admission.admit(size, left, self.client, self.factor)
 
     def done(self, result: Any) -> None:
         self.result = result if isinstance(result, dict) else None

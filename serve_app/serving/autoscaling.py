@@ -12,7 +12,6 @@ factors and min/max_replicas around it as for its default policy."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 # The custom metric each stage reports (record_autoscaling_stats).

@@ -104,7 +104,7 @@ class CropScheduler:
         self._fresh_led = False  # the last batch was led by a newcomer
         self._worker: Optional[asyncio.Task] = None
         # True from a submit until the worker has nothing queued or running;
-        # read from the predictor's thread too (serve_app.serving.deferred_shapes).
+        # read from the predictor's thread too (serve_app.serving.shapes_after_ready).
         self.active = False
 
     async def wait_idle(self) -> None:

@@ -20,9 +20,9 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
-from serve_app.core.engine_config import EngineConfig
+from serve_app.core.engine_config import EngineConfig, for_model
 from serve_app.serving.crop_scheduler import CropScheduler
-from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes, kept_shapes
+from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
@@ -77,14 +77,14 @@ class _Replica:
         return self.replica.ready_at is not None
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
-        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/cls_beside_rec.py)
+        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
 
 
 @serve.deployment(name="TextDetector")
 class TextDetectorDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("det", engine.det_model, engine.predictor, args, BATCH_DEFAULTS["det"],
-                                          stage_inputs("det", engine))
+                                          stage_inputs("det", engine), engine.model)
         if lanes.enabled:  # interactive images ahead of bulk ones in the FIFO batch queue
             self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("det"), lanes.det_bulk_batch)
         self.detector = TextDetector(self.replica.predictor, engine.det)
@@ -138,7 +138,7 @@ class TextDetectorDeployment(_Replica):
 class DirectionClassifierDeployment(_Replica):
     def __init__(self, engine: EngineConfig, args: ClassifierArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("cls", engine.cls_model, engine.predictor, args, BATCH_DEFAULTS["cls"],
-                                          stage_inputs("cls", engine))
+                                          stage_inputs("cls", engine), engine.model)
         if lanes.enabled:
             self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics("cls"))
         self.classifier = DirectionClassifier(self.replica.predictor, engine.cls)
@@ -186,8 +186,8 @@ class TextRecognizerDeployment(_Replica):
 
     def __init__(self, engine: EngineConfig, args: RecognizerArgs, lanes: LaneArgs = LaneArgs()):
         self.replica = ModelReplica.build("rec", engine.rec_model, engine.predictor, args, BATCH_DEFAULTS["rec"],
-                                          stage_inputs("rec", engine))
-        charset = load_charset(dictionary_path(engine.rec_dict), engine.rec.use_space_char)
+                                          stage_inputs("rec", engine), engine.model)
+        charset = load_charset(dictionary_path(engine.rec_dict, engine.model), engine.rec.use_space_char)
         self.recognizer = TextRecognizer(self.replica.predictor, engine.rec, charset)
         # TensorRT fp16/int8: refuse to start unless it reads real words as fp32 does (#29 item 5).
         self.replica.check_precision(lambda p: TextRecognizer(p, engine.rec, charset).recognize)
@@ -214,7 +214,7 @@ class TextRecognizerDeployment(_Replica):
             shapes = kept_shapes(shapes, args.batch_sizes)
         if split and (args.warm == "core" or args.batch_sizes is not None):
             # warm core: every width at batch size 1 now; the rest after ready, between
-            # batches, split into built shapes meanwhile (serve_app/serving/deferred_shapes.py).
+            # batches, split into built shapes meanwhile (serve_app/serving/shapes_after_ready.py).
             now, later = core_shapes(shapes) if args.warm == "core" else (shapes, [])
             deferred = self.replica.deferred = DeferredShapes(
                 now, [(s, *self.recognizer.warm_call(s)) for s in later])
@@ -233,7 +233,7 @@ class TextRecognizerDeployment(_Replica):
             d.start(self.replica.predictor.call_async, self.scheduler, self._others_busy)
 
     def _others_busy(self) -> bool:
-        """Another stage in this process has work (serve_app/serving/cls_beside_rec.py): no shape build meanwhile."""
+        """Another stage in this process has work (serve_app/serving/stages_in_one_process.py): no shape build meanwhile."""
         return False
 
     def reconfigure(self, user_config: dict) -> None:
@@ -287,12 +287,25 @@ class OcrPipeline:
 
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
-                 lanes: LaneArgs = LaneArgs()):
+                 lanes: LaneArgs = LaneArgs(),
+                 others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle]]] = None):
+        """`engine`: the default model set's config; `others`: each further
+        served set's (detector, recogniser) handles, its config
+        for_model(engine, name); the classifier is shared."""
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
+        sets = {engine.model: (self._stages(detector, classifier, recognizer, rec_args), engine)}
+        for name, (det, rec) in (others or {}).items():
+            self.handles.update({f"det@{name}": det, f"rec@{name}": rec})
+            sets[name] = (self._stages(det, classifier, rec, rec_args), for_model(engine, name))
+        self._setup(sets, lanes)
+
+    @staticmethod
+    def _stages(detector: DeploymentHandle, classifier: Optional[DeploymentHandle], recognizer: DeploymentHandle,
+                rec_args: RecognizerArgs) -> Stages:
         # Positional: the stage methods' arguments (lists of items are batched below them).
         # Arrays over 1 MiB go by reference (serve_app/serving/payloads.py): gRPC's 4 MiB
         # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
-        self._setup(Stages(
+        return Stages(
             detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
                                                                                     ctx.lane),
             classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
@@ -301,10 +314,11 @@ class OcrPipeline:
                                  .options(multiplexed_model_id=route_tag(part))
                                  .recognize.remote(crops, ctx.deadline, ctx.lane),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
-        ), engine, lanes)
+        )
 
-    def _setup(self, stages: Stages, engine: EngineConfig, lanes: LaneArgs) -> None:
-        """The pipeline over `stages`, its bulk gate and lane metrics."""
+    def _setup(self, sets: dict[str, tuple[Stages, EngineConfig]], lanes: LaneArgs) -> None:
+        """A pipeline per served model set (the first: the default) over its
+        stages, the bulk gate they share and lane metrics."""
         # Bulk images in the model stages at once, at most lanes.bulk_in_stages
         # (interactive ones pass): bulk never fills a stage's max_ongoing_requests,
         # whose queue (Serve's router) is FIFO.
@@ -314,13 +328,23 @@ class OcrPipeline:
         # Each stage call is given the request's context (serve_app.core.request_context)
         # and passes on its deadline and lane, so the replicas drop work queued
         # for a request that is gone and serve interactive work first.
-        self.pipeline = Pipeline(stages, engine, self.bulk_gate.hold if self.bulk_gate is not None else None)
+        hold = self.bulk_gate.hold if self.bulk_gate is not None else None
+        # Each set's images and crops go to its own predictors only: batches never mix sets.
+        self.pipelines = {name: Pipeline(stages, engine, hold) for name, (stages, engine) in sets.items()}
+        self.served = tuple(self.pipelines)
+        self.pipeline = self.pipelines[self.served[0]]
 
     def _options(self, options: Any) -> OcrOptions:
-        """Parsed options with their lane (a handle call without one: interactive), counted."""
-        opts = parse_options(options).with_lane(INTERACTIVE).for_pipeline()
+        """Parsed options with their lane (a handle call without one:
+        interactive) and model set (none: the default; an unserved one: 400
+        listing the served, before any work), counted."""
+        opts = parse_options(options).with_lane(INTERACTIVE).with_model(self.served).for_pipeline()
         self.lane_metrics.requests.inc(tags={"lane": opts.priority})
         return opts
+
+    def models(self) -> list[str]:
+        """The model sets served, the default first."""
+        return list(self.served)
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
@@ -336,7 +360,8 @@ class OcrPipeline:
         caller) and its pages are rendered here, in a worker thread, a few
         at a time: a page's bitmap goes from here to the detector only, as
         a decoded image does."""
-        return (await self.pipeline.read_any(image, self._options(options), ctx)).to_dict()
+        opts = self._options(options)
+        return (await self.pipelines[opts.model].read_any(image, opts, ctx)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
@@ -351,7 +376,8 @@ class OcrPipeline:
             latest.update(pages_done=done, pages_total=total)
             changed.set()
 
-        task = asyncio.ensure_future(self.pipeline.read_any(image, self._options(options), ctx, progress))
+        opts = self._options(options)
+        task = asyncio.ensure_future(self.pipelines[opts.model].read_any(image, opts, ctx, progress))
         try:
             while not task.done():
                 waiter = asyncio.ensure_future(changed.wait())
@@ -372,7 +398,7 @@ class OcrPipeline:
 
         async def one(h, name):
             try:
-                return await asyncio.wait_for(h.stats.remote(name), timeout=timeout_s)
+                return await asyncio.wait_for(h.stats.remote(name.split("@")[0]), timeout=timeout_s)
             except Exception:
                 return None
 

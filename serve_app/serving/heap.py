@@ -2,7 +2,7 @@
 (rising) mmap threshold, and the heap trimmed after warm-up and whenever
 the process has been idle a moment (`malloc_trim`).
 
-Why (`python -m load_tests heap_settings`): with a fixed mmap threshold
+Why (the heap_settings benchmark, deleted once it had decided this; commit 4adefb1 has it): with a fixed mmap threshold
 of 128 KiB every image-sized buffer (the decoded image, the detector's
 input tensor, the engine's inputs and outputs) was mapped and unmapped on
 every request: page faults, zeroing and, in a process with many threads,

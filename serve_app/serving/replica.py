@@ -96,14 +96,15 @@ class ModelReplica:
         self.gate: Optional[PriorityGate] = None
         self.precision_check: Optional[dict] = None  # fp16/int8 vs fp32 at start (check_precision)
         self._model: Any = None
-        # Shapes built after ready (`warm: core`, serve_app.serving.deferred_shapes); None: all before.
+        # Shapes built after ready (`warm: core`, serve_app.serving.shapes_after_ready); None: all before.
         self.deferred: Any = None
         # The process's heap trimmer (serve_app.serving.heap; set by build()); None: the heap is never trimmed.
         self.trimmer: Any = None
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
-              knobs: BatchKnobs, int8_inputs: Optional[Callable] = None) -> "ModelReplica":
+              knobs: BatchKnobs, int8_inputs: Optional[Callable] = None,
+              model: str = "ppocrv4_mobile") -> "ModelReplica":
         """In a Serve replica: the Paddle predictor, pinned and sized for
         where Ray placed this replica, with Prometheus metrics. int8_inputs:
         the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs)."""
@@ -123,7 +124,7 @@ class ModelReplica:
         set_mmap_threshold(args.malloc_mmap_threshold)
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
-        predictor = PaddlePredictor(model_files(stage, model_dir), options, stage, int8_inputs=int8_inputs)
+        predictor = PaddlePredictor(model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs)
         trt = predictor.options.tensorrt
         if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/inference/precision_check.py)
             from serve_app.inference.precision_check import precision_policy
@@ -137,7 +138,7 @@ class ModelReplica:
         replica = cls(stage, predictor, knobs, StageMetrics(stage))
         replica.trimmer = trimmer
         replica.started_at = started
-        replica._model = (model_dir, predictor.options)
+        replica._model = (model_dir, predictor.options, model)
         return replica
 
     def check_precision(self, make_reader: Callable[[Any], Callable[[list], list]]) -> Optional[dict]:
@@ -157,8 +158,8 @@ class ModelReplica:
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files
 
-        model_dir, options = self._model
-        reference = PaddlePredictor(model_files(self.stage, model_dir), options.model_copy(update={"tensorrt": None}),
+        model_dir, options, model = self._model
+        reference = PaddlePredictor(model_files(self.stage, model_dir, model), options.model_copy(update={"tensorrt": None}),
                                     f"{self.stage}-fp32-reference")
         try:
             names, items = check_items(self.stage, lambda p: cv2.imread(p, cv2.IMREAD_COLOR))

@@ -44,18 +44,21 @@ def model_identity(engine: Any) -> str:
     """What the results depend on besides the request: the weights (their
     sha256 from models/manifest.json for the default set, else the files'
     own digests) and every engine setting (thresholds, sizes, limits)."""
-    from serve_app.inference.weights import file_sha256, load_manifest, model_digest, model_files
+    from serve_app.core.model_sets import DEFAULT_MODEL
+    from serve_app.inference.weights import dictionary_path, file_sha256, load_manifest, model_digest, model_files
 
     h = hashlib.sha256(engine.model_dump_json().encode())
     manifest = load_manifest()
     for stage, directory in (("det", engine.det_model), ("cls", engine.cls_model), ("rec", engine.rec_model),
                              ("dict", engine.rec_dict)):
-        if directory is None:
+        if directory is None and (engine.model == DEFAULT_MODEL or stage == "cls"):
             h.update(json.dumps(manifest["stages"][stage]["files"], sort_keys=True).encode())
+        elif directory is None and stage == "dict":
+            h.update(file_sha256(dictionary_path(None, engine.model)).encode())
         elif stage == "dict":
             h.update(file_sha256(Path(directory).expanduser()).encode())
         else:
-            h.update(model_digest(model_files(stage, directory)).encode())
+            h.update(model_digest(model_files(stage, directory, engine.model)).encode())
     return h.hexdigest()
 
 

@@ -6,7 +6,7 @@ random replicas, the shorter queue wins, same-node replicas first).
 Why: Serve's default router fills its pending requests in FIFO order from
 whichever replica a routing task picked, and two parts sent together see the
 same cached queue lengths, so both halves of a dense page landed on one
-replica about half the time (`python -m load_tests fan_out`). Each recogniser call
+replica about half the time (the fan_out benchmark, deleted once it had decided this; commit 4adefb1 has it). Each recogniser call
 carries a routing tag as its multiplexed model id (serve_app/flow/pipeline.py,
 route_tag): `part:{offset}:{k}` for part k of a page, `whole` otherwise.
 Part k prefers the replica at (offset + k) mod n of the replicas in a fixed

@@ -1,4 +1,4 @@
-"""The load-test harness end to end: `load_tests/bench.py --quick` as a
+"""The load-test harness end to end: `python -m load_tests serve load --quick` as a
 subprocess (its own local Ray, the service from deployments.yaml, the simple
 server, the in-process baselines). It proves the harness works; nothing about
 speed is asserted."""
@@ -21,7 +21,7 @@ def test_bench_quick(tmp_path):
     out, raw = tmp_path / "report", tmp_path / "results.json"
     port, simple_port = free_ports(2)
     proc = subprocess.run(
-        [sys.executable, "-m", "load_tests.bench", "--quick", "--out", str(out), "--raw", str(raw),
+        [sys.executable, "-m", "load_tests", "serve", "load", "--quick", "--out", str(out), "--raw", str(raw),
          "--port", str(port), "--simple-port", str(simple_port)],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + "\n" + proc.stderr[-6000:]
@@ -44,7 +44,7 @@ def test_bench_quick(tmp_path):
 
     # the report is rendered from the raw JSON alone: --from-raw writes the same document
     again = tmp_path / "again"
-    proc = subprocess.run([sys.executable, "-m", "load_tests.bench", "--from-raw", str(raw), "--out",
+    proc = subprocess.run([sys.executable, "-m", "load_tests", "serve", "load", "--from-raw", str(raw), "--out",
                            str(again)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (again / "benchmarks.md").read_text() == report

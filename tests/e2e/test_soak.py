@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_soak(seconds: int, out: Path, sizes: int = 48, settle: float | None = None) -> dict:
     settle_args = ["--settle", str(settle)] if settle is not None else []
-    proc = subprocess.run([sys.executable, "-m", "load_tests.soak", "--seconds", str(seconds),
+    proc = subprocess.run([sys.executable, "-m", "load_tests", "soak", "--seconds", str(seconds),
                            "--sizes", str(sizes), "--out", str(out), *settle_args],
                           cwd=REPO, capture_output=True, text=True, timeout=seconds + 900)
     summary = out / "summary.json"
@@ -28,7 +28,7 @@ def run_soak(seconds: int, out: Path, sizes: int = 48, settle: float | None = No
 
 def check(summary: dict) -> None:
     """Zero errors; every replica's private memory (RSS less the object
-    store's shared pages, see load_tests/procfs.py) grows under 5%; the
+    store's shared pages, see harness/procfs.py) grows under 5%; the
     report is written from the raw records (soak_raw.json)."""
     assert summary["requests"] > 0
     assert summary["errors"] == 0, summary

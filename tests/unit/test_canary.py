@@ -18,7 +18,7 @@ from serve_app.serving.canary import (
 from serve_app.serving.replica import ModelReplica
 from serve_app.core.results import Recognition
 from serve_app.core.app_args import BatchKnobs
-from test_replica import FakeBatched, FakePredictor
+from harness.fakes import StandInBatcher, StandInPredictor
 
 
 def test_golden_image_is_dark_text_on_white_where_the_rect_says():
@@ -87,7 +87,7 @@ class Reader:
 
     def __init__(self):
         idx = [self.charset.index(ch) for ch in GOLDEN_TEXT]
-        self.predictor = FakePredictor()
+        self.predictor = StandInPredictor()
         self.scores = np.eye(len(self.charset), dtype=np.float32)[idx][None]  # (1, T, C)
 
     def recognize(self, crops):
@@ -109,7 +109,7 @@ def test_the_fault_is_claimed_once_and_makes_the_reader_misread(tmp_path):
 
 
 def test_permuted_predictor_rolls_scores_and_passes_the_rest_through():
-    inner = FakePredictor()
+    inner = StandInPredictor()
     p = PermutedPredictor(inner)
     x = np.arange(6, dtype=np.float32).reshape(1, 2, 3)
     assert np.array_equal(p.run(x), np.roll(x, 1, axis=-1))
@@ -118,16 +118,16 @@ def test_permuted_predictor_rolls_scores_and_passes_the_rest_through():
 
 def test_replica_runs_the_canary_before_ready_and_in_health_checks():
     results = iter([CanaryResult(True, "ok"), CanaryResult(True, "ok"), CanaryResult(False, "read 'DANBSZ'")])
-    r = ModelReplica("rec", FakePredictor(), BatchKnobs(max_batch_size=4))
+    r = ModelReplica("rec", StandInPredictor(), BatchKnobs(max_batch_size=4))
     r.watch(lambda: next(results), interval_s=0)
     r.warm([])
     assert r.ready_at is not None and r.canary.runs == 1
     asyncio.run(r.check_health_async())  # interval 0: not due, not run
     assert r.canary.runs == 1
-    r.reconfigure({"max_batch_size": 8}, FakeBatched())  # due again after a reconfigure
+    r.reconfigure({"max_batch_size": 8}, StandInBatcher())  # due again after a reconfigure
     asyncio.run(r.check_health_async())
     assert r.canary.runs == 2
-    r.reconfigure(None, FakeBatched())
+    r.reconfigure(None, StandInBatcher())
     with pytest.raises(CanaryFailed, match="DANBSZ"):
         asyncio.run(r.check_health_async())
     with pytest.raises(CanaryFailed):  # and from then on
@@ -136,7 +136,7 @@ def test_replica_runs_the_canary_before_ready_and_in_health_checks():
 
 
 def test_a_replica_whose_canary_fails_at_warm_up_is_never_ready():
-    r = ModelReplica("cls", FakePredictor(), BatchKnobs(max_batch_size=4))
+    r = ModelReplica("cls", StandInPredictor(), BatchKnobs(max_batch_size=4))
     r.watch(lambda: CanaryResult(False, "read ['180']"), interval_s=60)
     with pytest.raises(CanaryFailed, match="180"):
         r.warm([])

@@ -6,31 +6,8 @@ import asyncio
 
 import pytest
 
+from harness.fakes import OneThreadBatchFunction
 from serve_app.serving.crop_scheduler import CropScheduler
-
-
-class FakePredictor:
-    def __init__(self, fail_on=None, delay=0.0):
-        self.batches: list[list] = []
-        self.fail_on = fail_on
-        self.delay = delay
-        self.running = 0
-
-    async def __call__(self, items):
-        # Like the predictor's one thread: calls queue (FIFO) and run one at a time.
-        if not hasattr(self, "lock"):
-            self.lock = asyncio.Lock()
-        async with self.lock:
-            self.running += 1
-            assert self.running == 1, "predictor called concurrently"
-            try:
-                self.batches.append(list(items))
-                await asyncio.sleep(self.delay)
-                if self.fail_on is not None and any(v == self.fail_on for _, v in items):
-                    raise ValueError("bad crop")
-                return [v * 2 for _, v in items]
-            finally:
-                self.running -= 1
 
 
 def make(pred, batch_size=4, log=None):
@@ -40,7 +17,7 @@ def make(pred, batch_size=4, log=None):
 
 def test_results_in_submission_order_and_batches_hold_one_bucket():
     async def go():
-        pred = FakePredictor()
+        pred = OneThreadBatchFunction()
         items = [(b, v) for v, b in enumerate([2, 1, 2, 1, 3, 1, 1, 1, 2])]
         out = await make(pred).submit(items)
         assert out == [v * 2 for _, v in items]
@@ -51,7 +28,7 @@ def test_results_in_submission_order_and_batches_hold_one_bucket():
 
 def test_batch_size_can_depend_on_the_bucket():
     async def go():
-        pred = FakePredictor()
+        pred = OneThreadBatchFunction()
         items = [(b, v) for v, b in enumerate([1] * 7 + [9] * 5)]
         out = await make(pred, batch_size=lambda bucket: 3 if bucket == 1 else 2).submit(items)
         assert out == [v * 2 for _, v in items]
@@ -62,7 +39,7 @@ def test_batch_size_can_depend_on_the_bucket():
 
 def test_a_small_request_does_not_wait_for_a_big_one():
     async def go():
-        pred = FakePredictor(delay=0.001)
+        pred = OneThreadBatchFunction(delay=0.001)
         sched = make(pred, batch_size=4)
         big = asyncio.create_task(sched.submit([(1, v) for v in range(100)]))
         await asyncio.sleep(0)  # the big one is queued first
@@ -77,7 +54,7 @@ def test_a_small_request_does_not_wait_for_a_big_one():
 
 def test_same_bucket_crops_of_different_requests_share_a_batch():
     async def go():
-        pred = FakePredictor(delay=0.001)
+        pred = OneThreadBatchFunction(delay=0.001)
         log = []
         sched = make(pred, batch_size=6, log=log)
         a, b, c = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 3)]),
@@ -90,7 +67,7 @@ def test_same_bucket_crops_of_different_requests_share_a_batch():
 
 def test_a_failing_crop_fails_only_its_request():
     async def go():
-        pred = FakePredictor(fail_on=13)
+        pred = OneThreadBatchFunction(fail_on=13)
         sched = make(pred, batch_size=8)
         good, bad = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 13), (1, 3)]),
                                          return_exceptions=True)
@@ -107,7 +84,7 @@ def deque_empty():
 
 def test_a_cancelled_request_stops_taking_predictor_time():
     async def go():
-        pred = FakePredictor(delay=0.005)
+        pred = OneThreadBatchFunction(delay=0.005)
         sched = make(pred, batch_size=2)
         doomed = asyncio.create_task(sched.submit([(1, v) for v in range(50)]))
         await asyncio.sleep(0.012)
@@ -185,7 +162,7 @@ def test_a_big_request_is_not_starved_by_a_stream_of_small_ones():
 
 def test_without_cross_request_batching_a_batch_holds_one_request():
     async def go():
-        pred = FakePredictor(delay=0.001)
+        pred = OneThreadBatchFunction(delay=0.001)
         sched = make(pred, batch_size=6)
         sched.cross_request = False
         a, b = await asyncio.gather(sched.submit([(1, 1), (1, 2)]), sched.submit([(1, 3)]))
@@ -200,7 +177,7 @@ def test_crops_of_a_request_whose_deadline_passed_are_dropped_and_others_served(
     from serve_app.core.errors import DeadlineExceeded
 
     async def go():
-        pred = FakePredictor(delay=0.005)
+        pred = OneThreadBatchFunction(delay=0.005)
         sched = make(pred, batch_size=2)
         doomed = asyncio.create_task(sched.submit([(1, v) for v in range(50)], deadline=time.time() + 0.012))
         await asyncio.sleep(0.03)
@@ -240,7 +217,7 @@ def test_interactive_crops_lead_every_batch_while_bulk_waits():
 
 def test_bulk_fills_an_interactive_batch_only_with_bulk_fill():
     async def go(fill: bool):
-        pred = FakePredictor(delay=0.001)
+        pred = OneThreadBatchFunction(delay=0.001)
         sched = make(pred, batch_size=4)
         sched.bulk_fill = fill
         await asyncio.gather(sched.submit([(1, 1), (1, 2)], lane="bulk"), sched.submit([(1, 3)], lane="interactive"))
@@ -252,7 +229,7 @@ def test_bulk_fills_an_interactive_batch_only_with_bulk_fill():
 
 def test_bulk_that_waited_the_bound_leads_again_and_lanes_off_is_one_lane():
     async def go(lanes: bool, max_wait_s: float):
-        pred = FakePredictor(delay=0.002)
+        pred = OneThreadBatchFunction(delay=0.002)
         sched = make(pred, batch_size=1)
         sched.lanes, sched.max_wait_s = lanes, max_wait_s
         blocker = asyncio.create_task(sched.submit([(1, 0)], lane="interactive"))
@@ -272,7 +249,7 @@ def test_bulk_that_waited_the_bound_leads_again_and_lanes_off_is_one_lane():
 
 def test_pending_crops_are_counted_by_lane():
     async def go():
-        pred = FakePredictor(delay=0.01)
+        pred = OneThreadBatchFunction(delay=0.01)
         sched = make(pred, batch_size=1)
         a = asyncio.create_task(sched.submit([(1, 1), (1, 2)], lane="bulk"))
         b = asyncio.create_task(sched.submit([(1, 3)]))

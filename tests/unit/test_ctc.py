@@ -216,23 +216,12 @@ def test_width_order_sorts_by_aspect_ratio_stably():
 # --- the recogniser's use of ctc_decode ------------------------------------------
 
 
-class FakePredictor:
-    name = "rec"
-
-    def __init__(self, probs: np.ndarray):
-        self.probs = probs
-        self.inputs: list[np.ndarray] = []
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        self.inputs.append(x)
-        return self.probs[: len(x)]
-
-
 def test_text_recognizer_batches_by_width_and_maps_results_back():
+    from harness.fakes import StandInPredictor
     from serve_app.inference.runners import TextRecognizer
 
     probs = np.stack([sequence([1, 0, 2], [0.9, 0.9, 0.9]), sequence([3, 3, 0], [0.8, 0.8, 0.8])])
-    predictor = FakePredictor(probs)
+    predictor = StandInPredictor(probs, name="rec")
     recognizer = TextRecognizer(predictor, RecOptions(), CHARSET)
     crops = [np.zeros((20, 60, 3), np.uint8), np.zeros((20, 40, 3), np.uint8)]
     recs = recognizer.recognize(crops)

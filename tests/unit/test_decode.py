@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import resource
 import struct
-import time
 import zlib
 
 import numpy as np
@@ -323,16 +322,13 @@ def test_png_claiming_60000_by_60000_pixels_is_refused_from_its_header():
     data = png_header_only(60000, 60000)
     assert len(data) < 100
     rss_before_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
     with pytest.raises(TooLarge, match="pixels") as err:
         decode_image(data)
-    elapsed = time.perf_counter() - t0
     growth_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before_kib) / 1024
     assert err.value.status == 413
     assert "60000x60000" in err.value.message
     assert str(ImageLimits().max_pixels) in err.value.message
-    assert elapsed < 0.5
-    assert growth_mib < 50
+    assert growth_mib < 50  # refused from the header: no 10 GiB of pixels were allocated
 
 
 def test_the_hand_made_png_header_is_valid():
@@ -489,7 +485,7 @@ def test_a_stereo_mpo_reads_its_first_view_and_counts_both():
 def test_floods_of_chunks_frames_and_segments_are_a_400_at_decode_and_at_submit(name, what):
     """Each decoded for 5-11 s before (Pillow walks them one by one; a JPEG's
     comments 4 s more in the submit's header check); the walk stops at its bound."""
-    from load_tests.hostile_costs import CASES
+    from harness.hostile import CASES
     from serve_app.ocr.image_header import check_image_header
 
     body = next(c for c in CASES if c.name.startswith(name)).make()

@@ -48,7 +48,8 @@ def test_the_heap_is_trimmed_once_idle_for_idle_s_after_the_last_call_ended_and_
 
 def test_a_call_beginning_meanwhile_puts_the_trim_off():
     t, clock, trims = trimmer(1.0)
-    t.begin(); t.end()
+    t.begin()
+    t.end()
     clock.t += 0.8
     t.begin()  # another request
     clock.t += 0.8

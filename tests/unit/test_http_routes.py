@@ -60,6 +60,7 @@ def _png() -> bytes:
 
 
 PNG = _png()
+V4 = "ppocrv4_mobile"  # the default model set: every read is resolved to its set at the door
 
 
 def post(client, body: bytes, ctype="image/png", **headers):
@@ -73,8 +74,8 @@ def test_options_are_parsed_once_and_passed_on_as_ocr_options(app):
     assert r.status_code == 200 and r.json()["results"] == [{"text": "js"}]
     r = client.post("/v1/ocr", files={"file": ("a.png", b"mp")}, data={"options": json.dumps({"cls": False})})
     assert r.status_code == 200
-    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive")),
-                          (b"mp", OcrOptions(cls=False, priority="interactive"))]
+    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive", model=V4)),
+                          (b"mp", OcrOptions(cls=False, priority="interactive", model=V4))]
 
 
 def test_request_id_from_the_header_or_new(app):
@@ -184,7 +185,7 @@ def test_bearer_token_on_v1_routes_only(app):
     assert client.get("/v1/ocr/jobs/x").status_code == 401
     assert client.get("/healthz").status_code == 200
     assert post(client, b"ok", Authorization="Bearer tok").status_code == 200
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive"))]  # refused requests reached nothing
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=V4))]  # refused requests reached nothing
 
 
 def test_jobs_submit_with_idempotency_key_poll_and_404(app):
@@ -192,7 +193,7 @@ def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk"), "k")  # a job is bulk by default
+    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk", model=V4), "k")  # a job is bulk by default
     assert Fake.clients[-1] == "addr:testclient"  # no token: the client is its address
     client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Authorization": "Bearer abc"})
     assert Fake.clients[-1].startswith("token:") and "abc" not in Fake.clients[-1]  # a token, hashed
@@ -219,7 +220,7 @@ def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
     _, front = app
     assert asyncio.run(front.ocr(b"ok"))["results"] == [{"text": "ok"}]
     assert asyncio.run(front.ocr(b"ok", {"det": False}))["results"] == [{"text": "ok"}]
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive")), (b"ok", OcrOptions(det=False, priority="interactive"))]
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=V4)), (b"ok", OcrOptions(det=False, priority="interactive", model=V4))]
     with pytest.raises(BadImage):
         asyncio.run(front.ocr(b"wrapped-bad"))
     with pytest.raises(BadRequest, match="bad option nope"):
@@ -290,6 +291,21 @@ def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app)
     front.args = IngressArgs(ready_cache_s=0)
     client.get("/readyz")
     assert len(probes) == 2
+
+
+def test_readyz_answers_503_when_the_pipeline_never_answers_its_probe(app):
+    """With no live pipeline replica Serve holds the probe until one starts:
+    /readyz must answer not-ready instead of hanging with it."""
+    client, front = app
+    never = asyncio.Event()
+
+    async def ready():
+        await never.wait()  # never set: a probe nobody answers
+
+    front.pipeline.ready = Method(ready)
+    front.args = IngressArgs(ready_cache_s=0, ready_timeout_s=0.05)
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json() == {"ready": False, "stages": {}}
 
 
 def test_job_submits_have_their_own_in_flight_gate(app):
@@ -401,7 +417,7 @@ def test_batch_answers_one_item_per_input_in_order_and_a_bad_item_fails_alone(ap
     assert items[0]["results"] == [{"text": "one"}] and items[3]["results"] == [{"text": "three"}]
     assert items[1]["error"]["code"] == "bad_request" and items[2]["error"]["code"] == "bad_image"
     assert sorted(c[0] for c in Fake.calls) == [b"bad", b"one", b"three"]
-    assert all(c[1] == OcrOptions(cls=False, priority="interactive") for c in Fake.calls) and front.in_flight == 0
+    assert all(c[1] == OcrOptions(cls=False, priority="interactive", model=V4) for c in Fake.calls) and front.in_flight == 0
     r = client.post("/v1/ocr/batch", files=[("file", ("a.png", b"A")), ("file", ("b.png", b"B"))])
     assert [i["results"][0]["text"] for i in r.json()["items"]] == ["A", "B"]
 
@@ -690,7 +706,7 @@ def test_text_hocr_and_alto_past_the_render_pool_are_a_503_not_a_thread_each(app
 def test_a_flood_of_segments_chunks_or_frames_is_a_400_at_the_door(app, make):
     """Walked at the door as decode walks it: refused before a price, a
     cache look-up or the pipeline (a JPEG of comments took 9 s to decode)."""
-    from load_tests import hostile_costs
+    from harness import hostile as hostile_costs
 
     body = {"jpeg_comments": lambda: hostile_costs.jpeg_comments(1),
             "chunks_after_idat_png": lambda: hostile_costs.chunks_after_idat_png(1),
@@ -709,3 +725,47 @@ def test_a_paddlex_answer_over_max_answer_bytes_is_a_413_in_paddlex_shape(app):
     assert client.post("/ocr", json=paddlex_file(b"short")).status_code == 200
     r = client.post("/ocr", json=paddlex_file(b"y" * 5000))
     assert r.status_code == 413 and r.json()["errorCode"] == 413 and "POST /v1/ocr/jobs" in r.json()["errorMsg"]
+
+
+def test_a_model_set_through_every_door_and_an_unserved_one_is_a_400_that_costs_nothing(app):
+    """options.model on /v1/ocr, /v1/ocr/batch, PaddleX's /ocr, jobs and the
+    handle reaches the pipeline resolved; an unserved or unknown set is a 400
+    listing the served ones before admission, the cache or the pipeline (a
+    stranger cannot make a set load or warm: nothing loads for a request)."""
+    client, front = app
+    front.models = ("ppocrv4_mobile", "ppocrv6_small")
+
+    async def with_boxes(upload, options, ctx=None):  # PaddleX's shape needs each line's box and score
+        body = await pipeline_ocr(upload, options, ctx)
+        body["results"][0].update(score=0.9, box=[[0, 0], [1, 0], [1, 1], [0, 1]])
+        return body
+
+    front.pipeline = types.SimpleNamespace(ocr=Method(with_boxes))
+    models = client.get("/v1/models").json()
+    assert models["default"] == "ppocrv4_mobile"
+    assert [m["name"] for m in models["models"]] == ["ppocrv4_mobile", "ppocrv6_small"]
+    assert models["models"][1]["dictionary"] == {"file": "ppocrv6_dict.txt", "classes": 18708}
+    assert "de" in models["models"][1]["languages"] and "cost" in models["models"][1]
+    b64 = base64.b64encode(b"ok").decode()
+    small = {"model": "ppocrv6_small"}
+    assert client.post("/v1/ocr", json={"image": {"base64": b64}, "options": small}).status_code == 200
+    batch = client.post("/v1/ocr/batch", json={"images": [{"base64": b64}], "options": small})
+    assert batch.status_code == 200 and batch.json()["items"][0]["results"][0]["text"] == "ok"
+    assert client.post("/ocr", json={"file": b64, "fileType": 1, "model": "ppocrv6_small"}).status_code == 200
+    png = base64.b64encode(PNG).decode()  # a job's upload is checked at the door: a real image
+    assert client.post("/v1/ocr/jobs", json={"image": {"base64": png}, "options": small}).status_code == 202
+    asyncio.run(front.ocr(b"ok", small))
+    assert [c[1].model for c in Fake.calls] == ["ppocrv6_small"] * 5
+    Fake.calls.clear()
+    for name in ("ppocrv6_tiny", "nope"):
+        bad = {"model": name}
+        for r in (client.post("/v1/ocr", json={"image": {"base64": b64}, "options": bad}),
+                  client.post("/ocr", json={"file": b64, "fileType": 1, "model": name}),
+                  client.post("/v1/ocr/jobs", json={"image": {"base64": png}, "options": bad})):
+            assert r.status_code == 400, r.text
+            assert "served: ppocrv4_mobile, ppocrv6_small" in r.text
+        item = client.post("/v1/ocr/batch", json={"images": [{"base64": b64}], "options": bad}).json()["items"][0]
+        assert item["error"]["code"] == "bad_request" and "served: ppocrv4_mobile" in item["error"]["message"]
+        with pytest.raises(BadRequest, match="served: ppocrv4_mobile, ppocrv6_small"):
+            asyncio.run(front.ocr(b"ok", bad))
+    assert Fake.calls == [] and front.admission.queued_s == 0 and front.in_flight == 0

@@ -63,11 +63,12 @@ def test_urls_are_refused_not_fetched():
 def test_option_mapping_table():
     assert set(OPTION_FIELDS) == {
         "useDocOrientationClassify", "useDocUnwarping", "useTextlineOrientation", "textDetLimitSideLen",
-        "textDetLimitType", "textDetThresh", "textDetBoxThresh", "textDetUnclipRatio", "textRecScoreThresh"}
+        "textDetLimitType", "textDetThresh", "textDetBoxThresh", "textDetUnclipRatio", "textRecScoreThresh",
+        "model"}  # model: this service's extension (a served model set)
     for name, field in OPTION_FIELDS.items():
         assert field is None or field in FIELDS, name  # a mapped name sets an existing OcrOptions field
     samples = {"textDetLimitSideLen": 960, "textDetLimitType": "max", "textDetThresh": 0.3,
-               "textDetBoxThresh": 0.6, "textDetUnclipRatio": 1.5, "textRecScoreThresh": 0.5}
+               "textDetBoxThresh": 0.6, "textDetUnclipRatio": 1.5, "textRecScoreThresh": 0.5, "model": "ppocrv6_small"}
     for name, field in OPTION_FIELDS.items():
         value = samples.get(name, True)
         if field is None:  # refused, naming it

@@ -109,8 +109,8 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from serve_app.inference.precision_check import (
-    BOX_IOU, UNITS, answers, box_agreement, check_items, match_boxes, quad_iou,
+from serve_app.inference.precision_check import (  # noqa: E402
+    BOX_IOU, UNITS, answers, check_items, match_boxes, quad_iou,
 )
 
 SET = json.loads((Path(__file__).resolve().parents[2] / "serve_app" / "inference" / "calibration" / "set.json").read_text())

@@ -14,33 +14,7 @@ from serve_app.serving.replica import (
     Crops, ModelReplica, crops_weight, hide_gpus_without_share, placed_options, replica_cores,
 )
 from serve_app.core.app_args import BatchKnobs, ModelArgs
-
-
-class FakePredictor:
-    name = "fake"
-    load_seconds = 0.5
-
-    def __init__(self, fail_on=None):
-        self.options = PredictorOptions(cpu_affinity=[1])
-        self.fail_on = fail_on
-        self.calls: list[list] = []
-
-    def run(self, x):
-        return x
-
-    async def call_async(self, fn, *args):
-        return fn(*args)
-
-    def close(self):
-        pass
-
-
-class FakeBatched:
-    def set_max_batch_size(self, n):
-        self.size = n
-
-    def set_batch_wait_timeout_s(self, s):
-        self.wait = s
+from harness.fakes import StandInBatcher, StandInPredictor
 
 
 def double(items):
@@ -79,7 +53,7 @@ def test_run_isolated_gives_each_group_its_slice_or_its_own_error():
 
 
 def test_a_replica_is_ready_only_after_warm_up_and_reports_what_it_batched():
-    r = ModelReplica("rec", FakePredictor(), BatchKnobs(max_batch_size=4))
+    r = ModelReplica("rec", StandInPredictor(), BatchKnobs(max_batch_size=4))
     with pytest.raises(RuntimeError):
         r.check_health()
     seen = []
@@ -94,8 +68,8 @@ def test_a_replica_is_ready_only_after_warm_up_and_reports_what_it_batched():
 
 
 def test_reconfigure_applies_valid_knobs_and_refuses_bad_ones_unchanged():
-    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=4))
-    batched = FakeBatched()
+    r = ModelReplica("det", StandInPredictor(), BatchKnobs(max_batch_size=4))
+    batched = StandInBatcher()
     r.reconfigure({"max_batch_size": 7, "batch_wait_timeout_s": 0.02}, batched)
     assert (batched.size, batched.wait) == (7, 0.02)
     r.reconfigure({"batch_wait_timeout_s": 0}, batched)  # keeps the size it has
@@ -107,7 +81,7 @@ def test_reconfigure_applies_valid_knobs_and_refuses_bad_ones_unchanged():
 
 
 def test_crops_count_against_the_batch_up_to_a_full_batch():
-    r = ModelReplica("rec", FakePredictor(), BatchKnobs(max_batch_size=24))
+    r = ModelReplica("rec", StandInPredictor(), BatchKnobs(max_batch_size=24))
     items = [r.crops([0] * 3), r.crops([]), r.crops([0] * 100)]
     assert [i.weight for i in items] == [3, 1, 24]
     assert crops_weight(items) == 28
@@ -115,7 +89,7 @@ def test_crops_count_against_the_batch_up_to_a_full_batch():
 
 
 def test_queued_counts_calls_waiting_for_a_batch():
-    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=4))
+    r = ModelReplica("det", StandInPredictor(), BatchKnobs(max_batch_size=4))
     depth = []
 
     async def batched(item):
@@ -131,7 +105,7 @@ def test_queued_counts_calls_waiting_for_a_batch():
 
 
 def test_isolated_runs_on_the_predictor_and_fails_only_the_bad_caller():
-    r = ModelReplica("cls", FakePredictor(), BatchKnobs(max_batch_size=4))
+    r = ModelReplica("cls", StandInPredictor(), BatchKnobs(max_batch_size=4))
     out = asyncio.run(r.isolated(double, [[1], ["bad"], [2, 3]]))
     assert out[0] == [2] and out[2] == [4, 6] and isinstance(out[1], ValueError)
 
@@ -154,7 +128,7 @@ def test_process_start_time_is_when_the_process_started():
 
 
 def test_the_lane_gate_lets_a_batch_worth_into_the_fifo_queue_interactive_first():
-    r = ModelReplica("det", FakePredictor(), BatchKnobs(max_batch_size=2))
+    r = ModelReplica("det", StandInPredictor(), BatchKnobs(max_batch_size=2))
     r.use_lanes(max_wait_s=60.0)
     entered = []  # the FIFO batch queue's arrival order
 
@@ -174,7 +148,7 @@ def test_the_lane_gate_lets_a_batch_worth_into_the_fifo_queue_interactive_first(
     assert asyncio.run(main()) == ["b0", "b1", "b2", "b3", "i"]
     # two bulk images were already in (a batch's worth); the interactive one came next, not last
     assert entered == ["b0", "b1", "i", "b2", "b3"] and r.pending == 0
-    r.reconfigure({"max_batch_size": 3}, FakeBatched())
+    r.reconfigure({"max_batch_size": 3}, StandInBatcher())
     assert r.gate.capacity() == 3  # the gate follows the live batch size
 
 
@@ -245,7 +219,7 @@ def test_a_stage_that_misses_its_precision_bound_serves_at_fp32_and_says_so(capl
 
     from serve_app.core.engine_config import PredictorOptions
 
-    p = FakePredictor()
+    p = StandInPredictor()
     p.options = PredictorOptions(device="gpu", tensorrt={"precision": "fp16"})
     p.needs_precision_check = True
     used = []

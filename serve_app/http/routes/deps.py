@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Annotated, Optional
 
 from fastapi import Depends, Header, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from serve_app.core.errors import OcrError, TooLarge, Unauthorized
 from serve_app.core.request_options import FORMATS, OcrOptions

@@ -33,6 +33,7 @@ async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = N
         # word boxes for hOCR/ALTO); the job's result stays JSON.
         upload, opts = await parse_body(request, lease.body, front.limits)
         opts = with_lane(with_format(opts, fmt).for_pipeline(), request, BULK)  # a job is bulk unless it asks otherwise
+        opts = opts.with_model(front.models)  # an unserved model set: 400 before the job is accepted
         # Junk is a 400 now, not a failed job later (header only, off
         # the loop); a document is opened, its pages counted, none rendered.
         await asyncio.to_thread(check_upload, upload, front.limits, front.documents)

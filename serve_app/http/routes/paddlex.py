@@ -32,7 +32,7 @@ async def paddlex_ocr(request: Request, front: CurrentFront, rid: RequestId):
         if req.visualize is not False:  # PaddleX visualizes unless told not to: the pipeline draws it
             opts = replace(opts, visualize="boxes")
         opts = lease.take_lane(with_lane(opts, request, INTERACTIVE))
-        result, cache = await front.read(upload, opts, lease.context(rid, opts), lease.late(),
+        result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
                                          wants_fresh(request.headers.get("cache-control")))
     images = [paddlex.images_of(page) for page in paddlex.pages_of(result)] if opts.visualize else None
     response = await formatted(paddlex.success(request.state.log_id, paddlex.result(result, opts, front.paddlex, images)),

@@ -1,5 +1,5 @@
 """The v1 read routes: POST /v1/ocr and POST /v1/ocr/batch, adapters on the
-one read path (Front.read)."""
+one read path (Front.read_upload)."""
 
 import asyncio
 
@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from serve_app.core.errors import OcrError
 from serve_app.core.lanes import INTERACTIVE
+from serve_app.core.model_sets import SETS
 from serve_app.core.request_options import with_format
 from serve_app.http.body import batch_items, parse_body
 from serve_app.http.routes.deps import V1, CurrentFront, Format, RequestId, formatted, item_error, log, with_lane
@@ -22,12 +23,19 @@ async def http_ocr(request: Request, front: CurrentFront, rid: RequestId, fmt: F
     async with front.lease(request) as lease:
         upload, opts = await parse_body(request, lease.body, front.limits)
         opts = lease.take_lane(with_lane(with_format(opts, fmt), request, INTERACTIVE))
-        result, cache = await front.read(upload, opts, lease.context(rid, opts), lease.late(),
+        result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
                                          wants_fresh(request.headers.get("cache-control")))
     request.state.timings_ms = result.get("timings_ms")
     response = await formatted({"request_id": rid, **result}, opts.format, front)
     response.headers["X-Cache"] = cache
     return response
+
+
+@router.get("/v1/models", dependencies=V1, summary="The model sets served (the default first): dictionary, "
+            "languages, cost; a request names one in options.model")
+async def http_models(front: CurrentFront, rid: RequestId):
+    return JSONResponse({"request_id": rid, "default": front.models[0],
+                         "models": [SETS[name].describe(default=k == 0) for k, name in enumerate(front.models)]})
 
 
 @router.post("/v1/ocr/batch", dependencies=V1, openapi_extra=batch_request_body(),
@@ -48,7 +56,7 @@ async def http_ocr_batch(request: Request, front: CurrentFront, rid: RequestId):
                 return item_error(index, item)
             async with gate:
                 try:
-                    result, cache = await front.read(item, opts, ctx, late, fresh)
+                    result, cache = await front.read_upload(item, opts, ctx, late, fresh)
                     return {"index": index, **result, "cache": cache}
                 except Exception as exc:  # this item's failure only; cancellation propagates
                     e = exc if isinstance(exc, OcrError) else None

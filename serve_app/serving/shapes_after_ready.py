@@ -10,7 +10,7 @@ nothing queued or running: a build is handed to the thread only when the
 scheduler is idle, and on the thread it is skipped if a batch was queued
 meanwhile (it waits for the next idle moment). A request arriving while a
 build runs waits for that one build at most (OpenVINO's first run at a new
-input shape: ~35 ms here, `python -m load_tests cold_start`), never for the rest. The
+input shape: ~35 ms here, `python -m load_tests startup cold`), never for the rest. The
 builds do take CPU from the other stages' replicas on the same cores (the
 recogniser is idle while the detector reads the next image): the first
 requests after ready are slower than with `warm: full` (measured there).
@@ -21,7 +21,7 @@ built size that fits, repeatedly: size 1 always is). With bucket padding
 every crop of a batch is padded to its own bucket's width either way, so
 what is read is the same (serve_app.inference.runners.TextRecognizer).
 
-No Ray import: unit-tested with stand-in predictors (tests/unit/test_deferred_shapes.py)."""
+No Ray import: unit-tested with stand-in predictors (tests/unit/test_shapes_after_ready.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ deployments.light.yaml.
 A model replica is a process of its own, and each holds its own copy of
 Paddle's and OpenVINO's runtimes and of Ray's worker (~0.35 GB PSS for the
 classifier's process, of which its model and 6 compiled shapes are a few
-tens of MB: `python -m load_tests footprint`). Here those stages'
+tens of MB: `python -m load_tests memory footprint`). Here those stages'
 predictors are built in every recogniser replica instead: the deployment is
 the recogniser's (its name, resources, replicas and user_config come from
 the `TextRecognizer` block of the Serve config) and also answers `classify`
@@ -15,7 +15,7 @@ and `detect`. Their predictors run on the recogniser's cores (their blocks'
 `cpu_cores`, `threads` and `malloc_*` settings are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
 before the replica is ready, the detector on a thread of its own beside
-the other two (ready 1-2 s sooner on 2 cores, `python -m load_tests serve_phases`): every
+the other two (ready 1-2 s sooner on 2 cores, `python -m load_tests startup serve-run`): every
 detector and classifier shape, and the recogniser's per `recognizer.warm`.
 Each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments), and its own thread:
@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 from ray import serve
 
-from serve_app.core.engine_config import EngineConfig
+from serve_app.core.engine_config import EngineConfig, for_model
 from serve_app.flow.pipeline import Stages
 from serve_app.serving.deployments import (
     DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
@@ -72,11 +72,16 @@ class RecognizerWithParts(_Recognizer):
             if det is not None:
                 self.parts["det"] = det.result()
 
+    # Other model sets' stages in this process (PipelineWithModels): their work counts as busy too.
+    peers: tuple = ()
+
     def _others_busy(self) -> bool:
         # The detector or classifier has an image or crops queued or running:
         # the recogniser's shapes left after ready wait (they would take the
         # cores from that request; the first request after ready was 0.8-1.1 s).
-        return any(part.replica.pending for part in self.parts.values())
+        # So does any other set's detector or recogniser in this process.
+        return any(part.replica.pending for part in self.parts.values()) or any(
+            peer.replica.pending or any(part.replica.pending for part in peer.parts.values()) for peer in self.peers)
 
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
         return await self.parts["cls"].classify(crops, deadline, lane)
@@ -120,27 +125,55 @@ class PipelineWithModels(OcrPipeline.func_or_class):
     process."""
 
     def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: Optional[ClassifierArgs],
-                 det_args: DetectorArgs, lanes: LaneArgs = LaneArgs()):
+                 det_args: DetectorArgs, lanes: LaneArgs = LaneArgs(), models: Optional[list[str]] = None):
+        """`engine`: the default model set's config; `models`: every set
+        served (default: engine's alone). Each set's detector and
+        recogniser are built here, one after the other, all warmed before
+        the replica is ready; the classifier once (the default set's),
+        shared by every set."""
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here
-        self._setup(Stages(
-            detect=lambda image, params, ctx: m.detect(image, ctx.deadline, params, ctx.lane),
-            classify=(lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None,
-            recognize=lambda crops, ctx=None: m.recognize(crops, ctx.deadline, ctx.lane),
-        ), engine, lanes)
+        classify = (lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None
+        self.sets = {engine.model: m}
+        names = models or [engine.model]
+        if names[0] != engine.model:
+            raise ValueError(f"the first model set served ({names[0]}) must be engine's ({engine.model})")
+        for name in names[1:]:
+            self.sets[name] = RecognizerWithParts.func_or_class(for_model(engine, name), rec_args, None, det_args,
+                                                                lanes)
+        for s in self.sets.values():
+            s.peers = tuple(other for other in self.sets.values() if other is not s)
+        self._setup({name: (Stages(
+            detect=lambda image, params, ctx, s=s: s.detect(image, ctx.deadline, params, ctx.lane),
+            classify=classify,
+            recognize=lambda crops, ctx=None, s=s: s.recognize(crops, ctx.deadline, ctx.lane),
+        ), for_model(engine, name)) for name, s in self.sets.items()}, lanes)
 
     def reconfigure(self, user_config: dict) -> None:
-        """The OcrPipeline block's user_config: the recogniser's (and classifier's) batch knobs."""
-        self.models.reconfigure(user_config)
+        """The OcrPipeline block's user_config: the recognisers' (and classifier's) batch knobs."""
+        for s in self.sets.values():
+            s.reconfigure(user_config)
 
     async def check_health(self) -> None:
-        await self.models.check_health()
+        for s in self.sets.values():
+            await s.check_health()
+
+    def _named(self) -> list[tuple[str, RecognizerWithParts]]:
+        """(suffix, models) per set: "" for the default, "@name" for the others."""
+        return [("" if k == 0 else f"@{name}", s) for k, (name, s) in enumerate(self.sets.items())]
 
     async def stats(self, calls: Optional[dict[str, int]] = None, timeout_s: float = 2.0) -> dict[str, list[dict]]:
-        """stage -> [this replica's stats() of it] (every stage is here)."""
-        m = self.models
-        return {**{name: [m.stats(name)] for name in m.parts}, "rec": [m.stats()]}
+        """stage -> [this replica's stats() of it] (every stage is here);
+        a further set's stages as "det@NAME", "rec@NAME"."""
+        out: dict[str, list[dict]] = {}
+        for suffix, s in self._named():
+            out.update({f"{name}{suffix}": [s.stats(name)] for name in s.parts})
+            out[f"rec{suffix}"] = [s.stats()]
+        return out
 
     async def ready(self) -> dict[str, bool]:
-        m = self.models
-        return {**{name: part.ready() for name, part in m.parts.items()}, "rec": m.ready()}
+        out: dict[str, bool] = {}
+        for suffix, s in self._named():
+            out.update({f"{name}{suffix}": part.ready() for name, part in s.parts.items()})
+            out[f"rec{suffix}"] = s.ready()
+        return out

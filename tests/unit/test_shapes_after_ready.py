@@ -1,4 +1,4 @@
-"""`recognizer.warm: core` (serve_app.serving.deferred_shapes): a batch at a
+"""`recognizer.warm: core` (serve_app.serving.shapes_after_ready): a batch at a
 shape not built yet runs as built shapes of its width and reads the same;
 the rest are built on the predictor's one thread, only while the crop
 scheduler is idle, yielding to every queued batch. Stand-in predictors with
@@ -17,7 +17,7 @@ from serve_app.core.engine_config import RecOptions
 from serve_app.inference.runners import TextRecognizer
 from serve_app.ocr.recognition import batch_width, input_shapes
 from serve_app.serving.crop_scheduler import CropScheduler
-from serve_app.serving.deferred_shapes import DeferredShapes, core_shapes, kept_shapes
+from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 
 CHARSET = ["blank"] + list("abcdefghij") + [" "]
 
@@ -240,7 +240,7 @@ def test_a_build_yields_on_the_thread_when_a_batch_is_waiting():
 
 def test_no_build_while_another_stage_in_the_process_has_work_and_all_once_it_has_none():
     """One process with the detector and classifier beside the recogniser
-    (serve_app/serving/cls_beside_rec.py): while the detector works on a
+    (serve_app/serving/stages_in_one_process.py): while the detector works on a
     request's image the recogniser is idle, but a build then would take the
     cores from that request; builds wait until no stage has work."""
     async def go():

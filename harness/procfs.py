@@ -1,4 +1,4 @@
-"""The one /proc reader of load_tests: a process's memory (RSS, shared
+"""The one /proc reader of the tests and load_tests: a process's memory (RSS, shared
 pages, private = RSS - RssShmem), the machine's free memory, CPU seconds
 (the machine's and a process tree's). Linux only; every reader returns
 NaN, None or zeros where /proc cannot be read, never raises."""
