@@ -25,9 +25,10 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "throughput-mode": "load_tests.throughput_mode",
         "scale-up": "load_tests.scale_up",
     }),
-    "engine": ("the in-process engine: against RapidOCR, and its lower precisions against fp32", {
+    "engine": ("the in-process engine: against RapidOCR, its lower precisions against fp32, each model set's per-call speed", {
         "systems": "load_tests.bench_engine",
         "precision": "load_tests.precision_agreement",
+        "tiers-speed": "load_tests.tiers_speed",
     }),
     "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
         "budget": "load_tests.hops",

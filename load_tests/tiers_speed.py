@@ -4,8 +4,8 @@ pinned thread), beside PP-OCRv4 in the same run, with the GFLOP/s each
 reaches and the floor: the GFLOP/s of one plain 3x3 convolution on the same
 engine (what the CPU gives a dense op here).
 
-    python -m load_tests tiers_speed [--repeat 7] [--sets ppocrv4_mobile,ppocrv6_small,ppocrv6_tiny]
-    python -m load_tests tiers_speed --smoke     # one repeat, 640 px only, v4 + v6 tiny
+    python -m load_tests engine tiers-speed [--repeat 7] [--sets ppocrv4_mobile,ppocrv6_small,ppocrv6_tiny]
+    python -m load_tests engine tiers-speed --smoke     # one repeat, 640 px only, v4 + v6 tiny
 
 Inputs: the first peer image resized to 640x640 and 960x960 (det), the
 first 8 peer crops resized to 48x320 (rec, 1 and 8 crops). Each set runs at
@@ -54,8 +54,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         "the engine does without it: the comparison that shows OpenVINO ran)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--core", type=int, default=None, help="the CPU to pin to (default: the last one)")
-    parser.add_argument("--smoke", action="store_true", help="v4 and v6 tiny, auto precision, 640 px and 1 crop, "
-                        "one repeat")
+
+
+def smoke(args: argparse.Namespace) -> int:
+    """v4 and v6 tiny, auto precision, 640 px and 1 crop, one repeat (measures nothing)."""
+    args.smoke = True
+    return main(args)
 
 
 def _median_ms(run, x, repeat: int) -> float:
@@ -109,12 +113,13 @@ def main(args: argparse.Namespace) -> int:
     from serve_app.inference.predictor import PaddlePredictor, cpu_has_bf16, pin_process
     from serve_app.inference.weights import set_files
 
-    sets = ["ppocrv4_mobile", "ppocrv6_tiny"] if args.smoke else args.sets.split(",")
-    precisions = ["auto"] if args.smoke else args.precisions.split(",")
-    repeat = 1 if args.smoke else args.repeat
+    quick = getattr(args, "smoke", False)
+    sets = ["ppocrv4_mobile", "ppocrv6_tiny"] if quick else args.sets.split(",")
+    precisions = ["auto"] if quick else args.precisions.split(",")
+    repeat = 1 if quick else args.repeat
     core = args.core if args.core is not None else (os.cpu_count() or 1) - 1
     pin_process([core])
-    det_x, rec_x = _inputs(args.smoke)
+    det_x, rec_x = _inputs(quick)
     auto = "bf16" if cpu_has_bf16() else "fp32"
     print(f"# tiers_speed: Paddle Inference + OpenVINO engine, 1 thread pinned to CPU {core}; auto = {auto}; "
           f"medians of {repeat} calls; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
@@ -153,15 +158,15 @@ def main(args: argparse.Namespace) -> int:
                   f"{det_gf:.0f} | {rec_gf:.0f} | "
                   + (f"{ratio[0] / det_ms[d_side]:.2f} | {ratio[1] / rec_ms[r_n]:.2f} |" if ratio else "- | - |"),
                   flush=True)
-        print(f"| floor: 3x3 conv {CONV[0]}->{CONV[0]} at {CONV[1]}x{CONV[1]} | {prec} | | | "
-              + " | ".join("" for _ in cols)
-              + (f" | {floor:.0f} | {floor:.0f} | | |" if floor else " | no export env | | | |"), flush=True)
+        cells = [f"floor: 3x3 conv {CONV[0]}->{CONV[0]} at {CONV[1]}x{CONV[1]}", prec, "", ""] + [""] * len(cols)
+        cells += [f"{floor:.0f}", f"{floor:.0f}", "", ""] if floor else ["no export env", "", "", ""]
+        print("| " + " | ".join(cells) + " |", flush=True)
     print("x v4: v4's ms / this set's ms at the largest input (det "
           f"{max(det_x)} px, rec {max(rec_x)} crops), same precision; GFLOP/s from the counted FLOPs (GFLOP above).")
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_cli_args(parser)
-    sys.exit(main(parser.parse_args()))
+    from load_tests.cli import standalone
+
+    sys.exit(standalone("load_tests.tiers_speed"))
