@@ -46,8 +46,20 @@ $(BUILD_STAMP): models/build-requirements.txt
 	$(BUILD_VENV)/bin/pip install -q -r models/build-requirements.txt
 	touch $(BUILD_STAMP)
 
-models: $(BUILD_STAMP)
-	$(BUILD_VENV)/bin/python -m serve_app.tools.convert_models
+# The legacy export (.venv-export: paddlepaddle 2.6.2) writes the .pdmodel
+# program that Paddle 3.3.1 runs on OpenVINO (a .json one it runs on oneDNN).
+EXPORT_VENV ?= .venv-export
+EXPORT_STAMP := $(EXPORT_VENV)/.installed
+
+$(EXPORT_STAMP): models/export-requirements.txt
+	@$(MAKE) --no-print-directory python-check
+	$(PY) -m venv $(EXPORT_VENV)
+	$(EXPORT_VENV)/bin/pip install -q --upgrade pip
+	$(EXPORT_VENV)/bin/pip install -q -r models/export-requirements.txt
+	touch $(EXPORT_STAMP)
+
+models: $(BUILD_STAMP) $(EXPORT_STAMP)
+	OCR_SERVE_EXPORT_PYTHON=$(abspath $(EXPORT_VENV))/bin/python $(BUILD_VENV)/bin/python -m serve_app.tools.convert_models
 
 install: $(SERVE_STAMP) models
 install-test: test-system $(TEST_STAMP) models
@@ -158,4 +170,4 @@ gpu-check:
 gpu-run: gpu-check
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) $(EXPORT_VENV) *.egg-info

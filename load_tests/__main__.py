@@ -25,10 +25,12 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "throughput-mode": "load_tests.throughput_mode",
         "scale-up": "load_tests.scale_up",
     }),
-    "engine": ("the in-process engine: against RapidOCR, the model sets against each other, its lower precisions against fp32", {
+    "engine": ("the in-process engine: against RapidOCR, the model sets against each other (reads and speed), "
+               "its lower precisions against fp32", {
         "systems": "load_tests.bench_engine",
         "precision": "load_tests.precision_agreement",
         "tiers": "load_tests.tiers",
+        "tiers-speed": "load_tests.tiers_speed",
     }),
     "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
         "budget": "load_tests.hops",

@@ -159,7 +159,9 @@ def model_files(stage: str, directory: Optional[str] = None, model: Optional[str
         if "set" in entry:  # this stage is another set's (v6 sets use v4's direction classifier)
             return model_files(stage, None, entry["set"])
         d = converted_dir(model, stage)
-        return ModelFiles(stage, d / "inference.json", d / "inference.pdiparams")
+        # A legacy program where the export env made one (Paddle 3.3.1 runs it on OpenVINO), else Paddle 3's.
+        program = d / "inference.pdmodel" if (d / "inference.pdmodel").is_file() else d / "inference.json"
+        return ModelFiles(stage, program, d / "inference.pdiparams")
     if directory is None:
         d = default_stage_dir(stage)
         return ModelFiles(stage, d / "inference.pdmodel", d / "inference.pdiparams")

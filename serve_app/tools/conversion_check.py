@@ -1,8 +1,9 @@
 """The check a converted model passes before it is cached
 (serve_app/tools/convert_models.py): Paddle configured as the service's CPU
-engine (enable_openvino_engine, fp32; Paddle 3.3.1 runs a Paddle 3 `.json`
-program on its oneDNN kernels even so) against onnxruntime on the original ONNX file, on fixed
-inputs and on real images. Build environment only (onnxruntime, paddle)."""
+engine (enable_openvino_engine, fp32: a legacy `.pdmodel` runs on OpenVINO;
+Paddle 3.3.1 runs a Paddle 3 `.json` program on its oneDNN kernels even so)
+against onnxruntime on the original ONNX file, on fixed inputs and on real
+images. Build environment only (onnxruntime, paddle)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 PEER = REPO / "tests" / "data" / "peer"
-PROGRAM, PARAMS = "inference.json", "inference.pdiparams"
+PROGRAM, LEGACY, PARAMS = "inference.json", "inference.pdmodel", "inference.pdiparams"
 
 
 class ConversionError(RuntimeError):
@@ -23,17 +24,26 @@ class ConversionError(RuntimeError):
 
 
 
-def paddle_runner(model_dir: Path, engine: str = "openvino") -> Callable[[np.ndarray], np.ndarray]:
+def program_of(model_dir: Path) -> Path:
+    """The converted program in model_dir: the legacy inference.pdmodel
+    (run on OpenVINO) if there is one, else the Paddle 3 inference.json."""
+    return model_dir / LEGACY if (model_dir / LEGACY).is_file() else model_dir / PROGRAM
+
+
+def paddle_runner(model_dir: Path, engine: str = "openvino", precision: str = "fp32") -> Callable[[np.ndarray], np.ndarray]:
     """The converted model on one CPU thread, configured as the service's
-    CPU engine (`openvino`, fp32: for a .json program Paddle 3.3.1 uses its
-    oneDNN kernels), or `native` (no oneDNN)."""
+    CPU engine (`openvino` at `precision`: Paddle 3.3.1 runs a legacy
+    .pdmodel on OpenVINO, a .json program on its oneDNN kernels fp32), or
+    `native` (no oneDNN)."""
     from paddle import inference
 
-    cfg = inference.Config(str(model_dir / PROGRAM), str(model_dir / PARAMS))
+    program = program_of(model_dir)
+    cfg = inference.Config(str(program), str(model_dir / PARAMS))
     cfg.disable_gpu()
     cfg.set_cpu_math_library_num_threads(1)
     if engine == "openvino":
-        cfg.enable_openvino_engine(inference.PrecisionType.Float32)
+        cfg.enable_openvino_engine(inference.PrecisionType.Bfloat16 if precision == "bf16"
+                                   else inference.PrecisionType.Float32)
         cfg.set_optim_cache_dir(tempfile.mkdtemp(prefix="ov-check-"))
     else:
         cfg.disable_mkldnn()
@@ -42,7 +52,7 @@ def paddle_runner(model_dir: Path, engine: str = "openvino") -> Callable[[np.nda
     try:
         predictor = inference.create_predictor(cfg)
     except Exception as e:
-        raise ConversionError(f"Paddle ({engine}) could not load {model_dir / PROGRAM}: {e}") from e
+        raise ConversionError(f"Paddle ({engine}) could not load {program}: {e}") from e
     inp = predictor.get_input_handle(predictor.get_input_names()[0])
     out = predictor.get_output_handle(predictor.get_output_names()[0])
 
@@ -52,7 +62,7 @@ def paddle_runner(model_dir: Path, engine: str = "openvino") -> Callable[[np.nda
         try:
             predictor.run()
         except Exception as e:
-            raise ConversionError(f"Paddle ({engine}) could not run {model_dir / PROGRAM} on {x.shape}: {e}") from e
+            raise ConversionError(f"Paddle ({engine}) could not run {program} on {x.shape}: {e}") from e
         return out.copy_to_cpu()
 
     return run
@@ -161,7 +171,8 @@ def verify(stage: str, model_dir: Path, onnx_path: Path, charset: Optional[list[
     ours, theirs = paddle_runner(model_dir, engine), onnx_runner(onnx_path)
     params = model_dir / PARAMS
     bound = BOUNDS[stage]
-    report: dict = {"engine": f"paddle ({engine} config, fp32) vs onnxruntime", "bound": bound}
+    report: dict = {"engine": f"paddle ({engine} config, fp32, {program_of(model_dir).name}) vs onnxruntime",
+                    "bound": bound}
     fixed = 0.0
     for x in fixed_inputs(stage):
         a, b = ours(x), theirs(x)
@@ -201,4 +212,38 @@ def verify(stage: str, model_dir: Path, onnx_path: Path, charset: Optional[list[
             raise ConversionError(f"{params}: on {len(crops)} peer crops the converted recogniser reads "
                                   f"{len(differ)} differently from onnxruntime (first: {differ[:2]}), "
                                   f"max diff {real:.3g} (bound {bound})")
+    if engine == "openvino" and program_of(model_dir).name == LEGACY and bf16_supported():
+        report["bf16"] = bf16_drift(stage, model_dir, theirs, charset)
     return report
+
+
+def bf16_supported() -> bool:
+    """serve_app.inference.predictor.cpu_has_bf16's test (the service's `auto`)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def bf16_drift(stage: str, model_dir: Path, theirs: Callable, charset: Optional[list[str]]) -> dict:
+    """Recorded, not enforced: what OpenVINO's bf16 (the CPU engine's `auto`
+    on a CPU with bf16) changes against onnxruntime on the same real inputs.
+    A set whose strings change here is served with openvino_precision fp32."""
+    ours = paddle_runner(model_dir, "openvino", "bf16")
+    if stage == "det":
+        flips, pixels = 0, 0
+        for _, img in peer_images(DET_IMAGES):
+            x = det_input(img)
+            a, b = ours(x), theirs(x)
+            flips += int(((a > 0.3) != (b > 0.3)).sum())
+            pixels += a.size
+        return {"mask_flips": flips, "mask_pixels": pixels}
+    differ = []
+    for name, crop in peer_crops():
+        x = rec_input(crop)
+        sa, sb = ctc_greedy(ours(x)[0], charset), ctc_greedy(theirs(x)[0], charset)
+        if sa != sb:
+            differ.append([name, sa, sb])
+    return {"strings_differ": len(differ), "first": differ[:3]}

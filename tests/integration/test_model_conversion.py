@@ -2,7 +2,7 @@
 (serve_app/tools/conversion_check.py), run for real on the conversion `make
 install` made: Paddle (the service's CPU config, fp32) against onnxruntime on the
 original ONNX file, on fixed inputs and on 60 crops of the peer images. The
-untouched conversion passes; the same files with a few weights altered are
+untouched conversion passes (and runs on OpenVINO); the same files with a few weights altered are
 refused with an error naming the parameter file. PP-OCRv6 tiny's recogniser
 (4 MB, seconds) stands for the four."""
 
@@ -49,3 +49,22 @@ def test_altered_weights_are_refused_naming_the_parameter_file(tiny_rec, tmp_pat
     params.write_bytes(bytes(data))
     with pytest.raises(ConversionError, match=str(params)):
         verify("rec", bad, bad / SOURCE, charset)
+
+
+def test_the_service_predictor_runs_the_cached_conversion_on_openvino(tiny_rec, tmp_path):
+    """Paddle 3.3.1 hands only a legacy program to OpenVINO (a Paddle 3 .json
+    runs on oneDNN, writing nothing): OpenVINO's compiled model in the
+    predictor's cache folder is the proof that it ran there."""
+    from serve_app.core.engine_config import PredictorOptions
+    from serve_app.inference.predictor import PaddlePredictor
+
+    files = weights.model_files("rec", model="ppocrv6_tiny")
+    assert files.program.name == "inference.pdmodel"
+    p = PaddlePredictor(files, PredictorOptions(enable_openvino_engine=True, cpu_math_library_num_threads=1,
+                                                cache_dir=str(tmp_path)), "v6-tiny-rec")
+    try:
+        out = p.run(np.zeros((1, 3, 48, 320), np.float32))
+    finally:
+        p.close()
+    assert out.shape[0] == 1 and np.allclose(out.sum(-1), 1, atol=1e-2)  # per-step character probabilities
+    assert list(tmp_path.rglob("*.blob")), "no OpenVINO compiled model: the predictor did not run on OpenVINO"

@@ -288,7 +288,9 @@ def repo_texts() -> list[Path]:
     skip = {".venv", ".git", "node_modules"}
     out = []
     for p in REPO.rglob("*"):
-        if p.is_file() and not skip & set(p.relative_to(REPO).parts) and (
+        parts = p.relative_to(REPO).parts
+        # .venv-build and .venv-export (make models) are environments too.
+        if p.is_file() and not skip & set(parts) and not any(q.startswith(".venv") for q in parts) and (
                 p.suffix in (".py", ".yaml", ".yml", ".md", ".sh", ".toml", ".txt", ".cfg") or p.name == "Makefile"):
             out.append(p)
     return out

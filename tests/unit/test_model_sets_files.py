@@ -17,6 +17,7 @@ from serve_app.core.errors import ModelError
 from serve_app.inference import weights
 from serve_app.tools.conversion_check import ConversionError
 from serve_app.tools.convert_models import rewrite_code
+from serve_app.tools.legacy_rewrite import rewrite_legacy
 
 
 def _lay_out(root: Path, model: str, stage: str, files: dict[str, bytes]) -> Path:
@@ -113,6 +114,13 @@ def test_a_user_directory_still_wins_over_a_set(tmp_path):
     assert weights.model_files("det", str(tmp_path), model="ppocrv6_small").program == tmp_path / "inference.json"
 
 
+def test_a_legacy_conversion_resolves_to_its_pdmodel(cache):
+    """The export env's conversion (a legacy program, which Paddle runs on OpenVINO) is the one loaded."""
+    model = "ppocrv6_tiny"
+    d = _lay_out(cache, model, "det", {"inference.pdmodel": b"legacy", "inference.pdiparams": b"\x01" * 64})
+    assert weights.model_files("det", model=model).program == d / "inference.pdmodel"
+
+
 X2PADDLE_LINES = """\
         a = paddle.mean(x=x2paddle_add_5_0, axis=[2, 3], keepdim=True)
         b = paddle.nn.functional.interpolate(x=x2paddle_Add_159, scale_factor=[2.0, 2.0], mode='nearest', align_mode=1)
@@ -137,3 +145,62 @@ def test_the_rewrite_replaces_both_ops_the_cpu_engines_refuse():
 def test_the_rewrite_refuses_code_it_cannot_make_safe(line):
     with pytest.raises(ConversionError, match="still holds ops the CPU engines refuse"):
         rewrite_code(line)
+
+
+# x2paddle's exact GELU (two of them interleaved with other ops, as it writes them) and one erf used elsewhere.
+X2PADDLE_GELU = """\
+from x2paddle.op_mapper.onnx2paddle import onnx_custom_layer as x2paddle_nn
+    def forward(self, x2paddle_x):
+        x2paddle_Div_1 = paddle.divide(x=x2paddle_conv_7, y=x2paddle_helper_constant_0)
+        x2paddle_Erf_1 = paddle.erf(x=x2paddle_Div_1)
+        x2paddle_conv_51 = self.conv16(x2paddle_pool_4)
+        x2paddle_Add_19 = paddle.add(x=x2paddle_Erf_1, y=x2paddle_helper_constant_2)
+        x2paddle_Mul_3 = paddle.multiply(x=x2paddle_conv_7, y=x2paddle_Add_19)
+        x2paddle_gelu_0 = paddle.multiply(x=x2paddle_Mul_3, y=x2paddle_helper_constant_1)
+        x2paddle_conv_8 = self.conv9(x2paddle_gelu_0)
+        x2paddle_Div_3 = paddle.divide(x=x2paddle_conv_9, y=x2paddle_helper_constant_0)
+        x2paddle_Erf_3 = paddle.erf(x=x2paddle_Div_3)
+        x2paddle_Add_29 = paddle.add(x=x2paddle_Erf_3, y=x2paddle_helper_constant_2)
+        x2paddle_Mul_6 = paddle.multiply(x=x2paddle_conv_9, y=x2paddle_Add_29)
+        x2paddle_gelu_1 = paddle.multiply(x=x2paddle_Mul_6, y=x2paddle_helper_constant_1)
+"""
+
+
+def test_the_legacy_rewrite_makes_each_erf_gelu_one_gelu():
+    code, counts = rewrite_legacy(X2PADDLE_GELU)
+    assert counts == {"erf_gelu_to_gelu": 2, "strided_slice_to_slice": 0, "shape_reshape_to_flatten": 0}
+    assert "        x2paddle_gelu_0 = paddle.nn.functional.gelu(x2paddle_conv_7)" in code.splitlines()
+    assert "        x2paddle_gelu_1 = paddle.nn.functional.gelu(x2paddle_conv_9)" in code.splitlines()
+    assert "erf" not in code and "divide" not in code and "x2paddle_Mul_3" not in code
+    assert "x2paddle_conv_51 = self.conv16(x2paddle_pool_4)" in code  # the ops between are kept
+    assert "from x2paddle" not in code  # the export env has paddle only
+
+
+def test_the_legacy_rewrite_refuses_an_erf_it_cannot_replace():
+    # The erf's result is used twice: not a private GELU chain, so OpenVINO would meet an erf.
+    code = X2PADDLE_GELU + "        x2paddle_other = paddle.add(x=x2paddle_Erf_3, y=x2paddle_helper_constant_2)\n"
+    with pytest.raises(ConversionError, match="erf"):
+        rewrite_legacy(code)
+
+
+# PP-OCRv6 small rec's flatten before its attention (a reshape to concat(shape(A)[0:2], [-1])) and a qkv split.
+X2PADDLE_ATTENTION = """\
+        x2paddle_Shape_3 = paddle.shape(input=x2paddle_add_65_0)
+        x2paddle_Shape_3 = paddle.cast(x=x2paddle_Shape_3, dtype='int64')
+        x2paddle_helper_slice_0 = paddle.slice(input=x2paddle_Shape_3, axes=[0], starts=[0], ends=[2])
+        x2paddle_Concat_3 = paddle.concat(x=[x2paddle_helper_slice_0, x2paddle_helper_constant_41])
+        x2paddle_flatten_0 = paddle.reshape(x=x2paddle_add_65_0, shape=x2paddle_Concat_3)
+        x2paddle_other = paddle.reshape(x=x2paddle_add_66_0, shape=x2paddle_Concat_3)
+        x2paddle_Slice_5 = paddle.strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[1], strides=[1])
+        x2paddle_Slice_6 = paddle.strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[4], strides=[2])
+"""
+
+
+def test_the_legacy_rewrite_gives_the_trace_a_known_shape_and_openvino_a_slice():
+    code, counts = rewrite_legacy(X2PADDLE_ATTENTION)
+    assert counts == {"erf_gelu_to_gelu": 0, "strided_slice_to_slice": 1, "shape_reshape_to_flatten": 1}
+    assert "x2paddle_flatten_0 = paddle.flatten(x2paddle_add_65_0, start_axis=2)" in code
+    # The shape is not x2paddle_add_66_0's: left as it is.
+    assert "x2paddle_other = paddle.reshape(x=x2paddle_add_66_0, shape=x2paddle_Concat_3)" in code
+    assert "x2paddle_Slice_5 = paddle.slice(x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[1])" in code
+    assert "strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[4], strides=[2])" in code  # stride 2 kept

@@ -1,0 +1,91 @@
+"""x2paddle's generated code made fit for the legacy export
+(serve_app/tools/export_legacy.py) and OpenVINO's Paddle frontend, which
+reads a fixed table of Paddle ops (no `erf`, no `strided_slice`). Pure text
+rewrites: the check against onnxruntime (conversion_check.verify) is what
+proves each converted model."""
+
+from __future__ import annotations
+
+import re
+
+from serve_app.tools.conversion_check import ConversionError
+
+
+_BINARY = re.compile(r"^(\s*)(\w+) = (paddle\.\w+)\(x=(\w+), y=(\w+)\)$")
+_ERF = re.compile(r"^\s*(\w+) = paddle\.erf\(x=(\w+)\)$")
+
+
+def rewrite_gelu(code: str) -> tuple[str, int]:
+    """x2paddle spells ONNX's exact GELU as five ops, x * (erf(x / c) + 1) * 0.5,
+    and OpenVINO's Paddle frontend has no `erf`: each such chain (its
+    intermediates used once) becomes one `gelu` (exact, approximate=False).
+    The constants are not read here: the check against onnxruntime is what
+    proves the rewrite."""
+    lines = code.split("\n")
+    binary = {}
+    for i, line in enumerate(lines):
+        m = _BINARY.match(line)
+        if m:
+            binary[m.group(2)] = (i, m.group(3), m.group(4), m.group(5))
+    uses: dict[str, int] = {}
+    for line in lines:
+        for name in re.findall(r"\b(x2paddle_\w+)\b", line.split(" = ", 1)[-1]):
+            uses[name] = uses.get(name, 0) + 1
+    drop, n = set(), 0
+    for i, line in enumerate(lines):
+        m = _ERF.match(line)
+        if not m or m.group(2) not in binary or binary[m.group(2)][1] != "paddle.divide":
+            continue
+        erf, div = m.group(1), m.group(2)
+        x = binary[div][2]
+        add = [k for k, v in binary.items() if v[1] == "paddle.add" and v[2] == erf]
+        mul = [k for k, v in binary.items() if add and v[1] == "paddle.multiply" and v[2:] == (x, add[0])]
+        half = [k for k, v in binary.items() if mul and v[1] == "paddle.multiply" and v[2] == mul[0]]
+        if len(add) != 1 or len(mul) != 1 or len(half) != 1 or any(uses.get(t) != 1 for t in (div, erf, add[0], mul[0])):
+            continue
+        j = binary[half[0]][0]
+        lines[j] = f"{_BINARY.match(lines[j]).group(1)}{half[0]} = paddle.nn.functional.gelu({x})"
+        drop |= {binary[div][0], i, binary[add[0]][0], binary[mul[0]][0]}
+        n += 1
+    return "\n".join(line for j, line in enumerate(lines) if j not in drop), n
+
+
+def rewrite_legacy(code: str) -> tuple[str, dict]:
+    """x2paddle's code for the legacy export (OpenVINO's frontend reads
+    nearest_interp_v2 and reduce_mean as they are: only the GELU changes).
+    Its unused import of x2paddle goes, so that the export env needs only paddle."""
+    code = re.sub(r"^from x2paddle\.[^\n]*\n", "", code, flags=re.M)
+    code, gelus = rewrite_gelu(code)
+    if "paddle.erf" in code:
+        raise ConversionError("x2paddle's code still holds an erf that is not an exact GELU (OpenVINO has no erf)")
+    # OpenVINO's Paddle frontend reads `slice`, not `strided_slice`: with stride 1 they are one op.
+    code, slices = _STRIDED.subn(r"paddle.slice(\1, axes=\2, starts=\3, ends=\4)", code)
+    code, flattens = _flatten_reshapes(code)
+    return code, {"erf_gelu_to_gelu": gelus, "strided_slice_to_slice": slices, "shape_reshape_to_flatten": flattens}
+
+
+_STRIDED = re.compile(r"paddle\.strided_slice\(x=(\w+), axes=(\[[^\]]*\]), starts=(\[[^\]]*\]), "
+                      r"ends=(\[[^\]]*\]), strides=\[1\]\)")
+_RESHAPE_BY_TENSOR = re.compile(r"paddle\.reshape\(x=(\w+), shape=(\w+)\)")
+
+
+def _flatten_reshapes(code: str) -> tuple[str, int]:
+    """A reshape to a shape computed as concat(shape(A)[0:2], [k]) (the
+    recognisers' [N, C, H, W] -> [N, C, H*W] before attention, k = -1) is
+    `flatten(A, start_axis=2)`: Paddle 2.6's trace cannot know the shape of
+    the former (the LayerNorm after it refuses [-1, -1, -1]). k is not read
+    here; the check against onnxruntime proves the output."""
+    n = 0
+
+    def one(m: re.Match) -> str:
+        nonlocal n
+        a, s = m.group(1), m.group(2)
+        cat = re.search(rf"^\s*{s} = paddle\.concat\(x=\[(\w+), \w+\]\)$", code, re.M)
+        sl = cat and re.search(rf"^\s*{cat.group(1)} = paddle\.slice\(input=(\w+), axes=\[0\], starts=\[0\], ends=\[2\]\)$",
+                               code, re.M)
+        if not sl or not re.search(rf"^\s*{sl.group(1)} = paddle\.shape\(input={a}\)$", code, re.M):
+            return m.group(0)
+        n += 1
+        return f"paddle.flatten({a}, start_axis=2)"
+
+    return _RESHAPE_BY_TENSOR.sub(one, code), n
