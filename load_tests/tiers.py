@@ -14,8 +14,8 @@ builds every input shape these images use), then `--repeats` timed
 passes, one image at a time (`OcrEngine.read`: one thread per stage,
 `--threads` inference threads each).
 
-    python -m load_tests tiers                 # every set, every model (~8 min on 2 cores)
-    python -m load_tests tiers --smoke         # two images, ppocrv4_mobile (seconds)
+    python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
+    python -m load_tests engine tiers --smoke  # two images, ppocrv4_mobile (seconds)
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], cr
 
 
 def _rss_mb() -> float:
-    from load_tests.procfs import rss_mb
+    from harness.procfs import rss_mb
 
     return rss_mb()
 
@@ -242,7 +242,7 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
     w: list[str] = []
-    cmd = "python -m load_tests tiers " + " ".join(sys.argv[1:])
+    cmd = "python -m load_tests " + " ".join(sys.argv[1:])
     w.append(f"# Model tiers: accuracy and speed ({'smoke' if getattr(args, 'smoke', False) else 'one run'})")
     w.append("")
     w.append(f"- `{cmd.strip()}`; started {started} UTC, wall {wall_s:.0f} s")

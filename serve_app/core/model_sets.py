@@ -65,9 +65,10 @@ class Cost:
     GFLOP: per detector input of 960x960 and per recogniser crop of
     48x320, counted from the models' ONNX files (load_tests/model_flops.py;
     None where not counted); relative: img/s of ppocrv4_mobile over this
-    set's on the same images, in-process engine on this machine (the
-    README's model table names the run). Admission prices a request by it
-    (serve_app.serving.admission)."""
+    set's on the peer images, in-process engine (`python -m load_tests
+    engine tiers`, the README's model table: 8.46 / 6.24 / 11.63 img/s).
+    A set's cost model starts from the default set's prior scaled by it
+    (serve_app.serving.admission, Admission.model_for)."""
 
     det_gflop_960: Optional[float]
     rec_gflop_crop: Optional[float]
@@ -134,7 +135,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv6_small", title="PP-OCRv6 small",
         det="PP-OCRv6_small_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_small_rec",
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
-        cost=Cost(19.50, 2.18, 5.0),
+        cost=Cost(19.50, 2.18, 1.4),
         det_options={**_V6_DET, "box_thresh": 0.45}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
@@ -142,7 +143,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv6_tiny", title="PP-OCRv6 tiny",
         det="PP-OCRv6_tiny_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_tiny_rec",
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
-        cost=Cost(5.96, 0.37, 1.9),
+        cost=Cost(5.96, 0.37, 0.7),
         det_options={**_V6_DET, "box_thresh": 0.4}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
