@@ -7,6 +7,7 @@ it; nothing is skipped and nothing is faked."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -17,25 +18,37 @@ from typing import Optional
 INSTALL = "install it: `make test-system` (Debian's redis-server, tests/system/packages.txt)"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+def free_port(host: str = "127.0.0.1", below: Optional[int] = None) -> int:
+    """A port free now; `below`: one under that number (a cluster-mode Redis
+    needs its port + 10000 for its bus, so at most 55535), tried at random."""
+    if below is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    for port in random.sample(range(20000, below + 1), 200):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 20000 and {below} on {host}")
 
 
 class RedisServer:
     def __init__(self, folder: Path, host: str = "127.0.0.1", fsync: str = "always", appendonly: str = "yes",
-                 password: Optional[str] = None):
+                 password: Optional[str] = None, extra: tuple[str, ...] = (), port: Optional[int] = None):
         """password: required of every client (`requirepass`), e.g. when host
         is not a loopback address: Redis's protected mode answers only
-        loopback clients of a server without one, and stays on here."""
+        loopback clients of a server without one, and stays on here.
+        extra: further redis-server arguments (e.g. cluster mode)."""
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError(f"redis-server is not on PATH; the job-book tests run against a real one: {INSTALL}")
         self.exe, self.folder, self.host = exe, Path(folder), host
-        self.fsync, self.appendonly, self.password = fsync, appendonly, password
+        self.fsync, self.appendonly, self.password, self.extra = fsync, appendonly, password, tuple(extra)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port(host)
+        self.port = port or free_port(host)
         self.proc = None
         self.start()
 
@@ -50,7 +63,7 @@ class RedisServer:
             [self.exe, "--port", str(self.port), "--bind", self.host, "--dir", str(self.folder),
              "--appendonly", self.appendonly, "--appendfsync", self.fsync, "--save", "",
              "--daemonize", "no", "--protected-mode", "yes", "--logfile", str(self.folder / "redis.log"),
-             *(["--requirepass", self.password] if self.password else [])],
+             *(["--requirepass", self.password] if self.password else []), *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
