@@ -15,7 +15,7 @@ from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimi
 from serve_app.core.errors import BadImage
 from serve_app.http.front import Front, HandleErrors
 from serve_app.http.paddlex import PaddleXDefaults
-from serve_app.serving.admission import Admission
+from serve_app.http.policies.admission import Admission
 
 
 class Metric:

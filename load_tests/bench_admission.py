@@ -1,4 +1,4 @@
-"""Benchmark: admission by cost (serve_app/serving/admission.py) against the count
+"""Benchmark: admission by cost (serve_app/http/policies/admission.py) against the count
 limit alone, under overload, in one run on one service (deployments.yaml,
 result cache off as in every benchmark):
 

@@ -1,4 +1,4 @@
-"""Benchmark: identical work done once (serve_app/serving/result_cache.py). One
+"""Benchmark: identical work done once (serve_app/http/policies/result_cache.py). One
 service (deployments.yaml, result cache and in-flight sharing on), measured
 in one run:
 

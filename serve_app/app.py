@@ -99,7 +99,7 @@ def build_app(args: Optional[dict] = None):
             others[name] = (det, rec)
         pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
-    from serve_app.serving.result_cache import model_identity
+    from serve_app.http.policies.result_cache import model_identity
 
     # One pipeline placement: the OcrPipeline deployment serves sync reads
     # and jobs alike (docs/architecture.md, "Deployments").

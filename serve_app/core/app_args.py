@@ -169,7 +169,7 @@ BATCH_DEFAULTS = {
 
 
 class AdmissionArgs(_Args):
-    """Admission by cost (serve_app.serving.admission), per ingress replica: a
+    """Admission by cost (serve_app.http.policies.admission), per ingress replica: a
     request is refused (503, Retry-After from the measured drain rate) when
     it is not expected to finish before its deadline, or when the work
     admitted and unfinished here would pass max_queued_cost_s. Applies to
@@ -281,12 +281,12 @@ class IngressArgs(_Args):
     render_waiting: int = Field(4, ge=0)  # (see render_workers)
     large_result_bytes: int = Field(4 * 1024 * 1024, ge=1)  # (see render_workers)
     max_large_reads: int = Field(2, ge=1)  # (see render_workers)
-    # Admission by cost, inside the count limit above (serve_app.serving.admission).
+    # Admission by cost, inside the count limit above (serve_app.http.policies.admission).
     admission: AdmissionArgs = AdmissionArgs()
 
 
 class CacheArgs(_Args):
-    """Identical work done once (serve_app.serving.result_cache), per ingress
+    """Identical work done once (serve_app.http.policies.result_cache), per ingress
     replica: results of the sync route and the handle API, keyed by image
     bytes, options and model identity."""
 

@@ -68,7 +68,7 @@ class Cost:
     set's on the peer images, in-process engine (`python -m load_tests
     engine tiers`, the README's model table: 8.46 / 6.24 / 11.63 img/s).
     A set's cost model starts from the default set's prior scaled by it
-    (serve_app.serving.admission, Admission.model_for)."""
+    (serve_app.http.policies.admission, Admission.model_for)."""
 
     det_gflop_960: Optional[float]
     rec_gflop_crop: Optional[float]

@@ -20,7 +20,7 @@ from serve_app.http import paddlex
 from serve_app.http.front import Front
 from serve_app.http.routes import jobs, paddlex as paddlex_routes, page, v1
 from serve_app.http.routes.deps import log, request_id
-from serve_app.serving.admission import set_client
+from serve_app.http.policies.admission import set_client
 
 DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 

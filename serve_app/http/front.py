@@ -40,9 +40,9 @@ from serve_app.http.clients import ClientIdentity
 from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
 from serve_app.http.headers import deadline_s
 from serve_app.ocr.image_header import check_structure
-from serve_app.serving.admission import Admission, Gate, current_client
-from serve_app.serving.live_stats import RollingHistory, deployment_summary, stage_summary
-from serve_app.serving.result_cache import Dedupe, ResultCache
+from serve_app.http.policies.admission import Admission, Gate, current_client
+from serve_app.http.policies.live_stats import RollingHistory, deployment_summary, stage_summary
+from serve_app.http.policies.result_cache import Dedupe, ResultCache
 
 log = logging.getLogger("ray.serve")
 
@@ -148,12 +148,12 @@ class Front:
         self.submitting = 0
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = metrics
-        # Admission by cost (serve_app.serving.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
+        # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
         self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
                                   args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
         self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
                                    max_requests=args.max_in_flight)
-        # Identical requests computed once per ingress replica (serve_app.serving.result_cache).
+        # Identical requests computed once per ingress replica (serve_app.http.policies.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
         self._ready = CachedCall(self._probe_ready)  # the stages' readiness, one probe at a time

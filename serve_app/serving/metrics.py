@@ -45,7 +45,7 @@ class StageMetrics:
 
 
 class CacheMetrics:
-    """At the ingress: the result cache and in-flight table (serve_app.serving.result_cache)."""
+    """At the ingress: the result cache and in-flight table (serve_app.http.policies.result_cache)."""
 
     def __init__(self):
         self.lookups = Counter("ocr_cache_requests",
@@ -56,7 +56,7 @@ class CacheMetrics:
 
 
 class AdmissionMetrics:
-    """At the ingress: admission by cost (serve_app.serving.admission)."""
+    """At the ingress: admission by cost (serve_app.http.policies.admission)."""
 
     def __init__(self):
         self.refusals = Counter("ocr_admission_refusals",

@@ -314,7 +314,7 @@ def test_with_a_token_the_api_docs_need_it_and_readyz_stays_open(service):
 
 
 def test_a_burst_that_cannot_finish_in_time_is_refused_at_the_door_and_no_admitted_request_is_late(service):
-    """Admission by cost (serve_app/serving/admission.py): 16 dense pages at once
+    """Admission by cost (serve_app/http/policies/admission.py): 16 dense pages at once
     with a 3 s deadline, more than the service reads in 3 s. Those not
     expected to finish in time get 503 with a Retry-After at once; every one
     admitted is answered within its deadline (no 504: no work spent on a

@@ -233,7 +233,7 @@ def test_a_burst_of_40_megapixel_pages_is_given_back_once_the_process_is_idle(li
 
     with ThreadPoolExecutor(4) as pool:
         answers = list(pool.map(read, range(8)))
-    # Admission bounds the burst's cost (~8 s of work a page, serve_app/serving/admission.py):
+    # Admission bounds the burst's cost (~8 s of work a page, serve_app/http/policies/admission.py):
     # what it takes is read, the rest is 503 with Retry-After; one is always taken.
     read_ = [a for a in answers if a[0] == 200]
     assert read_ and all("HEAP" in text.replace(" ", "").upper() for _, text, _, _ in read_), answers

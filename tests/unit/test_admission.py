@@ -1,4 +1,4 @@
-"""Admission by cost (serve_app.serving.admission): the size read at the door, the
+"""Admission by cost (serve_app.http.policies.admission): the size read at the door, the
 cost model learned from requests that ran alone, the drain rate over busy
 time, Retry-After, the admit/refuse decision, the ledger, and the hook in
 the result cache's Dedupe (a hit or a shared answer is never admitted)."""
@@ -13,14 +13,14 @@ import pytest
 from PIL import Image
 
 from harness.pdfs import blank_pdf, lying_count_pdf
-from serve_app.serving.cost import (
+from serve_app.http.policies.cost import (
     UNKNOWN_PIXELS, Calibration, CostModel, DrainMeter, Size, decide, expected_seconds, image_size, retry_after,
 )
-from serve_app.serving.admission import Admission, Gate, count_lines
+from serve_app.http.policies.admission import Admission, Gate, count_lines
 from serve_app.core.engine_config import DocumentLimits
 from serve_app.core.errors import BadRequest, DeadlineExceeded, Overloaded
 from serve_app.core.request_options import OcrOptions
-from serve_app.serving.result_cache import Dedupe, ResultCache
+from serve_app.http.policies.result_cache import Dedupe, ResultCache
 from serve_app.core.app_args import AdmissionArgs
 
 
@@ -520,7 +520,7 @@ async def until(predicate) -> None:
 
 def reader(a: Admission, d: Dedupe, start, clock):
     """read(body, timeout, client): one request through the gate and the table, as the ingress does."""
-    from serve_app.serving.admission import set_client
+    from serve_app.http.policies.admission import set_client
 
     def read(body, timeout, client):
         async def one():
@@ -697,7 +697,7 @@ def test_one_client_may_fill_the_ledger_alone_but_only_its_share_when_others_com
 
 
 def test_a_gate_reads_its_client_from_the_context():
-    from serve_app.serving.admission import CLIENT
+    from serve_app.http.policies.admission import CLIENT
 
     clock = Clock()
     a = Admission(args(), None, clock)
@@ -746,7 +746,7 @@ def test_a_strip_over_the_aspect_limit_is_a_400_at_the_door_however_busy():
     import struct
     import zlib
 
-    from serve_app.serving.cost import Size
+    from serve_app.http.policies.cost import Size
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
@@ -799,7 +799,7 @@ def test_a_pdf_whose_page_count_lies_is_a_400_at_the_door_however_busy():
     """A one-page PDF whose /Count says 100 is bad input: the 400 naming the
     page, before it is priced (seen on a slower CPU: priced as 100 pages,
     ~36 s of work, a 503 "submit it as a job" whose job then failed)."""
-    from serve_app.serving.cost import Size
+    from serve_app.http.policies.cost import Size
 
     clock = Clock()
     a = Admission(args(), None, clock)

@@ -360,7 +360,7 @@ def test_the_harness_table_names_every_harness_module():
 
 
 def test_the_x_cache_table_lists_every_way_the_result_cache_answers():
-    counted = {k.value for node in ast.walk(tree(REPO / "serve_app" / "serving" / "result_cache.py"))
+    counted = {k.value for node in ast.walk(tree(REPO / "serve_app" / "http" / "policies" / "result_cache.py"))
                if isinstance(node, ast.Assign) and any(getattr(t, "attr", None) == "counts" for t in node.targets)
                and isinstance(node.value, ast.Dict) for k in node.value.keys}
     listed = set(re.findall(r"^\| `(\w+)` \|", section(REPO / "docs" / "operations.md", "The result cache"), flags=re.M))

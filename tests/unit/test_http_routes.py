@@ -23,9 +23,9 @@ from serve_app.core.request_options import OcrOptions
 from serve_app.http.app import build_app
 from serve_app.http.body import BodyBudget
 from serve_app.http.front import HandleErrors, downstream
-from serve_app.serving.admission import Admission
-from serve_app.serving.cost import Size
-from serve_app.serving.result_cache import Dedupe, ResultCache
+from serve_app.http.policies.admission import Admission
+from serve_app.http.policies.cost import Size
+from serve_app.http.policies.result_cache import Dedupe, ResultCache
 
 
 class HandleFailure(Exception):

@@ -1,4 +1,4 @@
-"""serve_app.serving.live_stats: the live view's rolling request history (buckets
+"""serve_app.http.policies.live_stats: the live view's rolling request history (buckets
 that roll off, percentiles, bounded samples) and its stage summaries."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from serve_app.serving.live_stats import RollingHistory, batch_summary, deployment_summary, percentile, stage_summary
+from serve_app.http.policies.live_stats import RollingHistory, batch_summary, deployment_summary, percentile, stage_summary
 
 
 def test_requests_fall_in_their_bucket_and_old_buckets_roll_off():

@@ -1,4 +1,4 @@
-"""The result cache and in-flight table (serve_app.serving.result_cache): keys,
+"""The result cache and in-flight table (serve_app.http.policies.result_cache): keys,
 sizes, LRU/TTL bounds, and identical concurrent requests sharing one
 computation (errors shared, a waiter's own deadline, cancellation only when
 no one waits)."""
@@ -13,7 +13,7 @@ import pytest
 from serve_app.core.engine_config import EngineConfig, PipelineOptions
 from serve_app.core.errors import BadImage, DeadlineExceeded
 from serve_app.core.request_options import OcrOptions
-from serve_app.serving.result_cache import Dedupe, ResultCache, content_key, model_identity, result_size
+from serve_app.http.policies.result_cache import Dedupe, ResultCache, content_key, model_identity, result_size
 
 
 def test_key_depends_on_bytes_options_and_model():
@@ -199,7 +199,7 @@ def test_paths_bypass_the_table():
 
 @pytest.mark.parametrize("size", [10, 400_000])
 def test_big_and_small_images_key_alike_sync_or_threaded(size):
-    from serve_app.serving.result_cache import content_key_async
+    from serve_app.http.policies.result_cache import content_key_async
 
     data = bytes(range(256)) * (size // 256 + 1)
     assert run(content_key_async(data, OcrOptions(), "m")) == content_key(data, OcrOptions(), "m")
@@ -223,7 +223,7 @@ def test_no_cache_requests_are_computed_alone_and_refresh_the_cache():
 @pytest.mark.parametrize("header, want", [(None, False), ("max-age=0", False), ("no-cache", True),
                                           ("No-Store", True), ("private, no-cache=x", True)])
 def test_wants_fresh(header, want):
-    from serve_app.serving.result_cache import wants_fresh
+    from serve_app.http.policies.result_cache import wants_fresh
 
     assert wants_fresh(header) is want
 

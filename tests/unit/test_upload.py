@@ -11,7 +11,7 @@ from serve_app.core.engine_config import ImageLimits
 from serve_app.core.errors import BadImage, TooLarge
 from serve_app.jobs.book import fingerprint
 from serve_app.core.request_options import OcrOptions
-from serve_app.serving.result_cache import content_key
+from serve_app.http.policies.result_cache import content_key
 from serve_app.flow.upload import DOCUMENT, IMAGE, Upload, upload_of
 
 

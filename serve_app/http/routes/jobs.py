@@ -17,7 +17,7 @@ from serve_app.http.front import downstream
 from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
-from serve_app.serving.admission import current_client
+from serve_app.http.policies.admission import current_client
 from serve_app.jobs.state import job_body
 from serve_app.ocr.image_header import check_image_header
 

@@ -11,7 +11,7 @@ from serve_app.flow.upload import upload_of
 from serve_app.http import paddlex
 from serve_app.http.body import JSON_ONLY
 from serve_app.http.routes.deps import PADDLEX, CurrentFront, RequestId, formatted, with_lane
-from serve_app.serving.result_cache import wants_fresh
+from serve_app.http.policies.result_cache import wants_fresh
 
 router = APIRouter()
 

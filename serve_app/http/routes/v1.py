@@ -13,7 +13,7 @@ from serve_app.core.request_options import with_format
 from serve_app.http.body import batch_items, parse_body
 from serve_app.http.routes.deps import V1, CurrentFront, Format, RequestId, formatted, item_error, log, with_lane
 from serve_app.http.schema import batch_request_body, ocr_request_body
-from serve_app.serving.result_cache import wants_fresh
+from serve_app.http.policies.result_cache import wants_fresh
 
 router = APIRouter()
 

@@ -1,9 +1,9 @@
-"""What a request costs, and when admission refuses it (serve_app/serving/admission.py
+"""What a request costs, and when admission refuses it (serve_app/http/policies/admission.py
 holds the ledger): its size at the door (pixels from the image header, a
 PDF's pages), the cost model learned online (seconds = base + per_mp x
 megapixels + per_line x lines), the drain rate, the calibration of the
 estimates and the decision. No Ray import; the model and formulas are
-described in serve_app/serving/admission.py."""
+described in serve_app/http/policies/admission.py."""
 
 from __future__ import annotations
 

@@ -182,7 +182,7 @@ class Dedupe:
     with the request's own deadline, as if there were no table. Successful
     results go into the cache (if any).
 
-    Admission (`gate`, serve_app.serving.admission.Gate): the request that
+    Admission (`gate`, serve_app.http.policies.admission.Gate): the request that
     starts a computation is admitted first and its ticket belongs to the
     computation, not to the request: every request waiting on it joins the
     ticket, the ledger charges it to the first still waiting (the payer

@@ -62,7 +62,7 @@ own estimate, teaches nothing, and the rest are clipped to 2x of it, so
 that a few hostile requests cannot make every pixel cost seconds; an
 answer that read no text (a blank page) or was read twice teaches
 nothing; and every coefficient stays within model_drift times of its
-prior (serve_app.serving.cost.CostModel). Headers
+prior (serve_app.http.policies.cost.CostModel). Headers
 are read from their first `header_bytes`, off the event loop. The count limit (ingress.max_in_flight) stays in front of
 this. Cached answers never reach admission (they cost nothing)."""
 
@@ -80,7 +80,7 @@ from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
 from serve_app.core.model_sets import SETS
 from serve_app.flow.upload import upload_of
 from serve_app.ocr.decode import check_aspect
-from serve_app.serving.cost import (
+from serve_app.http.policies.cost import (
     Size, image_size, CostModel, DrainMeter, Decision, retry_after, expected_seconds, decide, Calibration,
 )
 
@@ -363,7 +363,7 @@ class Gate:
     def done(self, result: Any) -> None:
         self.result = result if isinstance(result, dict) else None
 
-    # -- a ticket that outlives this request (serve_app.serving.result_cache.Dedupe) --
+    # -- a ticket that outlives this request (serve_app.http.policies.result_cache.Dedupe) --
     def hand_over(self) -> None:
         """The ticket now belongs to a computation others may join: it is
         ended by `end` when that computation ends, not when this request leaves."""
