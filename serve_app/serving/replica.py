@@ -81,6 +81,7 @@ class ModelReplica:
         self.stage = stage
         self.predictor = predictor
         self.knobs = knobs
+        self.defaults = knobs  # the code's knobs for this stage: what a user_config is laid over
         self.metrics = metrics or _Null()
         self.metrics.model_load_s.set(predictor.load_seconds)
         self.recent_batches: deque = deque(maxlen=256)
@@ -238,8 +239,10 @@ class ModelReplica:
             else "")
 
     def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
-        """New batch knobs (validated) applied to the `@serve.batch` method."""
-        self.knobs = self.knobs.updated(user_config)
+        """New batch knobs (validated) applied to the `@serve.batch` method:
+        the user_config laid over the code's defaults, so it says all that
+        differs (a knob it leaves out is the default again, as the file says)."""
+        self.knobs = self.defaults.updated(user_config)
         if self.canary is not None:
             self.canary.mark_due()
         batched.set_max_batch_size(self.knobs.max_batch_size)

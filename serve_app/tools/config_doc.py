@@ -7,7 +7,8 @@ the two markers is rewritten.
     python -m serve_app.tools.config_doc            # rewrite docs/configuration.md
     python -m serve_app.tools.config_doc --check    # exit 1 if it is stale
     python -m serve_app.tools.config_doc --restated deployments.yaml
-                                                    # list args that restate a default
+                                                    # list args and user_config knobs
+                                                    # that restate a default
 """
 
 from __future__ import annotations
@@ -209,17 +210,52 @@ def restated(args: dict) -> list[str]:
     return found
 
 
+# Which stages' batch knobs a model deployment's user_config sets, by the
+# deployment's name before any "_SET" suffix (OcrPipeline: with
+# recognizer.with_pipeline, the recogniser's and the classifier's).
+BATCH_STAGES = {"TextDetector": ("det",), "DirectionClassifier": ("cls",), "TextRecognizer": ("rec",),
+                "OcrPipeline": ("rec", "cls")}
+
+
+def batch_knobs(deployment: dict, with_pipeline: bool = True) -> dict[str, Any]:
+    """stage -> the BatchKnobs a model deployment of a Serve config runs
+    with (the code's BATCH_DEFAULTS with its user_config laid over them);
+    empty for a deployment that holds no model (OcrPipeline unless
+    with_pipeline: the args' recognizer.with_pipeline)."""
+    from serve_app.core.app_args import BATCH_DEFAULTS
+
+    kind = deployment["name"].split("_", 1)[0]
+    stages = BATCH_STAGES.get(kind, ()) if with_pipeline or kind != "OcrPipeline" else ()
+    return {stage: BATCH_DEFAULTS[stage].updated(deployment.get("user_config")) for stage in stages}
+
+
+def restated_batch(deployments: list[dict]) -> list[str]:
+    """The user_config knobs of a Serve config's model deployments that
+    equal the code's batch default of every stage they set."""
+    from serve_app.core.app_args import BATCH_DEFAULTS
+
+    found = []
+    for d in deployments:
+        stages = batch_knobs(d)
+        for key, value in (d.get("user_config") or {}).items():
+            if stages and all(getattr(BATCH_DEFAULTS[s], key) == value for s in stages):
+                found.append(f"{d['name']}.user_config.{key}")
+    return found
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true", help="only check that docs/configuration.md is current")
     p.add_argument("--restated", type=Path, metavar="SERVE_CONFIG",
-                   help="list the args of each application in this Serve config that restate a default")
+                   help="list the args and model deployments' user_config knobs of each application in this Serve "
+                        "config that restate a default")
     a = p.parse_args(argv)
     if a.restated:
         import yaml
 
         cfg = yaml.safe_load(a.restated.read_text())
-        bad = [f"{app['name']}: {path}" for app in cfg["applications"] for path in restated(app.get("args") or {})]
+        bad = [f"{app['name']}: {path}" for app in cfg["applications"]
+               for path in restated(app.get("args") or {}) + restated_batch(app.get("deployments") or [])]
         print("\n".join(bad) or "none")
         return 1 if bad else 0
     text = rewrite(DOC.read_text(), render())

@@ -101,6 +101,47 @@ def test_serve_configs_hold_only_what_differs_from_the_code(name):
                        f"list them with: python -m serve_app.tools.config_doc --restated {name}")
 
 
+def _deployments(name: str) -> list[dict]:
+    return yaml.safe_load((REPO / name).read_text())["applications"][0]["deployments"]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_serve_configs_batch_knobs_hold_only_what_differs_from_the_code(name):
+    found = config_doc.restated_batch(_deployments(name))
+    assert not found, (f"{name}'s user_config restates the code's batch defaults (BATCH_DEFAULTS in "
+                       f"serve_app/core/app_args.py): {found}")
+
+
+def test_restated_batch_finds_a_default_and_keeps_what_differs():
+    deployments = [
+        {"name": "TextDetector", "user_config": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01}},
+        {"name": "TextRecognizer_ppocrv6_small", "user_config": {"max_batch_size": 24}},
+        {"name": "DirectionClassifier", "user_config": {}},
+        # The pipeline's knobs are the recogniser's and the classifier's: a value is restated only when both have it.
+        {"name": "OcrPipeline", "user_config": {"max_batch_size": 24, "batch_wait_timeout_s": 0.0}},
+        {"name": "OcrIngress", "max_ongoing_requests": 8},
+    ]
+    assert config_doc.restated_batch(deployments) == [
+        "TextDetector.user_config.max_batch_size", "TextRecognizer_ppocrv6_small.user_config.max_batch_size",
+        "OcrPipeline.user_config.max_batch_size", "OcrPipeline.user_config.batch_wait_timeout_s"]
+
+
+@pytest.mark.parametrize("name, knobs", [
+    ("deployments.yaml", {"det": (4, 0.0), "cls": (24, 0.0), "rec": (24, 0.0)}),
+    ("deployments.redis.yaml", {"det": (4, 0.0), "cls": (24, 0.0), "rec": (24, 0.0)}),
+    ("deployments.light.yaml", {"cls": (24, 0.0), "rec": (24, 0.0)}),  # the OcrPipeline block's
+    ("deployments.gpu.yaml", {"det": (8, 0.01), "cls": (64, 0.005), "rec": (64, 0.01)}),
+])
+def test_the_profiles_keep_their_batch_knobs(name, knobs):
+    """What the trimmed user_config blocks leave to the code is what they used to write."""
+    seen = {}
+    with_pipeline = AppArgs.model_validate(_args(name)).recognizer.with_pipeline
+    for d in _deployments(name):
+        for stage, k in config_doc.batch_knobs(d, with_pipeline).items():
+            seen.setdefault(stage, set()).add((k.max_batch_size, k.batch_wait_timeout_s))
+    assert seen == {stage: {pair} for stage, pair in knobs.items()}
+
+
 def test_restated_finds_a_default_and_a_value_the_overlay_already_gives():
     args = {"engine": {"predictor": {"device": "gpu"}, "limits": {"max_crops": 1000, "max_pixels": 5}},
             "detector": {"predictor": {"device": "gpu", "gpu_mem_mb": 700}}, "jobs": {"ttl_s": 3600}}
