@@ -26,7 +26,19 @@ class ModelArgs(_Args):
     """How one model deployment's replicas run its predictor. The malloc_*
     settings tune the process's glibc heap (serve_app/serving/heap.py,
     docs/operations.md, "Memory"): with a model beside the recogniser, the
-    recogniser's values hold (one process, one heap)."""
+    recogniser's values hold (one process, one heap). The heap's arena limit
+    is not a setting here: glibc reads it once, at the process's first
+    allocation, so its one home is MALLOC_ARENA_MAX in the deployment's
+    runtime_env (every profile gives the model processes 1)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _arena_in_the_environment(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "malloc_arena_max" in data:
+            raise ValueError("malloc_arena_max is not an arg: set MALLOC_ARENA_MAX in the deployment's "
+                             "ray_actor_options.runtime_env.env_vars (glibc reads it at the process's first "
+                             "allocation; docs/operations.md, \"Memory\")")
+        return data
 
     predictor: Optional[PredictorOptions] = Field(
         None,
@@ -45,13 +57,6 @@ class ModelArgs(_Args):
         description="The correctness canary (serve_app.serving.canary): each replica reads its golden input before it "
         "is ready, after every reconfigure, and every this many seconds (checked within Serve's health "
         "checks, so at most every health_check_period_s); 0 = not periodically.")
-    malloc_arena_max: Optional[int] = Field(
-        1, ge=1, le=64,
-        description="glibc malloc arenas at most (mallopt M_ARENA_MAX, set before the predictor is built): "
-        "with one, every thread allocates from one heap, so freed buffers are reused by whichever thread "
-        "asks next and malloc_trim returns them in one place. The limit is read at the process's first "
-        "allocation: the profiles also set MALLOC_ARENA_MAX=1 in the model deployments' runtime_env (the "
-        "call here only stops new arenas). null: glibc's default (8 per core)")
     malloc_mmap_threshold: Optional[int] = Field(
         None, ge=64 * 1024, le=32 * 1024 * 1024,
         description="bytes: a fixed glibc mmap threshold for the replica's process (mallopt "

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
-from serve_app.serving.heap import counted_calls, process_trimmer, set_arena_max, set_mmap_threshold, trim
+from serve_app.serving.heap import counted_calls, process_trimmer, set_mmap_threshold, trim
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs
@@ -121,7 +121,6 @@ class ModelReplica:
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
         # The process's heap (serve_app/serving/heap.py), before the predictor's first buffers.
-        set_arena_max(args.malloc_arena_max)
         set_mmap_threshold(args.malloc_mmap_threshold)
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)

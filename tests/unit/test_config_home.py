@@ -142,6 +142,20 @@ def test_the_profiles_keep_their_batch_knobs(name, knobs):
     assert seen == {stage: {pair} for stage, pair in knobs.items()}
 
 
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_model_process_gets_one_malloc_arena_from_its_environment(name):
+    """The arena limit's one home is the model processes' runtime_env (glibc
+    reads it at the first allocation); the args have no such setting."""
+    with_pipeline = AppArgs.model_validate(_args(name)).recognizer.with_pipeline
+    models = [d for d in _deployments(name) if config_doc.batch_knobs(d, with_pipeline)]
+    assert models
+    for d in models:
+        env = d["ray_actor_options"].get("runtime_env", {}).get("env_vars", {})
+        assert env.get("MALLOC_ARENA_MAX") == "1", d["name"]
+    with pytest.raises(pydantic.ValidationError, match="MALLOC_ARENA_MAX"):
+        AppArgs.model_validate({**_args(name), "recognizer": {"malloc_arena_max": 1}})
+
+
 def test_restated_finds_a_default_and_a_value_the_overlay_already_gives():
     args = {"engine": {"predictor": {"device": "gpu"}, "limits": {"max_crops": 1000, "max_pixels": 5}},
             "detector": {"predictor": {"device": "gpu", "gpu_mem_mb": 700}}, "jobs": {"ttl_s": 3600}}
