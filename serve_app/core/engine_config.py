@@ -4,164 +4,53 @@ fix it."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TensorRTOptions(_Strict):
-    """Paddle Inference `enable_tensorrt_engine` and friends (GPU only)."""
-
-    # "auto": TensorRT where Paddle can load its library (serve_app/inference/tensorrt_libs.py),
-    # else Paddle's own GPU kernels; the replica's start-up log and stats say
-    # which and why. true: a replica without a loadable TensorRT refuses to
-    # start, saying what to install. false: off (as no `tensorrt:` at all).
-    # `tensorrt: auto` / `tensorrt: true` is short for this field alone.
-    enable: Union[Literal["auto"], bool] = "auto"
-    workspace_size: int = 1 << 30  # TensorRT's builder workspace in bytes
-    # The largest batch the engine takes. In a Serve replica it is set from
-    # the stage's closed set of input shapes (serve_app.inference.shape_ranges), so it
-    # always equals the batch dimension's max.
-    max_batch_size: int = 8
-    min_subgraph_size: int = 3  # subgraphs with fewer ops than this stay on Paddle's GPU kernels instead of TensorRT
-    # The engines' precision. Below fp32 a replica is checked against fp32 on real images at start and
-    # serves at fp32 when outside the bound (serve_app/inference/precision_check.py); int8 is first
-    # calibrated on them (serve_app/inference/int8_calibration.py).
-    precision: Literal["fp32", "fp16", "int8"] = "fp16"
-    use_static: bool = True  # serialize the built engines into cache_dir and reuse them on the next start
-    # Serialized engines and the tuned shape-range file land here
-    # (`set_optim_cache_dir`). Replicas of a stage take a file lock (flock) in
-    # it, so one at a time builds and writes while the others wait and then
-    # read what it wrote: node-local, or shared storage whose flock works
-    # across clients (the KubeRay claim of --trt-cache-claim, deploy/kuberay/trt-cache-pvc.yaml).
-    cache_dir: Optional[str] = None
-    # Every input shape this predictor can be given (N, C, H, W). In a Serve
-    # replica the app builder fills it from the stage's closed set (detector
-    # ladder x batch sizes, recogniser width ladder x batch limits); the
-    # predictor then collects every tensor's range over these shapes without
-    # TensorRT, once per cache_dir, and builds the engines from that.
-    input_shapes: Optional[list[tuple[int, int, int, int]]] = None
-    # A tuned shape-range file made elsewhere (Paddle's
-    # `collect_shape_range_info`); used instead of collecting from
-    # input_shapes when set.
-    shape_range_info_path: Optional[str] = None
-    # False: an input outside the collected ranges is an error instead of an
-    # engine rebuild on the request path (none can happen when input_shapes
-    # is the stage's closed set; a replica runs every one in its warm-up).
-    allow_build_at_runtime: bool = False
-
-
-class PredictorOptions(_Strict):
-    """Paddle Inference options, named as Paddle names them."""
-
-    device: Literal["cpu", "gpu"] = "cpu"  # where the predictor runs; gpu needs paddlepaddle-gpu (or allow_cpu_fallback)
-    gpu_device_id: int = 0  # the GPU's index among those visible to the process (Ray sets CUDA_VISIBLE_DEVICES: 0 is the GPU it gave)
-    # Paddle's `memory_pool_init_size_mb`. Under Paddle's default allocator
-    # (auto_growth) it bounds nothing: Paddle only turns it into
-    # FLAGS_fraction_of_gpu_memory_to_use, which auto_growth does not read
-    # (docs/deploy.md, "GPU memory").
-    gpu_mem_mb: int = Field(500, ge=1, description="memory_pool_init_size_mb")
-    # Share of the GPU's memory this predictor's process may allocate
-    # through Paddle: FLAGS_gpu_memory_limit_mb = floor(fraction x the
-    # device's memory) - gpu_memory_reserve_mb, set before the process's
-    # first GPU predictor (Paddle reads it once per process). None in a
-    # Serve replica = the GPU fraction Ray assigned it
-    # (ray_actor_options.num_gpus); None outside one = no limit.
-    gpu_memory_fraction: Optional[float] = Field(None, gt=0, le=1)
-    # Held back from the share for what the process holds on the GPU outside
-    # Paddle's allocator (CUDA context, cuBLAS/cuDNN, TensorRT's own engine
-    # memory): not counted by the limit. Not measured here (no GPU run yet):
-    # load_tests/gpu_run.sh prints each replica's real GPU memory next to
-    # its limit, which is the figure to set this from.
-    gpu_memory_reserve_mb: int = Field(768, ge=0)
-    cpu_math_library_num_threads: int = Field(1, ge=1, le=256)  # inference threads (a replica with cpu_cores gets one per core it is given)
-    enable_mkldnn: bool = True  # oneDNN (MKLDNN) kernels on the CPU when the OpenVINO engine is off
-    mkldnn_cache_capacity: int = Field(
-        20, ge=0, description="oneDNN kernel cache entries (input shapes); 0 = unbounded"
-    )
-    enable_openvino_engine: bool = False  # Paddle's bundled OpenVINO engine on the CPU (faster than oneDNN: docs/architecture.md, "Why the choices")
-    # "auto": bf16 on CPUs with native bf16 (avx512_bf16 or AMX), else fp32
-    # (docs/architecture.md, "Why the choices"; `python -m load_tests engine precision` compares a precision with fp32). fp32 for
-    # bit-for-bit reproducibility across machines.
-    openvino_precision: Literal["auto", "fp32", "fp16", "bf16"] = "auto"
-    switch_ir_optim: bool = True  # Paddle's IR graph optimisation passes
-    enable_memory_optim: bool = True  # Paddle's memory reuse between tensors
-    tensorrt: Optional[TensorRTOptions] = None  # TensorRT engine options (section below); null: no TensorRT
-    # Compiled engines kept between replica starts (serve_app/inference/compile_cache.py):
-    # OpenVINO's compiled model on the CPU, TensorRT engines on a GPU (under
-    # tensorrt.cache_dir when that is set). One folder per (model files' sha256,
-    # engine, precision, threads, input shapes, library versions, CPU/GPU);
-    # `{uid}` is this user's id, the folder is made 0700. null: no cache (a
-    # throwaway folder per predictor; Paddle would otherwise write ./__cache__).
-    cache_dir: Optional[str] = "/tmp/ocr-serve-{uid}/cache"
-    # Cores this process's inference threads may run on (os.sched_setaffinity).
-    # None leaves the process's affinity as it is.
-    cpu_affinity: Optional[list[int]] = None
-    enable_profile: bool = False  # Paddle's profiler (prints per-op timings)
-    # With the CPU build of paddle, a GPU config is refused unless this is set,
-    # in which case the predictor falls back to the CPU with a warning.
-    allow_cpu_fallback: bool = False
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tensorrt_shorthand(cls, data: Any) -> Any:
-        """`tensorrt: auto | true` = TensorRTOptions(enable=...); `tensorrt:
-        false` or `enable: false` = no TensorRT."""
-        if not isinstance(data, dict) or "tensorrt" not in data:
-            return data
-        trt = data["tensorrt"]
-        if trt is False or (isinstance(trt, dict) and trt.get("enable") is False) or (
-                isinstance(trt, TensorRTOptions) and trt.enable is False):
-            return {**data, "tensorrt": None}
-        if trt is True or trt == "auto":
-            return {**data, "tensorrt": {"enable": trt}}
-        return data
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "PredictorOptions":
-        if self.tensorrt is not None and self.device != "gpu":
-            raise ValueError("tensorrt needs device: gpu (TensorRT runs on NVIDIA GPUs only)")
-        if self.enable_openvino_engine and self.device != "cpu":
-            raise ValueError("enable_openvino_engine is a CPU engine; set device: cpu or turn it off")
-        if self.cpu_affinity is not None and not self.cpu_affinity:
-            raise ValueError("cpu_affinity must list at least one core, or be null")
-        return self
+# The predictor's options have their own module; their names stay importable from here.
+from serve_app.core.predictor_options import PredictorOptions as PredictorOptions, _Strict
+from serve_app.core.predictor_options import TensorRTOptions as TensorRTOptions
 
 
 class DetOptions(_Strict):
-    # How an image is sized for the detector (serve_app.ocr.det_preprocess.det_layout):
-    # "ladder" maps every image onto a closed set of input shapes (warmed
-    # before ready: memory is bounded by construction, and images of one
-    # shape batch together); "max"/"min" are PaddleOCR's open modes (the
-    # reference config uses "min", 736).
-    limit_type: Literal["max", "min", "ladder"] = "ladder"
-    limit_side_len: int = Field(1280, ge=32)  # "max"/"min" only
-    # "ladder": long-side rungs (multiples of 32, ascending); the short side
-    # is scaled up to at least min_side first (tiny crops; the long side
-    # stays within the last rung), and padded up to a multiple of rung /
-    # short_steps with `pad` (masked out of the output). 21 input shapes by
-    # default; the det_sizing benchmark (deleted; commit 4adefb1 has it) compared sizings.
-    side_ladder: list[int] = [640, 960, 1280]
-    min_side: int = Field(256, ge=1)  # "ladder": the short side is scaled up to at least this first
-    short_steps: int = Field(4, ge=1, le=64)  # "ladder": the short side is padded to a multiple of rung / short_steps
-    pad: Literal["replicate", "zero", "mean"] = "mean"  # "ladder": what the padding is filled with (masked out of the output)
-    # Images of one input shape run as one predictor batch of at most this
-    # many; each batch size is its own input shape to warm (on the CPU a
-    # batch gains little, so 1; the GPU profile raises it).
-    batch_size: int = Field(1, ge=1)
-    mean: tuple[float, float, float] = (0.5, 0.5, 0.5)  # per-channel normalisation mean
-    std: tuple[float, float, float] = (0.5, 0.5, 0.5)  # per-channel normalisation standard deviation
-    thresh: float = Field(0.3, gt=0, lt=1)  # binarisation threshold of the probability map
-    box_thresh: float = Field(0.5, gt=0, lt=1)  # a box's mean probability must reach this
-    max_candidates: int = Field(1000, ge=1)  # contours of the map considered at most
-    unclip_ratio: float = Field(1.6, gt=0)  # how far a box is grown around its text
-    use_dilation: bool = True  # dilate the binary map before finding contours (PaddleOCR's option)
-    score_mode: Literal["fast", "slow"] = "fast"  # a box's score: mean over its bounding rectangle (fast) or its polygon (slow)
-    min_size: float = 3.0  # boxes with a shorter side (px of the detector's input) are dropped
+    limit_type: Literal["max", "min", "ladder"] = Field(
+        "ladder",
+        description="How an image is sized for the detector (serve_app.ocr.det_preprocess.det_layout): \"ladder\" maps "
+        "every image onto a closed set of input shapes (warmed before ready: memory is bounded by "
+        "construction, and images of one shape batch together); \"max\"/\"min\" are PaddleOCR's open modes "
+        "(the reference config uses \"min\", 736).")
+    limit_side_len: int = Field(1280, ge=32, description="\"max\"/\"min\" only")
+    side_ladder: list[int] = Field(
+        [640, 960, 1280],
+        description="\"ladder\": long-side rungs (multiples of 32, ascending); the short side is scaled up to at least "
+        "min_side first (tiny crops; the long side stays within the last rung), and padded up to a "
+        "multiple of rung / short_steps with `pad` (masked out of the output). 21 input shapes by "
+        "default; the det_sizing benchmark (deleted; commit 4adefb1 has it) compared sizings.")
+    min_side: int = Field(256, ge=1, description="\"ladder\": the short side is scaled up to at least this first")
+    short_steps: int = Field(
+        4, ge=1, le=64,
+        description="\"ladder\": the short side is padded to a multiple of rung / short_steps")
+    pad: Literal["replicate", "zero", "mean"] = Field(
+        "mean",
+        description="\"ladder\": what the padding is filled with (masked out of the output)")
+    batch_size: int = Field(
+        1, ge=1,
+        description="Images of one input shape run as one predictor batch of at most this many; each batch size is "
+        "its own input shape to warm (on the CPU a batch gains little, so 1; the GPU profile raises it).")
+    mean: tuple[float, float, float] = Field((0.5, 0.5, 0.5), description="per-channel normalisation mean")
+    std: tuple[float, float, float] = Field(
+        (0.5, 0.5, 0.5),
+        description="per-channel normalisation standard deviation")
+    thresh: float = Field(0.3, gt=0, lt=1, description="binarisation threshold of the probability map")
+    box_thresh: float = Field(0.5, gt=0, lt=1, description="a box's mean probability must reach this")
+    max_candidates: int = Field(1000, ge=1, description="contours of the map considered at most")
+    unclip_ratio: float = Field(1.6, gt=0, description="how far a box is grown around its text")
+    use_dilation: bool = Field(True, description="dilate the binary map before finding contours (PaddleOCR's option)")
+    score_mode: Literal["fast", "slow"] = Field(
+        "fast",
+        description="a box's score: mean over its bounding rectangle (fast) or its polygon (slow)")
+    min_size: float = Field(3.0, description="boxes with a shorter side (px of the detector's input) are dropped")
 
     @model_validator(mode="after")
     def _ladder(self) -> "DetOptions":
@@ -172,41 +61,51 @@ class DetOptions(_Strict):
 
 
 class ClsOptions(_Strict):
-    enabled: bool = True  # run the 0/180 direction classifier (a request may override it with the option cls)
-    image_shape: tuple[int, int, int] = (3, 48, 192)  # the classifier's input (C, H, W)
-    batch_size: int = Field(6, ge=1)  # crops per classifier predictor batch
-    thresh: float = Field(0.9, ge=0, le=1)  # a crop is turned when it is judged 180 with a score above this
-    labels: tuple[str, ...] = ("0", "180")  # the classifier's output classes
-    # A line longer than window_aspect times its height is judged on up to
-    # max_windows windows of it at its own proportions, not squashed whole
-    # into the 48x192 input (serve_app.ocr.direction.cls_views); 0: squash
-    # every crop, as PaddleOCR does.
-    window_aspect: float = Field(8.0, ge=0)
-    max_windows: int = Field(3, ge=1, le=16)  # windows a long line is judged on at most
+    enabled: bool = Field(
+        True,
+        description="run the 0/180 direction classifier (a request may override it with the option cls)")
+    image_shape: tuple[int, int, int] = Field((3, 48, 192), description="the classifier's input (C, H, W)")
+    batch_size: int = Field(6, ge=1, description="crops per classifier predictor batch")
+    thresh: float = Field(
+        0.9, ge=0, le=1,
+        description="a crop is turned when it is judged 180 with a score above this")
+    labels: tuple[str, ...] = Field(("0", "180"), description="the classifier's output classes")
+    window_aspect: float = Field(
+        8.0, ge=0,
+        description="A line longer than window_aspect times its height is judged on up to max_windows windows of it "
+        "at its own proportions, not squashed whole into the 48x192 input "
+        "(serve_app.ocr.direction.cls_views); 0: squash every crop, as PaddleOCR does.")
+    max_windows: int = Field(3, ge=1, le=16, description="windows a long line is judged on at most")
 
 
 class RecOptions(_Strict):
-    image_height: int = 48  # crops are resized to this height
-    image_width: int = 320  # minimum padded width
-    batch_size: int = Field(6, ge=1)  # crops per recogniser predictor batch at most (also bounded by batch_columns)
-    # Widths are padded up to a multiple of this: fewer distinct shapes to
-    # warm, and with batch_padding "bucket" a crop's input (so its reading)
-    # does not depend on what it is batched with.
-    width_bucket: int = Field(32, ge=1)
-    # Padded widths a crop can get (ascending): a crop takes the smallest
-    # that holds it; wider than the last, it is squeezed to the last. Each
-    # (batch size, width) input shape costs the OpenVINO engine memory once
-    # (docs/operations.md, "Memory"), so a short ladder closes the set of shapes
-    # (warmed before ready).
-    # Empty: multiples of width_bucket up to max_width.
-    width_ladder: list[int] = [320, 384, 448, 512, 576, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3200]
-    # A predictor batch holds at most this many padded columns (crops x
-    # width), at least one crop: wide buckets run in smaller batches, which
-    # bounds both the shapes to warm and the batch's memory.
-    batch_columns: int = Field(6144, ge=1)
-    batch_padding: Literal["bucket", "batch_max"] = "bucket"  # "bucket": each crop padded to its own width bucket (reads the same whatever it is batched with); "batch_max": to the batch's widest
+    image_height: int = Field(48, description="crops are resized to this height")
+    image_width: int = Field(320, description="minimum padded width")
+    batch_size: int = Field(
+        6, ge=1,
+        description="crops per recogniser predictor batch at most (also bounded by batch_columns)")
+    width_bucket: int = Field(
+        32, ge=1,
+        description="Widths are padded up to a multiple of this: fewer distinct shapes to warm, and with "
+        "batch_padding \"bucket\" a crop's input (so its reading) does not depend on what it is batched "
+        "with.")
+    width_ladder: list[int] = Field(
+        [320, 384, 448, 512, 576, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3200],
+        description="Padded widths a crop can get (ascending): a crop takes the smallest that holds it; wider than "
+        "the last, it is squeezed to the last. Each (batch size, width) input shape costs the OpenVINO "
+        "engine memory once (docs/operations.md, \"Memory\"), so a short ladder closes the set of shapes "
+        "(warmed before ready). Empty: multiples of width_bucket up to max_width.")
+    batch_columns: int = Field(
+        6144, ge=1,
+        description="A predictor batch holds at most this many padded columns (crops x width), at least one crop: "
+        "wide buckets run in smaller batches, which bounds both the shapes to warm and the batch's "
+        "memory.")
+    batch_padding: Literal["bucket", "batch_max"] = Field(
+        "bucket",
+        description="\"bucket\": each crop padded to its own width bucket (reads the same whatever it is batched with); "
+        "\"batch_max\": to the batch's widest")
     max_width: int = Field(3200, ge=48, description="wider crops are squeezed to this width")
-    use_space_char: bool = True  # the space is a character of the dictionary (words are separated)
+    use_space_char: bool = Field(True, description="the space is a character of the dictionary (words are separated)")
 
     @model_validator(mode="after")
     def _ladder(self) -> "RecOptions":
@@ -218,8 +117,10 @@ class RecOptions(_Strict):
 
 
 class ImageLimits(_Strict):
-    max_bytes: int = Field(20 * 1024 * 1024, ge=1)  # an image's or PDF's bytes at most (more: 413)
-    max_pixels: int = Field(40_000_000, ge=1)  # an image's pixels at most, read from its header before decoding (more: 413)
+    max_bytes: int = Field(20 * 1024 * 1024, ge=1, description="an image's or PDF's bytes at most (more: 413)")
+    max_pixels: int = Field(
+        40_000_000, ge=1,
+        description="an image's pixels at most, read from its header before decoding (more: 413)")
     max_crops: int = Field(1000, ge=1, description="text lines read per image at most")
     max_aspect: float = Field(500.0, ge=1, description="an image's long side over its short side at most (more: 400); "
                               "a one-line strip of text is ~100, a long receipt ~40")
@@ -239,124 +140,151 @@ class DocumentLimits(_Strict):
     500 pages by default, read `page_concurrency` at a time."""
 
     max_pages: int = Field(500, ge=1, description="pages per PDF at most; more is a 413 before any page is read")
-    # 144 DPI (2 px per point) is what PaddleX renders PDFs at (pypdfium2,
-    # zoom 2.0): an A4 page is 1191x1684 px, 10-12 pt body text 20-24 px
-    # high, which PP-OCR reads; the pipeline scales the long side to
-    # max_side_len (2000) anyway. A whole number of pixels per point also
-    # keeps page sizes exact (PDFium holds them as float32).
-    render_dpi: int = Field(144, ge=36, le=1200)
-    # A page that would be larger at render_dpi is rendered at a lower
-    # resolution so that it stays within this many pixels (never refused:
-    # a poster-sized page still reads, only less finely).
-    max_page_pixels: int = Field(16_000_000, ge=10_000)
-    # Pages of one document rendered and read at once (each holds its
-    # bitmap, about 3 bytes per pixel, while it is read).
-    page_concurrency: int = Field(4, ge=1, le=64)
-    # PDFium runs in this many child processes per replica (serve_app.flow.pdf_worker),
-    # each limited to worker_memory_mb of address space beyond its start-up
-    # (0: no limit) and killed when a call passes its budget: page_timeout_s
-    # for one page (its size, render or text layer; within the request's
-    # deadline), open_timeout_s to open a document and count its pages.
-    workers: int = Field(2, ge=1, le=32)
-    # Address space, not resident memory: PDFium's allocator reserves much of
-    # it up front (opening a 3 KB PDF of nested forms took over 1.5 GB); the
-    # bound on what a page really allocates is max_page_pixels.
-    worker_memory_mb: int = Field(3072, ge=0)
-    page_timeout_s: float = Field(10.0, gt=0)  # a page's render or text layer at most this long (or the request's time left), then its child is killed
-    open_timeout_s: float = Field(5.0, gt=0)  # opening a PDF (its page count, first page's size) at most this long
-    # Sharing the children between documents: one document holds at most
-    # worker_share of them while another document waits for one (0: half of
-    # `workers`, at least 1; while nobody else waits it may use them all).
-    worker_share: int = Field(0, ge=0, le=32)
-    max_picture_pages: int = Field(10, ge=0)  # `visualize`: pictures of a document's first this many pages only (the rest have none: a 500-page document asked ~1.8 GB of them)
-    max_pages_over_budget: int = Field(3, ge=1)  # a document is abandoned (413 page_over_budget) once this many of its pages ran past their budget; the rest are not read
-    # The text layer (options.pdf_text_layer): characters per page and per
-    # document at most (more: 413 naming the page); a dense newspaper page
-    # has ~30,000.
-    max_page_chars: int = Field(100_000, ge=1)
-    max_document_chars: int = Field(2_000_000, ge=1)  # text-layer characters of a whole document at most (more: 413)
-    # A page whose long side is over this many times its short side is
-    # refused (400 naming it): no real page is, and its render would be a
-    # strip of single pixels.
-    max_page_aspect: float = Field(100.0, ge=1)
+    render_dpi: int = Field(
+        144, ge=36, le=1200,
+        description="144 DPI (2 px per point) is what PaddleX renders PDFs at (pypdfium2, zoom 2.0): an A4 page is "
+        "1191x1684 px, 10-12 pt body text 20-24 px high, which PP-OCR reads; the pipeline scales the long "
+        "side to max_side_len (2000) anyway. A whole number of pixels per point also keeps page sizes "
+        "exact (PDFium holds them as float32).")
+    max_page_pixels: int = Field(
+        16_000_000, ge=10_000,
+        description="A page that would be larger at render_dpi is rendered at a lower resolution so that it stays "
+        "within this many pixels (never refused: a poster-sized page still reads, only less finely).")
+    page_concurrency: int = Field(
+        4, ge=1, le=64,
+        description="Pages of one document rendered and read at once (each holds its bitmap, about 3 bytes per pixel, "
+        "while it is read).")
+    workers: int = Field(
+        2, ge=1, le=32,
+        description="PDFium runs in this many child processes per replica (serve_app.flow.pdf_worker), each limited "
+        "to worker_memory_mb of address space beyond its start-up (0: no limit) and killed when a call "
+        "passes its budget: page_timeout_s for one page (its size, render or text layer; within the "
+        "request's deadline), open_timeout_s to open a document and count its pages.")
+    worker_memory_mb: int = Field(
+        3072, ge=0,
+        description="Address space, not resident memory: PDFium's allocator reserves much of it up front (opening a 3 "
+        "KB PDF of nested forms took over 1.5 GB); the bound on what a page really allocates is "
+        "max_page_pixels.")
+    page_timeout_s: float = Field(
+        10.0, gt=0,
+        description="a page's render or text layer at most this long (or the request's time left), then its child is "
+        "killed")
+    open_timeout_s: float = Field(
+        5.0, gt=0,
+        description="opening a PDF (its page count, first page's size) at most this long")
+    worker_share: int = Field(
+        0, ge=0, le=32,
+        description="Sharing the children between documents: one document holds at most worker_share of them while "
+        "another document waits for one (0: half of `workers`, at least 1; while nobody else waits it may "
+        "use them all).")
+    max_picture_pages: int = Field(
+        10, ge=0,
+        description="`visualize`: pictures of a document's first this many pages only (the rest have none: a 500-page "
+        "document asked ~1.8 GB of them)")
+    max_pages_over_budget: int = Field(
+        3, ge=1,
+        description="a document is abandoned (413 page_over_budget) once this many of its pages ran past their "
+        "budget; the rest are not read")
+    max_page_chars: int = Field(
+        100_000, ge=1,
+        description="The text layer (options.pdf_text_layer): characters per page and per document at most (more: 413 "
+        "naming the page); a dense newspaper page has ~30,000.")
+    max_document_chars: int = Field(
+        2_000_000, ge=1,
+        description="text-layer characters of a whole document at most (more: 413)")
+    max_page_aspect: float = Field(
+        100.0, ge=1,
+        description="A page whose long side is over this many times its short side is refused (400 naming it): no "
+        "real page is, and its render would be a strip of single pixels.")
 
 
 class PipelineOptions(_Strict):
     """Whole-image steps around the models."""
 
-    # Long side scaled down to at most this before detection (0 = off).
-    max_side_len: int = Field(2000, ge=0)
-    # Short side scaled up to at least this (tiny images).
-    min_side_len: int = Field(30, ge=0)
-    # Pad top and bottom of very flat images (h <= min_height or w/h > ratio)
-    # so the detector sees context; RapidOCR's letterbox.
-    letterbox: bool = True
-    letterbox_min_height: int = 30  # letterbox images at most this high
-    letterbox_ratio: float = 8.0  # letterbox images wider than this many times their height
-    # Long images (a long receipt, a full-page screenshot, a banner) are
-    # detected in overlapping tiles along their long side instead of being
-    # shrunk whole onto the detector's input (serve_app.ocr.tiling): when
-    # the long side is over tile_min_long px and over tile_aspect times the
-    # short side (0: never). Their working image keeps its short side within
-    # max_side_len and all of it within tile_max_pixels; neighbouring tiles
-    # share tile_overlap of a tile's length.
-    tile_aspect: float = Field(2.0, ge=0)
-    tile_min_long: int = Field(1920, ge=32)  # tile only images whose long side is over this (px)
-    tile_max_pixels: int = Field(16_000_000, ge=10_000)  # a tiled image's working size at most (px)
-    tile_overlap: float = Field(0.15, ge=0.02, le=0.5)  # share of a tile's length that neighbouring tiles share
-    # Tiles per image at most (an image that would need more is read at a
-    # lower resolution that fits), and tiles sent to the detector at once.
-    max_tiles: int = Field(32, ge=1)
-    tile_window: int = Field(4, ge=1)  # tiles of one image in the detector at once
-    # Small text on a large image (a dense scan, a newspaper page): when the
-    # detector saw the image shrunk below fine_max_scale of its size, found
-    # at least fine_min_boxes lines and their median height in its input is
-    # under fine_text_px (0: never), the image is detected again in a grid
-    # of tiles at the scale that makes that median fine_target_px (at most
-    # fine_max_upscale times the original's size, within tile_max_pixels).
-    fine_text_px: float = Field(16.0, ge=0)
-    fine_target_px: float = Field(22.0, ge=8)  # the median text height (px) the fine grid is detected at
-    fine_max_scale: float = Field(1.0, gt=0, le=1)  # detect again only when the detector saw the image below this share of its size
-    fine_max_upscale: float = Field(2.0, ge=1, le=4)  # the fine grid at most this many times the original's size
-    fine_min_boxes: int = Field(8, ge=1)  # detect again only when at least this many lines were found
-    drop_score: float = Field(0.5, ge=0, le=1)  # lines read with a lower score are dropped
-    exif_transpose: bool = True  # turn an image upright by its EXIF orientation before reading
-    # A page turned 90, 180 or 270 degrees (a scan fed sideways, a photo
-    # without EXIF) is found from its lines' geometry and the direction
-    # classifier's calls, read again upright, and answered in upright
-    # reading order with `orientation` (serve_app.ocr.orientation).
-    # Needs the classifier; options.page_orientation per request.
-    page_orientation: bool = True
-    # Lines grouped into blocks (columns, paragraphs, a title, a sidebar)
-    # and ordered column by column (serve_app.ocr.layout); off: one
-    # reading order top to bottom, left to right within a row, no `blocks`.
-    blocks: bool = True
-    # The `visualize` picture: its longest side (both halves) at most this many
-    # pixels; the font its text is written in (None: the first found of
-    # serve_app.ocr.visualize.FONT_CANDIDATES, else Pillow's built-in).
-    visualize_max_side: int = Field(1600, ge=64, le=8192)
-    visualize_font: Optional[str] = None  # (see visualize_max_side)
+    max_side_len: int = Field(
+        2000, ge=0,
+        description="Long side scaled down to at most this before detection (0 = off).")
+    min_side_len: int = Field(30, ge=0, description="Short side scaled up to at least this (tiny images).")
+    letterbox: bool = Field(
+        True,
+        description="Pad top and bottom of very flat images (h <= min_height or w/h > ratio) so the detector sees "
+        "context; RapidOCR's letterbox.")
+    letterbox_min_height: int = Field(30, description="letterbox images at most this high")
+    letterbox_ratio: float = Field(8.0, description="letterbox images wider than this many times their height")
+    tile_aspect: float = Field(
+        2.0, ge=0,
+        description="Long images (a long receipt, a full-page screenshot, a banner) are detected in overlapping tiles "
+        "along their long side instead of being shrunk whole onto the detector's input "
+        "(serve_app.ocr.tiling): when the long side is over tile_min_long px and over tile_aspect times "
+        "the short side (0: never). Their working image keeps its short side within max_side_len and all "
+        "of it within tile_max_pixels; neighbouring tiles share tile_overlap of a tile's length.")
+    tile_min_long: int = Field(1920, ge=32, description="tile only images whose long side is over this (px)")
+    tile_max_pixels: int = Field(16_000_000, ge=10_000, description="a tiled image's working size at most (px)")
+    tile_overlap: float = Field(
+        0.15, ge=0.02, le=0.5,
+        description="share of a tile's length that neighbouring tiles share")
+    max_tiles: int = Field(
+        32, ge=1,
+        description="Tiles per image at most (an image that would need more is read at a lower resolution that fits), "
+        "and tiles sent to the detector at once.")
+    tile_window: int = Field(4, ge=1, description="tiles of one image in the detector at once")
+    fine_text_px: float = Field(
+        16.0, ge=0,
+        description="Small text on a large image (a dense scan, a newspaper page): when the detector saw the image "
+        "shrunk below fine_max_scale of its size, found at least fine_min_boxes lines and their median "
+        "height in its input is under fine_text_px (0: never), the image is detected again in a grid of "
+        "tiles at the scale that makes that median fine_target_px (at most fine_max_upscale times the "
+        "original's size, within tile_max_pixels).")
+    fine_target_px: float = Field(22.0, ge=8, description="the median text height (px) the fine grid is detected at")
+    fine_max_scale: float = Field(
+        1.0, gt=0, le=1,
+        description="detect again only when the detector saw the image below this share of its size")
+    fine_max_upscale: float = Field(
+        2.0, ge=1, le=4,
+        description="the fine grid at most this many times the original's size")
+    fine_min_boxes: int = Field(8, ge=1, description="detect again only when at least this many lines were found")
+    drop_score: float = Field(0.5, ge=0, le=1, description="lines read with a lower score are dropped")
+    exif_transpose: bool = Field(True, description="turn an image upright by its EXIF orientation before reading")
+    page_orientation: bool = Field(
+        True,
+        description="A page turned 90, 180 or 270 degrees (a scan fed sideways, a photo without EXIF) is found from "
+        "its lines' geometry and the direction classifier's calls, read again upright, and answered in "
+        "upright reading order with `orientation` (serve_app.ocr.orientation). Needs the classifier; "
+        "options.page_orientation per request.")
+    blocks: bool = Field(
+        True,
+        description="Lines grouped into blocks (columns, paragraphs, a title, a sidebar) and ordered column by column "
+        "(serve_app.ocr.layout); off: one reading order top to bottom, left to right within a row, no "
+        "`blocks`.")
+    visualize_max_side: int = Field(
+        1600, ge=64, le=8192,
+        description="The `visualize` picture: its longest side (both halves) at most this many pixels; the font its "
+        "text is written in (None: the first found of serve_app.ocr.visualize.FONT_CANDIDATES, else "
+        "Pillow's built-in).")
+    visualize_font: Optional[str] = Field(None, description="(see visualize_max_side)")
 
 
 class EngineConfig(_Strict):
     """Everything the in-process engine needs: model files, stage
     parameters, limits and the default predictor options."""
 
-    # The model set (serve_app.core.model_sets): its models, dictionary, and
-    # the detector thresholds and normalisation its authors give it, for the
-    # det/rec fields this config does not name itself.
-    model: str = "ppocrv4_mobile"
-    det_model: Optional[str] = None  # directory; None = the model set's
-    cls_model: Optional[str] = None  # directory; None = the model set's
-    rec_model: Optional[str] = None  # directory; None = the model set's
-    rec_dict: Optional[str] = None  # the recogniser's dictionary file; None = the model set's
-    det: DetOptions = DetOptions()
-    cls: ClsOptions = ClsOptions()
-    rec: RecOptions = RecOptions()
-    pipeline: PipelineOptions = PipelineOptions()
-    limits: ImageLimits = ImageLimits()
-    documents: DocumentLimits = DocumentLimits()
-    predictor: PredictorOptions = PredictorOptions()
+    model: str = Field(
+        "ppocrv4_mobile",
+        description="The model set (serve_app.core.model_sets): its models, dictionary, and the detector thresholds "
+        "and normalisation its authors give it, for the det/rec fields this config does not name itself.")
+    det_model: Optional[str] = Field(None, description="directory; None = the model set's")
+    cls_model: Optional[str] = Field(None, description="directory; None = the model set's")
+    rec_model: Optional[str] = Field(None, description="directory; None = the model set's")
+    rec_dict: Optional[str] = Field(None, description="the recogniser's dictionary file; None = the model set's")
+    det: DetOptions = Field(DetOptions(), description="The text detector's input sizing and post-processing.")
+    cls: ClsOptions = Field(ClsOptions(), description="The 0/180 direction classifier.")
+    rec: RecOptions = Field(RecOptions(), description="The text recogniser's input shapes and batches.")
+    pipeline: PipelineOptions = Field(PipelineOptions(), description="Whole-image steps around the models.")
+    limits: ImageLimits = Field(ImageLimits(), description="Limits on one image (more: 413 or 400).")
+    documents: DocumentLimits = Field(DocumentLimits(), description="PDF input.")
+    predictor: PredictorOptions = Field(
+        PredictorOptions(),
+        description="The default Paddle Inference options of every stage's predictor.")
 
     @model_validator(mode="before")
     @classmethod

@@ -14,10 +14,11 @@ pieces in one place, and `malloc_trim(0)` gives freed pages back: the
 warm-up's once ready, a burst's once the process is idle for
 `malloc_trim_idle_s`.
 
-The arena limit is read once, at the process's first allocation: the
-profiles set MALLOC_ARENA_MAX=1 in the model deployments' runtime_env;
-`set_arena_max` (mallopt M_ARENA_MAX) at the replica's build only stops
-new arenas after that (threads Ray started earlier keep theirs).
+The arena limit is read once, at the process's first allocation (a
+mallopt at the replica's build would only stop new arenas; threads Ray
+started earlier keep theirs): its one home is MALLOC_ARENA_MAX in the model
+deployments' runtime_env (every profile gives them 1), and a replica's
+heap stats report it (`arena_max_env`).
 
 No Ray import: unit-tested with a fake clock and a real glibc
 (tests/unit/test_heap.py)."""
@@ -31,7 +32,6 @@ import time
 from typing import Any, Callable, Optional
 
 M_MMAP_THRESHOLD = -3
-M_ARENA_MAX = -8
 
 
 @functools.lru_cache(maxsize=1)
@@ -59,14 +59,6 @@ def set_mmap_threshold(nbytes: Optional[int], lib: Any = None) -> bool:
     if nbytes is None:
         return False
     return _mallopt(M_MMAP_THRESHOLD, nbytes, lib)
-
-
-def set_arena_max(n: Optional[int], lib: Any = None) -> bool:
-    """At most `n` malloc arenas from now on (mallopt M_ARENA_MAX). None, or
-    not glibc: nothing is changed, False."""
-    if n is None:
-        return False
-    return _mallopt(M_ARENA_MAX, n, lib)
 
 
 def trim(lib: Any = None) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
-from serve_app.serving.heap import counted_calls, process_trimmer, set_arena_max, set_mmap_threshold, trim
+from serve_app.serving.heap import counted_calls, process_trimmer, set_mmap_threshold, trim
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs
@@ -81,6 +81,7 @@ class ModelReplica:
         self.stage = stage
         self.predictor = predictor
         self.knobs = knobs
+        self.defaults = knobs  # the code's knobs for this stage: what a user_config is laid over
         self.metrics = metrics or _Null()
         self.metrics.model_load_s.set(predictor.load_seconds)
         self.recent_batches: deque = deque(maxlen=256)
@@ -120,7 +121,6 @@ class ModelReplica:
             logging.getLogger("ray.serve").info("%s replica: no GPU share (num_gpus: 0): CUDA_VISIBLE_DEVICES=\"\"",
                                                 stage)
         # The process's heap (serve_app/serving/heap.py), before the predictor's first buffers.
-        set_arena_max(args.malloc_arena_max)
         set_mmap_threshold(args.malloc_mmap_threshold)
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
@@ -238,8 +238,10 @@ class ModelReplica:
             else "")
 
     def reconfigure(self, user_config: Optional[dict], batched) -> BatchKnobs:
-        """New batch knobs (validated) applied to the `@serve.batch` method."""
-        self.knobs = self.knobs.updated(user_config)
+        """New batch knobs (validated) applied to the `@serve.batch` method:
+        the user_config laid over the code's defaults, so it says all that
+        differs (a knob it leaves out is the default again, as the file says)."""
+        self.knobs = self.defaults.updated(user_config)
         if self.canary is not None:
             self.canary.mark_due()
         batched.set_max_batch_size(self.knobs.max_batch_size)

@@ -101,6 +101,61 @@ def test_serve_configs_hold_only_what_differs_from_the_code(name):
                        f"list them with: python -m serve_app.tools.config_doc --restated {name}")
 
 
+def _deployments(name: str) -> list[dict]:
+    return yaml.safe_load((REPO / name).read_text())["applications"][0]["deployments"]
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_serve_configs_batch_knobs_hold_only_what_differs_from_the_code(name):
+    found = config_doc.restated_batch(_deployments(name))
+    assert not found, (f"{name}'s user_config restates the code's batch defaults (BATCH_DEFAULTS in "
+                       f"serve_app/core/app_args.py): {found}")
+
+
+def test_restated_batch_finds_a_default_and_keeps_what_differs():
+    deployments = [
+        {"name": "TextDetector", "user_config": {"max_batch_size": 4, "batch_wait_timeout_s": 0.01}},
+        {"name": "TextRecognizer_ppocrv6_small", "user_config": {"max_batch_size": 24}},
+        {"name": "DirectionClassifier", "user_config": {}},
+        # The pipeline's knobs are the recogniser's and the classifier's: a value is restated only when both have it.
+        {"name": "OcrPipeline", "user_config": {"max_batch_size": 24, "batch_wait_timeout_s": 0.0}},
+        {"name": "OcrIngress", "max_ongoing_requests": 8},
+    ]
+    assert config_doc.restated_batch(deployments) == [
+        "TextDetector.user_config.max_batch_size", "TextRecognizer_ppocrv6_small.user_config.max_batch_size",
+        "OcrPipeline.user_config.max_batch_size", "OcrPipeline.user_config.batch_wait_timeout_s"]
+
+
+@pytest.mark.parametrize("name, knobs", [
+    ("deployments.yaml", {"det": (4, 0.0), "cls": (24, 0.0), "rec": (24, 0.0)}),
+    ("deployments.redis.yaml", {"det": (4, 0.0), "cls": (24, 0.0), "rec": (24, 0.0)}),
+    ("deployments.light.yaml", {"cls": (24, 0.0), "rec": (24, 0.0)}),  # the OcrPipeline block's
+    ("deployments.gpu.yaml", {"det": (8, 0.01), "cls": (64, 0.005), "rec": (64, 0.01)}),
+])
+def test_the_profiles_keep_their_batch_knobs(name, knobs):
+    """What the trimmed user_config blocks leave to the code is what they used to write."""
+    seen = {}
+    with_pipeline = AppArgs.model_validate(_args(name)).recognizer.with_pipeline
+    for d in _deployments(name):
+        for stage, k in config_doc.batch_knobs(d, with_pipeline).items():
+            seen.setdefault(stage, set()).add((k.max_batch_size, k.batch_wait_timeout_s))
+    assert seen == {stage: {pair} for stage, pair in knobs.items()}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_model_process_gets_one_malloc_arena_from_its_environment(name):
+    """The arena limit's one home is the model processes' runtime_env (glibc
+    reads it at the first allocation); the args have no such setting."""
+    with_pipeline = AppArgs.model_validate(_args(name)).recognizer.with_pipeline
+    models = [d for d in _deployments(name) if config_doc.batch_knobs(d, with_pipeline)]
+    assert models
+    for d in models:
+        env = d["ray_actor_options"].get("runtime_env", {}).get("env_vars", {})
+        assert env.get("MALLOC_ARENA_MAX") == "1", d["name"]
+    with pytest.raises(pydantic.ValidationError, match="MALLOC_ARENA_MAX"):
+        AppArgs.model_validate({**_args(name), "recognizer": {"malloc_arena_max": 1}})
+
+
 def test_restated_finds_a_default_and_a_value_the_overlay_already_gives():
     args = {"engine": {"predictor": {"device": "gpu"}, "limits": {"max_crops": 1000, "max_pixels": 5}},
             "detector": {"predictor": {"device": "gpu", "gpu_mem_mb": 700}}, "jobs": {"ttl_s": 3600}}
@@ -147,18 +202,46 @@ def test_configuration_doc_lists_every_setting_with_a_meaning():
         for name in cls.model_fields:
             assert any(r.startswith(f"| `{name}` |") for r in rows), f"{path}{name} missing"
     blank = [r.split("|")[1].strip() for r in rows if r.rstrip().endswith("|  |")]
-    assert not blank, f"settings without a meaning (add a description or a comment beside the field): {blank}"
+    assert not blank, f"settings without a meaning (add Field(description=...)): {blank}"
     # Ranges and defaults come from the models themselves.
     assert "| `render_dpi` | int | `144` | >= 36, <= 1200 |" in generated
     assert "| `precision` | `fp32` \\| `fp16` \\| `int8` | `fp16` |" in generated
     assert "| `engine` | EngineConfig | as its section: but `predictor.enable_openvino_engine: true` |" in generated
 
 
-def test_field_comments_read_the_block_above_and_the_end_of_line():
-    from serve_app.core.engine_config import DetOptions, PipelineOptions
+CONFIG_MODULES = ("serve_app.core.app_args", "serve_app.core.job_args", "serve_app.core.engine_config",
+                  "serve_app.core.predictor_options")
 
-    det = config_doc.field_comments(DetOptions)
-    assert det["limit_side_len"] == '"max"/"min" only'
-    assert det["batch_size"].startswith("Images of one input shape run as one predictor batch")
-    assert config_doc.field_comments(PipelineOptions)["max_side_len"] == \
-        "Long side scaled down to at most this before detection (0 = off)."
+
+def _config_models() -> set[type]:
+    """Every pydantic model defined in the config modules, and every model
+    reachable from AppArgs' sections."""
+    import importlib
+    import inspect
+
+    found = {cls for _, cls in config_doc._sections(AppArgs)}
+    for name in CONFIG_MODULES:
+        module = importlib.import_module(name)
+        found |= {cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(cls, pydantic.BaseModel) and cls.__module__ == name}
+    return found
+
+
+def test_every_setting_has_its_meaning_in_its_model():
+    models = _config_models()
+    assert {"AppArgs", "BatchKnobs", "JobArgs", "LaneArgs", "EngineConfig", "PredictorOptions",
+            "TensorRTOptions", "DocumentLimits"} <= {m.__name__ for m in models}
+    missing = [f"{m.__name__}.{name}" for m in models for name, info in m.model_fields.items()
+               if not (info.description or "").strip()]
+    assert not missing, f"settings without Field(description=...): {sorted(missing)}"
+
+
+def test_the_reference_shows_each_models_description():
+    from serve_app.core.app_args import BatchKnobs, IngressArgs
+    from serve_app.core.engine_config import DetOptions
+
+    rows = config_doc.render().splitlines()
+    for name, model in (("max_in_flight", IngressArgs), ("limit_side_len", DetOptions),
+                        ("batch_wait_timeout_s", BatchKnobs)):
+        row = next(r for r in rows if r.startswith(f"| `{name}` |"))
+        assert row.endswith(f"| {model.model_fields[name].description} |"), row

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from serve_app.core.app_args import ModelArgs, RecognizerArgs
-from serve_app.serving.heap import IdleTrimmer, set_arena_max, set_mmap_threshold, trim
+from serve_app.serving.heap import IdleTrimmer, set_mmap_threshold, trim
 
 
 class Clock:
@@ -73,22 +73,28 @@ def test_the_settings_reach_mallopt_and_are_left_alone_when_null_or_not_glibc():
             calls.append(("trim", pad))
             return 1
 
-    assert set_arena_max(None, Libc()) is False and set_mmap_threshold(None, Libc()) is False and calls == []
-    assert set_arena_max(1, Libc()) is True and set_mmap_threshold(1 << 20, Libc()) is True
+    assert set_mmap_threshold(None, Libc()) is False and calls == []
+    assert set_mmap_threshold(1 << 20, Libc()) is True
     assert trim(Libc()) is True
-    assert calls == [(-8, 1), (-3, 1 << 20), ("trim", 0)]
-    assert set_arena_max(1, object()) is False and trim(object()) is False  # a C library without them
+    assert calls == [(-3, 1 << 20), ("trim", 0)]
+    assert trim(object()) is False  # a C library without them
     assert set_mmap_threshold(131072, object()) is False
 
 
-def test_the_defaults_are_one_arena_glibcs_own_threshold_and_a_trim_after_1_s_idle():
+def test_the_defaults_are_glibcs_own_threshold_and_a_trim_after_1_s_idle():
     for args in (ModelArgs(), RecognizerArgs()):
-        assert (args.malloc_arena_max, args.malloc_mmap_threshold, args.malloc_trim_idle_s) == (1, None, 1.0)
+        assert (args.malloc_mmap_threshold, args.malloc_trim_idle_s) == (None, 1.0)
 
 
-@pytest.mark.parametrize("field, value", [("malloc_arena_max", 0), ("malloc_arena_max", 65),
-                                          ("malloc_trim_idle_s", 0), ("malloc_trim_idle_s", -1)])
-def test_an_arena_count_or_idle_time_out_of_range_is_refused(field, value):
+def test_the_arena_limit_as_an_arg_is_refused_naming_its_home():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="set MALLOC_ARENA_MAX in the deployment's ray_actor_options"):
+        RecognizerArgs(malloc_arena_max=1)
+
+
+@pytest.mark.parametrize("field, value", [("malloc_trim_idle_s", 0), ("malloc_trim_idle_s", -1)])
+def test_an_idle_time_out_of_range_is_refused(field, value):
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match=field):

@@ -67,17 +67,20 @@ def test_a_replica_is_ready_only_after_warm_up_and_reports_what_it_batched():
     assert st["load_seconds"] == 0.5 and st["warm_seconds"] >= 0 and st["rss_mb"] > 0
 
 
-def test_reconfigure_applies_valid_knobs_and_refuses_bad_ones_unchanged():
+def test_reconfigure_lays_valid_knobs_over_the_defaults_and_refuses_bad_ones_unchanged():
     r = ModelReplica("det", StandInPredictor(), BatchKnobs(max_batch_size=4))
     batched = StandInBatcher()
     r.reconfigure({"max_batch_size": 7, "batch_wait_timeout_s": 0.02}, batched)
     assert (batched.size, batched.wait) == (7, 0.02)
-    r.reconfigure({"batch_wait_timeout_s": 0}, batched)  # keeps the size it has
-    assert (r.knobs.max_batch_size, r.knobs.batch_wait_timeout_s) == (7, 0.0)
     for bad in ({"max_batch_size": 0}, {"max_batch_size": "8"}, {"batch_size": 8}, {"batch_wait_timeout_s": -1}):
         with pytest.raises(ConfigError):
             r.reconfigure(bad, batched)
-    assert r.knobs.max_batch_size == 7
+    assert (r.knobs.max_batch_size, batched.size) == (7, 7)
+    # A user_config says all that differs from the code: a knob it leaves out is the default again.
+    r.reconfigure({"batch_wait_timeout_s": 0.01}, batched)
+    assert (r.knobs.max_batch_size, r.knobs.batch_wait_timeout_s) == (4, 0.01) == (batched.size, batched.wait)
+    r.reconfigure({}, batched)
+    assert (r.knobs.max_batch_size, r.knobs.batch_wait_timeout_s) == (4, 0.0)
 
 
 def test_crops_count_against_the_batch_up_to_a_full_batch():
