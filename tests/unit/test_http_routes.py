@@ -494,8 +494,9 @@ def test_every_door_says_how_the_cache_answered_and_shares_one_cache(app):
     assert post(client, b"same").headers["x-cache"] == "miss"
     items = [{"base64": base64.b64encode(b).decode()} for b in (b"same", b"other", b"other")]
     batch = client.post("/v1/ocr/batch", json={"images": items}).json()["items"]
-    # The first item is the /v1/ocr answer's; of two identical new items one computes, the other waits on it.
-    assert batch[0]["cache"] == "hit" and sorted(i["cache"] for i in batch[1:]) == ["miss", "shared"]
+    # The first item is the /v1/ocr answer's; of two identical new items one computes, the other waits on
+    # it (or, if the first finished while the second was being priced off the loop, takes its stored answer).
+    assert batch[0]["cache"] == "hit" and sorted(i["cache"] for i in batch[1:]) in (["miss", "shared"], ["hit", "miss"])
     assert [[r["text"] for r in i["results"]] for i in batch] == [["same"], ["other"], ["other"]]
     px = client.post("/ocr", json=paddlex_file(b"other"))
     assert px.status_code == 200 and px.headers["x-cache"] == "hit"

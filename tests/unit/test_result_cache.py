@@ -117,6 +117,36 @@ def test_identical_concurrent_requests_share_one_computation_then_hit_the_cache(
     assert d.counts == {"hit": 1, "shared": 31, "miss": 2, "bypass": 0} and not d.flights
 
 
+def test_a_twin_that_finishes_while_a_request_is_priced_answers_it_from_the_cache():
+    """Pricing runs off the loop: if an identical request's computation both
+    starts and ends meanwhile, the request takes the stored answer instead of
+    computing it again (seen as two computations of one batch's twin items
+    on a busy core). Explicit steps: the second admission waits for the
+    first computation to be stored."""
+    async def go():
+        runs: list = []
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True)
+        start = lambda deadline: FakeCall(runs)  # noqa: E731
+        stored = asyncio.Event()
+
+        async def admit_first():
+            await asyncio.sleep(0)  # the second request reaches its own pricing before this one's flight starts
+            return None
+
+        async def admit_second():
+            await stored.wait()  # priced slowly: the twin is computed and stored meanwhile
+            return None
+
+        first = asyncio.ensure_future(d.read(b"img", OcrOptions(), 5, start, admit=admit_first))
+        second = asyncio.ensure_future(d.read(b"img", OcrOptions(), 5, start, admit=admit_second))
+        got_first = await first
+        stored.set()
+        return runs, got_first, await second
+
+    runs, (r1, how1), (r2, how2) = run(go())
+    assert len(runs) == 1 and (how1, how2) == ("miss", "hit") and r1 == r2
+
+
 def test_a_failure_reaches_every_waiter_and_is_not_cached():
     async def go():
         runs: list = []

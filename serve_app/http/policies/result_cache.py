@@ -234,9 +234,14 @@ class Dedupe:
         ticket = None
         if flight is None and admit is not None:
             ticket = await admit()
-            flight = self.flights.get(key)  # another request may have started it meanwhile
-            if flight is not None and gate is not None:
-                gate.end(ticket, None)  # it joins that one: its own ticket goes back unused
+            # Pricing took a while (off the loop): an identical request may
+            # have started its computation meanwhile, or even finished it.
+            flight = self.flights.get(key)
+            hit = self.cache.get(key) if flight is None and self.cache is not None else None
+            if (flight is not None or hit is not None) and gate is not None:
+                gate.end(ticket, None)  # it joins that one, or takes its answer: its own ticket goes back unused
+            if hit is not None:
+                return hit, self._count("hit")
         how = "shared"
         if flight is None:
             backstop = None if self.flight_timeout_s is None else time.time() + self.flight_timeout_s
