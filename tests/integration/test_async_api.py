@@ -29,7 +29,10 @@ def service():
     cfg = load_config()
     args = cfg["applications"][0]["args"]
     args["ingress"] = {"max_in_flight": 3, "retry_after_s": 2}
-    args["jobs"] = {**args["jobs"], "ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4}
+    # One client sends every job here (this module tests durability and lanes,
+    # not shares: tests/integration/test_fair_shares.py does): its share is the
+    # whole book, as an operator with one batch client would set it.
+    args["jobs"] = {**args["jobs"], "ttl_s": JOB_TTL_S, "capacity": 150, "concurrency": 4, "client_share": 1.0}
     # Lanes: no aging within a test (a slow shared machine must not promote
     # bulk jobs mid-test); bulk sync requests get 2 of the 3 ingress slots.
     args["lanes"] = {"bulk_max_wait_s": 120, "bulk_max_in_flight": 2}

@@ -66,8 +66,9 @@ def test_health_and_ready(service):
     assert requests.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
     r = requests.get(f"{url}/readyz", timeout=10)
     assert r.status_code == 200
-    further = {f"{stage}@{name}": True for name in ("ppocrv6_small", "ppocrv6_tiny") for stage in ("det", "rec")}
-    assert r.json() == {"ready": True, "stages": {"det": True, "rec": True, "cls": True, **further}}  # every set's
+    # The test service serves its profile's default set (harness.service.load_config);
+    # test_light_profile checks the readiness of every set of the shipped profile.
+    assert r.json() == {"ready": True, "stages": {"det": True, "rec": True, "cls": True}}
     assert requests.get(f"{url}/docs", timeout=10).status_code == 200
 
 
