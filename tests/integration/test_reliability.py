@@ -240,8 +240,9 @@ def test_killing_each_deployment_replica_under_load(service):
             except requests.RequestException as e:
                 outcomes.append((t, "conn", type(e).__name__, p + ">" + phase[0]))
 
+    # 10: this one client's share of the hardened service's job book (jobs.client_share 0.1 of capacity 100).
     jobs = [requests.post(f"{url}/v1/ocr/jobs", data=data, headers={"Content-Type": "image/jpeg", **AUTH},
-                          timeout=60).json()["job_id"] for _ in range(12)]
+                          timeout=60).json()["job_id"] for _ in range(10)]
     threads = [threading.Thread(target=client) for _ in range(3)]
     for t in threads:
         t.start()

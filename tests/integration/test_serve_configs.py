@@ -76,17 +76,19 @@ def validate_serve_config(cfg: dict) -> None:
         assert not _unknown_keys(app, ServeApplicationSchema), app["name"]
         assert app["import_path"] == "serve_app.app:build_app"
         args = AppArgs.model_validate(app.get("args") or {})
+        # A further model set has its own detector and recogniser, named TextDetector_{set} / TextRecognizer_{set}.
+        built = names | {f"{kind}_{name}" for name in args.models[1:] for kind in ("TextDetector", "TextRecognizer")}
         for d in app.get("deployments", []):
             where = f"{app['name']}/{d['name']}"
-            assert d["name"] in names, f"{where}: the app builds no deployment of that name"
+            assert d["name"] in built, f"{where}: the app builds no deployment of that name"
             assert not _unknown_keys(d, DeploymentSchema), where
             assert not _unknown_keys(d.get("ray_actor_options") or {}, RayActorOptionsSchema), where
             assert not _unknown_keys(d.get("autoscaling_config") or {}, AutoscalingConfig), where
             # The code sets no resources: each deployment's live here.
             assert "num_cpus" in (d.get("ray_actor_options") or {}), f"{where}: give it num_cpus"
             assert "max_ongoing_requests" in d, f"{where}: give it max_ongoing_requests"
-            if d["name"] in MODEL_DEPLOYMENTS:
-                stage = MODEL_DEPLOYMENTS[d["name"]]
+            if d["name"].split("_", 1)[0] in MODEL_DEPLOYMENTS:
+                stage = MODEL_DEPLOYMENTS[d["name"].split("_", 1)[0]]
                 size = BATCH_DEFAULTS[stage].updated(d.get("user_config")).max_batch_size  # only the batch knobs
                 # README: max_ongoing_requests caps every batch, so it is set above the batch sizes.
                 assert d["max_ongoing_requests"] >= size, where
