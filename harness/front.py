@@ -126,3 +126,17 @@ def stand_in_front(errors: HandleErrors = HandleErrors()) -> Front:
     # one by one, each as a request of the client's.
     front.admission = Admission(args.admission, default_retry_s=args.retry_after_s)
     return front
+
+
+def assert_error_body(client, front, body: bytes, status: int, code: str, retry_after) -> None:
+    """POST /v1/ocr with `body` (the stand-in pipeline turns it into an
+    error): the JSON error body with the request id, Retry-After, no trace,
+    counted once, the slot given back."""
+    r = client.post("/v1/ocr", content=body, headers={"Content-Type": "image/png", "X-Request-ID": "rid"})
+    assert r.status_code == status
+    assert r.json() == {"request_id": "rid", "error": {"code": code, "message": r.json()["error"]["message"]}}
+    assert r.headers.get("retry-after") == retry_after
+    assert "Traceback" not in r.text and "KeyError" not in r.text
+    assert front.metrics.errors.seen == [{"code": code}]
+    assert front.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
+    assert front.in_flight == 0

@@ -8,6 +8,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from serve_app.inference.precision_check import edit_distance
+
 REPO = Path(__file__).resolve().parents[1]
 PEER = REPO / "tests" / "data" / "peer"
 
@@ -84,14 +86,8 @@ def agreement(ours: dict[str, list[dict]], theirs: dict[str, list[dict]]) -> tup
     return same, total, diffs
 
 
-def levenshtein(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
+# One Levenshtein distance for the tests and the service's precision check.
+levenshtein = edit_distance
 
 
 def substring_distance(label: str, text: str) -> int:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from ray.exceptions import ActorUnavailableError, RayTaskError
 from ray.serve.exceptions import BackPressureError
 
-from harness.front import Fake, stand_in_front
+from harness.front import Fake, assert_error_body, stand_in_front
 from serve_app.core.app_args import LaneArgs
 from serve_app.core.engine_config import EngineConfig
 from serve_app.core.errors import BadImage, Overloaded
@@ -56,14 +56,7 @@ def post(client, body: bytes, ctype="image/png", **headers):
 ])
 def test_ray_errors_become_the_json_error_body(app, body, status, code, retry_after):
     client, front = app
-    r = post(client, body, **{"X-Request-ID": "rid"})
-    assert r.status_code == status
-    assert r.json() == {"request_id": "rid", "error": {"code": code, "message": r.json()["error"]["message"]}}
-    assert r.headers.get("retry-after") == retry_after
-    assert "Traceback" not in r.text and "KeyError" not in r.text
-    assert front.metrics.errors.seen == [{"code": code}]
-    assert front.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
-    assert front.in_flight == 0
+    assert_error_body(client, front, body, status, code, retry_after)
 
 
 def test_the_handle_api_raises_the_domain_error_behind_a_ray_error(app):

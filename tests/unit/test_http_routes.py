@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 from fastapi.testclient import TestClient
 
-from harness.front import Cluster, Fake, Method, pipeline_ocr, stand_in_front
+from harness.front import Cluster, Fake, Method, assert_error_body, pipeline_ocr, stand_in_front
 from serve_app.core.app_args import AdmissionArgs, IngressArgs
 from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.core.errors import BadImage, BadRequest, Overloaded
@@ -93,14 +93,7 @@ def test_request_id_from_the_header_or_new(app):
 ])
 def test_domain_and_handle_errors_become_the_json_error_body(app, body, status, code, retry_after):
     client, front = app
-    r = post(client, body, **{"X-Request-ID": "rid"})
-    assert r.status_code == status
-    assert r.json() == {"request_id": "rid", "error": {"code": code, "message": r.json()["error"]["message"]}}
-    assert r.headers.get("retry-after") == retry_after
-    assert "Traceback" not in r.text and "KeyError" not in r.text
-    assert front.metrics.errors.seen == [{"code": code}]
-    assert front.metrics.requests.seen == [{"route": "/v1/ocr", "code": str(status)}]
-    assert front.in_flight == 0
+    assert_error_body(client, front, body, status, code, retry_after)
 
 
 def test_past_the_deadline_is_504_and_a_bad_deadline_400(app):
