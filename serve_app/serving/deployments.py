@@ -10,8 +10,8 @@ config file (deployments.yaml), not here."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 import numpy as np
@@ -24,7 +24,6 @@ from serve_app.core.engine_config import EngineConfig, for_model
 from serve_app.serving.crop_scheduler import CropScheduler
 from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
-from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
 from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
 from serve_app.core.request_options import DetParams, OcrOptions, parse_options
@@ -32,32 +31,12 @@ from serve_app.serving.payloads import sized
 from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
+from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
 from serve_app.core.app_args import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 from serve_app.ocr.recognition import batch_limit, batch_width, load_charset
 from serve_app.inference.weights import dictionary_path
-
-
-@dataclass(frozen=True)
-class Timed:
-    """A batched item and its request's deadline (time.time(); None: none)."""
-
-    item: Any
-    deadline: Optional[float] = None
-
-    def expired(self, now: float) -> bool:
-        return self.deadline is not None and now > self.deadline
-
-
-@dataclass(frozen=True)
-class TimedCrops(Crops):
-    deadline: Optional[float] = None
-    lane: str = INTERACTIVE
-
-
-def _expired(where: str) -> DeadlineExceeded:
-    return DeadlineExceeded(f"the request's deadline passed while it waited for the {where}; it was not run")
 
 
 def _batch(stage: str, **kw):
@@ -78,6 +57,14 @@ class _Replica:
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
         return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
+
+    def close(self) -> None:
+        """Its predictor closed (a model set unloaded: serve_app/serving/set_cache.py); no call may follow."""
+        deferred = getattr(self.replica, "deferred", None)
+        if deferred is not None and deferred.task is not None:  # (called from a loader thread)
+            deferred.task.get_loop().call_soon_threadsafe(deferred.task.cancel)
+        self.replica.canary = self.replica._probe = None
+        self.replica.predictor.close()
 
 
 @serve.deployment(name="TextDetector")
@@ -112,10 +99,11 @@ class TextDetectorDeployment(_Replica):
         batch runs is not run (504 to its caller, which is usually gone): a
         burst of expired pages costs nothing. Interactive images enter the
         batch queue before bulk ones (serve_app.core.lanes)."""
-        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline),
+        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline, self),
                                          lane_of(lane))
 
     @_batch("det")
+    @per_owner
     async def _detect_batch(self, items: list) -> list:
         # Images that fall in one input shape run as one predictor batch
         # (each recorded by the detector's on_batch). Serve drops items whose
@@ -156,10 +144,12 @@ class DirectionClassifierDeployment(_Replica):
         whose deadline (time.time()) has passed by the time its batch runs
         is not classified (504 to its caller, as at the detector)."""
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._classify_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)),
+        return await self.replica.queued(self._classify_batch,
+                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self),
                                          lane_of(lane), c.weight)
 
     @_batch("cls", batch_size_fn=crops_weight)
+    @per_owner
     async def _classify_batch(self, items: list[Crops]) -> list:
         t0 = time.perf_counter()
         now = time.time()
@@ -248,7 +238,8 @@ class TextRecognizerDeployment(_Replica):
         which also puts the interactive lane's crops first."""
         self._build_later()
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
+        return await self.replica.queued(self._recognize_batch,
+                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self))
 
     async def check_health(self) -> None:
         self._build_later()
@@ -265,6 +256,7 @@ class TextRecognizerDeployment(_Replica):
         return backlog_stats("rec", crops, self.replica.metrics)
 
     @_batch("rec", batch_size_fn=crops_weight, max_concurrent_batches=16)
+    @per_owner
     async def _recognize_batch(self, items: list[Crops]) -> list:
         if self.scheduler is None:
             t0 = time.perf_counter()
@@ -346,6 +338,17 @@ class OcrPipeline:
         """The model sets served, the default first."""
         return list(self.served)
 
+    @contextlib.asynccontextmanager
+    async def _set(self, name: str) -> AsyncIterator[Pipeline]:
+        """The pipeline of the model set `name` (a catalogued one), held
+        while the block runs. Here every set's stages are deployments of
+        their own; PipelineWithModels loads them on demand."""
+        yield self.pipelines[name]
+
+    def model_states(self) -> dict[str, dict[str, Any]]:
+        """name -> {"state": "loaded" | "loading" | "not loaded" | "failed", "load_s"} per catalogued set."""
+        return {name: {"state": "loaded", "load_s": None} for name in self.served}
+
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
         the document body (pages in order) for a PDF, as JSON whatever
@@ -361,7 +364,8 @@ class OcrPipeline:
         at a time: a page's bitmap goes from here to the detector only, as
         a decoded image does."""
         opts = self._options(options)
-        return (await self.pipelines[opts.model].read_any(image, opts, ctx)).to_dict()
+        async with self._set(opts.model) as pipeline:
+            return (await pipeline.read_any(image, opts, ctx)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
@@ -377,18 +381,19 @@ class OcrPipeline:
             changed.set()
 
         opts = self._options(options)
-        task = asyncio.ensure_future(self.pipelines[opts.model].read_any(image, opts, ctx, progress))
-        try:
-            while not task.done():
-                waiter = asyncio.ensure_future(changed.wait())
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if changed.is_set() and not task.done():
-                    changed.clear()
-                    yield dict(latest)
-            yield {"result": task.result().to_dict()}
-        finally:
-            task.cancel()
+        async with self._set(opts.model) as pipeline:
+            task = asyncio.ensure_future(pipeline.read_any(image, opts, ctx, progress))
+            try:
+                while not task.done():
+                    waiter = asyncio.ensure_future(changed.wait())
+                    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    if changed.is_set() and not task.done():
+                        changed.clear()
+                        yield dict(latest)
+                yield {"result": task.result().to_dict()}
+            finally:
+                task.cancel()
 
     async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
         """stage -> the stats() of its replicas that answered `calls[stage]`
