@@ -100,8 +100,9 @@ def build_app(args: Optional[dict] = None):
         others = {}
         for name in a.models[1:]:
             det, rec, _ = stage_deployments(engines[name], False, f"_{name}")
-            others[name] = (det, rec)
-        pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others)
+            others[name] = (det, rec, engines[name])
+        pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others,
+                                    a.set_loading)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.http.policies.result_cache import model_identity
     from serve_app.core.own_sets import described

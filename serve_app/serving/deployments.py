@@ -3,7 +3,6 @@ typed args, has one `@serve.batch` method taking a list and returning a list
 of the same length, and `reconfigure` for the batch knobs. What a replica
 does besides (predictor placement, warm-up, stats, failure isolation) is in
 serve_app.serving.replica; the OCR steps are in serve_app.flow.pipeline.
-
 Resources, replica counts and max_ongoing_requests are set in the Serve
 config file (deployments.yaml), not here."""
 
@@ -20,7 +19,8 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
-from serve_app.core.engine_config import EngineConfig, for_model
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.own_sets import SetLoading
 from serve_app.serving.crop_scheduler import CropScheduler
 from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
@@ -31,6 +31,7 @@ from serve_app.serving.payloads import sized
 from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
+from serve_app.serving.set_cache import DeploymentSets
 from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
@@ -280,16 +281,33 @@ class OcrPipeline:
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
                  lanes: LaneArgs = LaneArgs(),
-                 others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle]]] = None):
+                 others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle, EngineConfig]]] = None,
+                 loading: SetLoading = SetLoading()):
         """`engine`: the default model set's config; `others`: each further
-        served set's (detector, recogniser) handles, its config
-        for_model(engine, name); the classifier is shared."""
+        catalogued set's (detector, recogniser) handles and config; the
+        classifier is shared. A further set's deployments may be at zero
+        replicas until its first request (serve_app.serving.set_cache.DeploymentSets)."""
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
         sets = {engine.model: (self._stages(detector, classifier, recognizer, rec_args), engine)}
-        for name, (det, rec) in (others or {}).items():
+        self._further = {name: (det, rec) for name, (det, rec, _) in (others or {}).items()}
+        for name, (det, rec, eng) in (others or {}).items():
             self.handles.update({f"det@{name}": det, f"rec@{name}": rec})
-            sets[name] = (self._stages(det, classifier, rec, rec_args), for_model(engine, name))
+            sets[name] = (self._stages(det, classifier, rec, rec_args), eng)
         self._setup(sets, lanes)
+        self.sets = DeploymentSets(self.served, self._start_set, self._running_sets, loading)
+
+    async def _start_set(self, name: str) -> None:  # a call queued at zero replicas: Serve starts one
+        det, rec = self._further[name]
+        await asyncio.gather(det.ready.remote(), rec.ready.remote())
+
+    def _running_sets(self) -> dict[str, bool]:
+        """set -> both its stages have a RUNNING replica (Serve's status; blocking: called on a thread)."""
+        app = serve.status().applications[serve.get_replica_context().app_name].deployments
+        return {name: all(app[h.deployment_name].replica_states.get("RUNNING", 0) > 0 for h in pair if
+                          h.deployment_name in app) for name, pair in self._further.items()}
+
+    def _live(self) -> dict[str, DeploymentHandle]:  # the loaded sets' stages (a call would start the others)
+        return {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
 
     @staticmethod
     def _stages(detector: DeploymentHandle, classifier: Optional[DeploymentHandle], recognizer: DeploymentHandle,
@@ -340,14 +358,15 @@ class OcrPipeline:
 
     @contextlib.asynccontextmanager
     async def _set(self, name: str) -> AsyncIterator[Pipeline]:
-        """The pipeline of the model set `name` (a catalogued one), held
-        while the block runs. Here every set's stages are deployments of
-        their own; PipelineWithModels loads them on demand."""
+        """The pipeline of the model set `name` (a catalogued one), its
+        stages running (waited for, bounded, on its first request), held
+        while the block runs. PipelineWithModels loads sets in its process."""
+        await self.sets.wait_loaded(name)
         yield self.pipelines[name]
 
-    def model_states(self) -> dict[str, dict[str, Any]]:
+    async def model_states(self) -> dict[str, dict[str, Any]]:
         """name -> {"state": "loaded" | "loading" | "not loaded" | "failed", "load_s"} per catalogued set."""
-        return {name: {"state": "loaded", "load_s": None} for name in self.served}
+        return await self.sets.states()
 
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
@@ -411,8 +430,10 @@ class OcrPipeline:
             got = await asyncio.gather(*(one(h, name) for _ in range(max(1, calls.get(name, 1)))))
             return list({s["pid"]: s for s in got if s}.values())
 
-        answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))
-        return dict(zip(self.handles, answers))
+        await self.sets.refresh()
+        live = self._live()
+        answers = await asyncio.gather(*(stage(n, h) for n, h in live.items()))
+        return dict(zip(live, answers))
 
     async def ready(self) -> dict[str, bool]:
         """Whether each stage answers (a replica answers only once warmed)."""
@@ -423,5 +444,7 @@ class OcrPipeline:
             except Exception:
                 return False
 
-        results = await asyncio.gather(*(one(h) for h in self.handles.values()))
-        return dict(zip(self.handles, results))
+        await self.sets.refresh()
+        live = self._live()
+        results = await asyncio.gather(*(one(h) for h in live.values()))
+        return dict(zip(live, results))

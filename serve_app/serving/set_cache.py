@@ -175,3 +175,83 @@ class SetCache:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False)
+
+
+class DeploymentSets:
+    """The per-stage profile's catalogue (deployments.yaml): each further
+    set's detector and recogniser are deployments of their own
+    (TextDetector_{set}, TextRecognizer_{set}) that Serve keeps at zero
+    replicas until a request comes (autoscaling min_replicas 0) and takes
+    back to zero after downscale_delay_s without one: a set's memory is a
+    replica process of its own, all of it returned when that process exits.
+    Serve starts a replica for the first call a handle queues; here the
+    first request for a set makes that call (its stages' `ready`, which a
+    replica answers once warmed) and waits for it up to load_wait_s, then
+    503 (ModelLoading) with the remaining time, as SetCache does; other
+    requests for the set join the same wait. `running()`: set -> whether
+    both its stages have a running replica (Serve's status, read on a
+    thread, at most once a second)."""
+
+    def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, bool]],
+                 loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic):
+        self.catalogue = tuple(catalogue)
+        self.default = self.catalogue[0]
+        self.loading_args = loading
+        self._probe, self._running, self._clock = probe, running, clock
+        self._seen: dict[str, bool] = {}
+        self._seen_at = -1e9
+        self._loads: dict[str, tuple[float, asyncio.Future]] = {}
+        self.load_s: dict[str, float] = {}
+
+    async def refresh(self) -> dict[str, bool]:
+        if self._clock() - self._seen_at >= 1.0:
+            self._seen_at = self._clock()
+            try:
+                self._seen = await asyncio.to_thread(self._running)
+            except Exception as e:  # Serve's status unreadable: nothing is known to be up
+                log.warning("model sets: Serve's status could not be read: %s", e)
+                self._seen = {}
+        return self._seen
+
+    def loaded(self, name: str) -> bool:
+        return name == self.default or bool(self._seen.get(name))
+
+    async def states(self) -> dict[str, dict[str, Any]]:
+        await self.refresh()
+        return {name: {"state": "loaded" if self.loaded(name) else "loading" if name in self._loads else "not loaded",
+                       "load_s": round(self.load_s[name], 2) if name in self.load_s else None}
+                for name in self.catalogue}
+
+    async def wait_loaded(self, name: str) -> None:
+        """Return once `name`'s stages run (at once for the default or a running set); ModelLoading past load_wait_s."""
+        if name == self.default:
+            return
+        await self.refresh()
+        if self.loaded(name) and name not in self._loads:
+            return
+        if name not in self._loads:
+            started = self._clock()
+            future = asyncio.ensure_future(self._probe(name))
+            self._loads[name] = (started, future)
+            future.add_done_callback(lambda f: self._loaded(name, started, f))
+        started, future = self._loads[name]
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.loading_args.load_wait_s)
+        except asyncio.TimeoutError:
+            left = max(1.0, self.load_s.get(name, FIRST_LOAD_GUESS_S) - (self._clock() - started))
+            raise ModelLoading(f"model set {name!r} is starting (its first request, or it was scaled to zero); "
+                               f"retry after {math.ceil(left)} s", retry_after_s=max(1, math.ceil(left))) from None
+        except Exception as e:
+            raise ModelUnavailable(f"model set {name!r} could not be started (the service's log has why); use the "
+                                   f"default set {self.default!r}", retry_after_s=int(self.loading_args.retry_failed_s) or 1
+                                   ) from e
+
+    def _loaded(self, name: str, started: float, future: asyncio.Future) -> None:
+        self._loads.pop(name, None)
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                log.error("model set %s could not be started: %s", name, future.exception())
+            return
+        self.load_s[name] = self._clock() - started
+        self._seen[name] = True
+        log.info("model set %s: its stages answered after %.1f s", name, self.load_s[name])

@@ -21,6 +21,7 @@ from harness.latin import GERMAN_LINE, line_png
 from harness.peer import PEER
 from harness.procfs import pss_mb
 from harness.service import REPO, apply_config, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.retry_after import post_following_retry_after
 from harness.service import replica_pids, wait_shapes_built
 
 LIGHT = REPO / "deployments.light.yaml"
@@ -247,18 +248,6 @@ def test_a_burst_of_40_megapixel_pages_is_given_back_once_the_process_is_idle(li
     assert after < before + 64, (before, peak, after)
 
 
-def read_following_retry_after(url: str, body: dict, limit_s: float = 300) -> tuple[requests.Response, int]:
-    """POST /v1/ocr, following 503 + Retry-After as a client would: the answer and how many 503s came first."""
-    end, retries = time.monotonic() + limit_s, 0
-    while True:
-        r = requests.post(f"{url}/v1/ocr", json=body, timeout=120, headers={"Cache-Control": "no-cache"})
-        if r.status_code != 503 or time.monotonic() > end:
-            return r, retries
-        assert r.json()["error"]["code"] == "model_loading" and int(r.headers["Retry-After"]) >= 1, r.text
-        retries += 1
-        time.sleep(min(int(r.headers["Retry-After"]), 5))
-
-
 def test_the_default_reads_accents_and_spaces_and_further_sets_load_on_their_first_request(light):
     """The catalogue's default (PP-OCRv6 small) is loaded before ready and
     reads a German line exactly, accents and spaces included, with no
@@ -284,20 +273,20 @@ def test_the_default_reads_accents_and_spaces_and_further_sets_load_on_their_fir
     assert " ".join(r["text"] for r in default.json()["results"]) == GERMAN_LINE
     if not on_demand:
         assert set(states().values()) == {"loaded"}
-        v4, _ = read_following_retry_after(url, {"image": image, "options": {"model": "ppocrv4_mobile"}})
+        v4, _ = post_following_retry_after(url, {"image": image, "options": {"model": "ppocrv4_mobile"}})
         assert v4.status_code == 200 and "ß" not in " ".join(r["text"] for r in v4.json()["results"])
     else:
         assert states() == {"ppocrv6_small": "loaded", "ppocrv4_mobile": "not loaded", "ppocrv6_tiny": "not loaded"}
         pid = wait_trimmed()["pid"]
         before = pss_mb(pid)["pss"]
-        v4, waits = read_following_retry_after(url, {"image": image, "options": {"model": "ppocrv4_mobile"}})
+        v4, waits = post_following_retry_after(url, {"image": image, "options": {"model": "ppocrv4_mobile"}})
         assert v4.status_code == 200, v4.text
         assert "ß" not in " ".join(r["text"] for r in v4.json()["results"])  # v4's dictionary has no ß
         assert states() == {"ppocrv6_small": "loaded", "ppocrv4_mobile": "loaded", "ppocrv6_tiny": "not loaded"}
         wait_trimmed()
         with_v4 = pss_mb(pid)["pss"]
         assert with_v4 > before + 100, (before, with_v4)  # v4's predictors, loaded only now
-        tiny, _ = read_following_retry_after(url, {"image": image, "options": {"model": "ppocrv6_tiny"}})
+        tiny, _ = post_following_retry_after(url, {"image": image, "options": {"model": "ppocrv6_tiny"}})
         assert tiny.status_code == 200, tiny.text
         assert "ö" in " ".join(r["text"] for r in tiny.json()["results"])
         assert states() == {"ppocrv6_small": "loaded", "ppocrv4_mobile": "not loaded", "ppocrv6_tiny": "loaded"}

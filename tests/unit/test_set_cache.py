@@ -175,3 +175,40 @@ def test_a_failed_load_is_503_for_retry_failed_s_and_the_default_keeps_serving()
 
     assert asyncio.run(main()) == "models of v4"
     assert c.state("v4") == "loaded"
+
+
+def test_per_stage_sets_start_on_their_first_request_and_503_past_load_wait():
+    """DeploymentSets (deployments.yaml: a further set's stages scaled from zero by Serve): the
+    first request starts them (a call Serve must start a replica for) and waits up to load_wait_s;
+    later requests join that start; once it answered, the set is loaded; the default never waits."""
+    from serve_app.serving.set_cache import DeploymentSets
+
+    clock = Clock()
+    up: dict[str, bool] = {}
+    started: list[str] = []
+
+    async def main():
+        answered = asyncio.Event()
+
+        async def probe(name: str) -> None:
+            started.append(name)
+            await answered.wait()
+
+        sets = DeploymentSets(CATALOGUE, probe, lambda: dict(up), SetLoading(load_wait_s=0), clock=clock)
+        await sets.wait_loaded("small")  # the default: at once, nothing started
+        assert (await sets.states())["v4"]["state"] == "not loaded" and started == []
+        with pytest.raises(ModelLoading) as e:
+            await sets.wait_loaded("v4")
+        assert e.value.retry_after_s == 20 and "is starting" in e.value.message
+        assert (await sets.states())["v4"]["state"] == "loading"
+        clock.t += 12
+        with pytest.raises(ModelLoading) as e:
+            await sets.wait_loaded("v4")
+        assert e.value.retry_after_s == 8 and started == ["v4"]  # joined, not started twice
+        answered.set()
+        await asyncio.sleep(0.01)
+        await sets.wait_loaded("v4")  # answered: loaded, no wait
+        assert (await sets.states())["v4"] == {"state": "loaded", "load_s": 12.0}
+        assert (await sets.states())["tiny"]["state"] == "not loaded"
+
+    asyncio.run(main())
