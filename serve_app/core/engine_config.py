@@ -320,13 +320,6 @@ class EngineConfig(_Strict):
             raise ValueError(f"unknown model set {self.model!r}; known sets: {', '.join(SETS)}")
         return self
 
-    @property
-    def own_set(self) -> bool:
-        """A user's own set (not a built-in one)."""
-        from serve_app.core.model_sets import SETS
-
-        return self.model not in SETS
-
 
 def _own_set(data: Any) -> bool:
     return all(data.get(k) for k in ("det_model", "rec_model", "rec_dict"))
@@ -368,9 +361,11 @@ def _same(a: Any, b: Any) -> bool:
 def reference_config(**overrides) -> EngineConfig:
     """RapidOCR 1.4.x's defaults (the peer reference): detector short side
     scaled up to 736, no EXIF handling."""
+    from serve_app.core.model_sets import CARRIER_MODEL
+
     predictor = overrides.pop("predictor", PredictorOptions())
     base = EngineConfig(
-        model="ppocrv4_mobile",  # RapidOCR 1.4's models
+        model=CARRIER_MODEL,  # RapidOCR 1.4's models
         # The reference ran in fp32.
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),

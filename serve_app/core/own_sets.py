@@ -155,6 +155,11 @@ class SetLoading(BaseModel):
         description="seconds a request for a set that is not loaded waits for its load (started by that request, "
         "one load at a time per replica); a load that takes longer answers 503 with a Retry-After of the "
         "load's expected remaining time, and the load goes on for the retry.")
+    min_resident_s: float = Field(
+        120.0, ge=0,
+        description="seconds a loaded set is held at least before it may be unloaded for another: a client "
+        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica (each "
+        "is seconds of CPU the other requests share), and gets 503 with Retry-After meanwhile.")
     retry_failed_s: float = Field(
         60.0, ge=0,
         description="seconds after a failed load (the reason in the replica's log) before a request may try "

@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Optional
 
 from serve_app.core.errors import ModelError
+from serve_app.core.model_sets import CARRIER_MODEL
 
 MANIFEST_PATH = Path(__file__).resolve().parents[2] / "models" / "manifest.json"
 # The set whose files come inside the carrier wheel (the manifest's "stages");
 # the service's default set is another (serve_app.core.model_sets.DEFAULT_MODEL).
-DEFAULT_SET = "ppocrv4_mobile"
+DEFAULT_SET = CARRIER_MODEL
 # What a verified conversion writes beside its files (serve_app/tools/convert_models.py).
 CONVERSION_RECORD = "conversion.json"
 _REMAKE = "run `make models` (part of `make install`) to convert and check it again"

@@ -52,6 +52,7 @@ class SetCache:
         self.loaded: OrderedDict[str, Any] = OrderedDict()  # least recently used first
         self.in_use: Counter = Counter()
         self.load_s: dict[str, float] = {}  # the last load's seconds, per set
+        self.loaded_at: dict[str, float] = {}
         self.failed: dict[str, tuple[str, float]] = {}  # reason, when
         self._load: Optional[tuple[str, float, asyncio.Future]] = None  # set, started, its future
         self.loads = self.unloads = 0
@@ -59,6 +60,7 @@ class SetCache:
     def add(self, name: str, obj: Any, load_s: Optional[float] = None) -> None:
         """A set built by the caller (the default, before ready)."""
         self.loaded[name] = obj
+        self.loaded_at[name] = self._clock()
         if load_s is not None:
             self.load_s[name] = load_s
 
@@ -136,10 +138,20 @@ class SetCache:
         now, so no request takes them meanwhile), least recently used
         first; ModelLoading when every candidate is in use."""
         over = len(self.loaded) + 1 - self.loading_args.max_loaded
+        if over <= 0:
+            return []
         idle = [n for n in self.loaded if n != self.default and not self.in_use[n]]
         if over > len(idle):
             raise ModelLoading(f"{len(self.loaded)} model sets are loaded (set_loading.max_loaded "
                                f"{self.loading_args.max_loaded}) and in use; retry shortly", retry_after_s=5)
+        # Churn bound: a set is held min_resident_s before another may take its place.
+        young = [self.loading_args.min_resident_s - (self._clock() - self.loaded_at.get(n, -1e9)) for n in idle]
+        idle = [n for n, left in zip(idle, young) if left <= 0]
+        if over > len(idle):
+            wait = math.ceil(min(left for left in young if left > 0))
+            raise ModelLoading(f"{len(self.loaded)} model sets are loaded (set_loading.max_loaded "
+                               f"{self.loading_args.max_loaded}), each held at least {self.loading_args.min_resident_s:g} "
+                               f"s after its load; retry after {wait} s", retry_after_s=max(1, wait))
         victims = idle[:max(0, over)]
         return [(n, self.loaded.pop(n)) for n in victims]
 
@@ -169,6 +181,7 @@ class SetCache:
             return
         self.failed.pop(name, None)
         self.loaded[name] = future.result()
+        self.loaded_at[name] = self._clock()
         self.load_s[name] = self._clock() - started
         self.loads += 1
         log.info("model set %s: loaded in %.1f s", name, self.load_s[name])

@@ -61,6 +61,8 @@ def light(request):
         assert config["applications"][0]["args"]["recognizer"]["with_pipeline"] is True
         if request.param == "pipeline apart":
             config = pipeline_apart(config)
+        else:  # a set is held 20 s (not 120) before another may take its place: the churn bound, shorter
+            config["applications"][0]["args"]["set_loading"] = {"min_resident_s": 20}
         url = deploy_config(config, free_port())
         yield url, config
     finally:
@@ -286,6 +288,13 @@ def test_the_default_reads_accents_and_spaces_and_further_sets_load_on_their_fir
         wait_trimmed()
         with_v4 = pss_mb(pid)["pss"]
         assert with_v4 > before + 100, (before, with_v4)  # v4's predictors, loaded only now
+        # Asked for right after v4's load, tiny waits for v4's residency (the churn bound): 503 with the
+        # time left; followed, it is read.
+        early = requests.post(f"{url}/v1/ocr", json={"image": image, "options": {"model": "ppocrv6_tiny"}},
+                              timeout=60, headers={"Cache-Control": "no-cache"})
+        if early.status_code == 503:
+            assert "held at least 20 s" in early.json()["error"]["message"], early.text
+            assert 1 <= int(early.headers["Retry-After"]) <= 20
         tiny, _ = post_following_retry_after(url, {"image": image, "options": {"model": "ppocrv6_tiny"}})
         assert tiny.status_code == 200, tiny.text
         assert "ö" in " ".join(r["text"] for r in tiny.json()["results"])

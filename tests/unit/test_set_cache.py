@@ -133,7 +133,7 @@ def test_max_loaded_unloads_the_least_recently_used_idle_set_never_the_default_n
     b, clock = Builds(), Clock()
     for name in CATALOGUE:
         b.gate(name).set()
-    c = cache(b, clock, load_wait_s=10, max_loaded=2)
+    c = cache(b, clock, load_wait_s=10, max_loaded=2, min_resident_s=0)
 
     async def main():
         assert await read(c, "v4") == "models of v4"
@@ -212,3 +212,26 @@ def test_per_stage_sets_start_on_their_first_request_and_503_past_load_wait():
         assert (await sets.states())["tiny"]["state"] == "not loaded"
 
     asyncio.run(main())
+
+
+def test_a_client_naming_the_sets_in_turn_makes_at_most_one_load_per_min_resident_s():
+    """The hostile case: v4, tiny, v4, tiny ... each request a load (seconds of CPU every other request
+    shares). A loaded set is held min_resident_s before another may take its place: meanwhile 503 with
+    the time left, and nothing is unloaded or loaded."""
+    b, clock = Builds(), Clock()
+    for name in CATALOGUE:
+        b.gate(name).set()
+    c = cache(b, clock, load_wait_s=10, max_loaded=2, min_resident_s=120)
+
+    async def main():
+        assert await read(c, "v4") == "models of v4"
+        clock.t += 30
+        with pytest.raises(ModelLoading) as e:
+            await read(c, "tiny")
+        assert e.value.retry_after_s == 90 and "held at least 120 s" in e.value.message
+        assert await read(c, "v4") == "models of v4"  # the loaded one serves meanwhile
+        clock.t += 90
+        assert await read(c, "tiny") == "models of tiny"
+
+    asyncio.run(main())
+    assert b.built == ["v4", "tiny"] and b.closed == ["models of v4"]
