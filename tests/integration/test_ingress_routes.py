@@ -65,7 +65,7 @@ def test_the_handle_api_raises_the_domain_error_behind_a_ray_error(app):
         asyncio.run(front.ocr(b"wrapped-bad"))
     with pytest.raises(Overloaded):
         asyncio.run(front.ocr(b"backpressure"))
-    assert [c[1] for c in Fake.calls] == [OcrOptions(priority="interactive", model="ppocrv4_mobile")] * 2
+    assert [c[1] for c in Fake.calls] == [OcrOptions(priority="interactive", model="ppocrv6_small")] * 2
 
 
 def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_classifier_included():

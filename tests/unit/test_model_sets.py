@@ -21,7 +21,7 @@ def test_the_default_set_is_v6_small_and_v4_keeps_its_own_values():
     base = EngineConfig()
     assert base.model == DEFAULT_MODEL == "ppocrv6_small"
     assert for_model(base, DEFAULT_MODEL) is base
-    assert (base.det.thresh, base.det.box_thresh, base.det.unclip_ratio) == (0.2, 0.45, 1.4)
+    assert (base.det.thresh, base.det.box_thresh, base.det.unclip_ratio) == (0.2, 0.3, 1.4)
     assert base.predictor.enable_memory_optim is False  # the converted files cannot take the pass
     # v4's detector values as they were before sets existed (RapidOCR 1.4's), none of small's carried over
     v4 = for_model(base, "ppocrv4_mobile")
@@ -32,7 +32,7 @@ def test_the_default_set_is_v6_small_and_v4_keeps_its_own_values():
     assert for_model(v4, DEFAULT_MODEL).det == base.det
 
 
-@pytest.mark.parametrize("name,box_thresh", [("ppocrv6_small", 0.45), ("ppocrv6_tiny", 0.4)])
+@pytest.mark.parametrize("name,box_thresh", [("ppocrv6_small", 0.3), ("ppocrv6_tiny", 0.4)])
 def test_v6_sets_take_their_inference_yml_values(name, box_thresh):
     det = for_model(EngineConfig(), name).det
     assert (det.thresh, det.box_thresh, det.unclip_ratio, det.max_candidates) == (0.2, box_thresh, 1.4, 3000)
@@ -54,7 +54,7 @@ def test_values_the_config_names_win_over_the_sets():
     assert for_model(for_model(EngineConfig(), "ppocrv6_small"), "ppocrv6_tiny").det.box_thresh == 0.4
     # the reference mode keeps its sizing (736, "min") under any set
     ref = for_model(reference_config(), "ppocrv6_small")
-    assert (ref.det.limit_type, ref.det.limit_side_len, ref.det.box_thresh) == ("min", 736, 0.45)
+    assert (ref.det.limit_type, ref.det.limit_side_len, ref.det.box_thresh) == ("min", 736, 0.3)
 
 
 def test_unknown_sets_are_refused_with_the_known_ones():
@@ -69,7 +69,7 @@ def test_an_application_names_its_served_sets():
     engines = a.engines()
     assert list(engines) == ["ppocrv4_mobile", "ppocrv6_small"]
     assert engines["ppocrv4_mobile"] is a.engine
-    assert engines["ppocrv6_small"].det.box_thresh == 0.45
+    assert engines["ppocrv6_small"].det.box_thresh == 0.3
     assert AppArgs().models == ["ppocrv6_small"]
     for bad, says in (([], "at least one"), (["nope"], "unknown model set"), (["ppocrv6_tiny"] * 2, "twice")):
         with pytest.raises(ValueError, match=says):
