@@ -31,6 +31,8 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "precision": "load_tests.precision_agreement",
         "tiers": "load_tests.tiers",
         "tiers-speed": "load_tests.tiers_speed",
+        "tiers-breakdown": "load_tests.tiers_breakdown",
+        "tiers-ops": "load_tests.tiers_ops",
     }),
     "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
         "budget": "load_tests.hops",

@@ -35,7 +35,12 @@ max_side_limit 4000) is written for its default PP-OCRv5 mobile detector
 and overrides whatever model it is given; the v6 models' own values are
 the ones used here. The service sizes every set's detector input by the
 closed ladder (engine.det.limit_type "ladder", memory bounded by
-construction), not by 736 "min".
+construction), not by 736 "min". The ladder's `min_side` (how far a flat
+image's short side is scaled up before its rung is chosen; 256, tuned on
+v4) is measured per set, not read: 160 for small and 128 for tiny read the
+eval sets as 256 does or better (exact lines and CER of `python -m
+load_tests engine tiers --sample 40`) with 2.4-2.9x fewer detector pixels
+on single-line images (docs/performance.md).
 
 The direction classifier: every set uses v4's `ch_ppocr_mobile_v2.0_cls`
 on the line crops. PaddleOCR 3.x pairs v5/v6 with PP-LCNet_x0_25_textline_ori,
@@ -152,7 +157,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         # 0.45: two dense pages stacked (text ~8 px) read 14 lines at 0.45, 439 at 0.3, with the eval sets
         # the same or better at 0.3 (40 of each: latin 38/40, english 40/40, chinese 54/54, tiny 31/40 both;
         # peer labels 97 -> 98 exact, CER 0.082 -> 0.079; a throwaway run of harness.eval_sets, 2026-12-05).
-        det_options={**_V6_DET, "box_thresh": 0.3}, trt_shapes=_V6_TRT,
+        det_options={**_V6_DET, "box_thresh": 0.3, "min_side": 160}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
     ModelSet(
@@ -160,7 +165,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         det="PP-OCRv6_tiny_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_tiny_rec",
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
         cost=Cost(5.96, 0.37, 0.7),
-        det_options={**_V6_DET, "box_thresh": 0.4}, trt_shapes=_V6_TRT,
+        det_options={**_V6_DET, "box_thresh": 0.4, "min_side": 128}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
 )}

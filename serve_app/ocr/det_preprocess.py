@@ -120,8 +120,15 @@ def det_preprocess(img: np.ndarray, opts: DetOptions) -> tuple[np.ndarray, tuple
         resized = pad_image(resized, ih, iw, opts.pad)
     mean = np.asarray(opts.mean, dtype=np.float32) * 255.0
     inv_std = 1.0 / (np.asarray(opts.std, dtype=np.float32) * 255.0)
-    x = (resized.astype(np.float32) - mean) * inv_std
-    return np.ascontiguousarray(x.transpose(2, 0, 1)), (rh, rw)
+    # (x - mean) * inv_std in float32, channel by channel straight into the
+    # planar output: the same numbers as normalising the HxWx3 image and then
+    # transposing it, without its three full-size temporaries (4-7x faster at
+    # 960x1280: `python -m load_tests engine tiers-breakdown`, "det preprocess").
+    out = np.empty((3, ih, iw), np.float32)
+    for c, channel in enumerate(cv2.split(resized)):
+        np.subtract(channel, mean[c], out=out[c], dtype=np.float32)
+        out[c] *= inv_std[c]
+    return out, (rh, rw)
 
 
 def pad_image(img: np.ndarray, h: int, w: int, mode: str) -> np.ndarray:

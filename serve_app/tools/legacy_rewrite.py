@@ -52,8 +52,10 @@ def rewrite_gelu(code: str) -> tuple[str, int]:
 
 def rewrite_legacy(code: str) -> tuple[str, dict]:
     """x2paddle's code for the legacy export (OpenVINO's frontend reads
-    nearest_interp_v2 and reduce_mean as they are: only the GELU changes).
-    Its unused import of x2paddle goes, so that the export env needs only paddle."""
+    nearest_interp_v2 and reduce_mean as they are): the ops OpenVINO's
+    frontend lacks or the trace refuses, and the detectors' last layer
+    (`_last_deconv_as_conv`: for speed). Its unused import of x2paddle goes,
+    so that the export env needs only paddle."""
     code = re.sub(r"^from x2paddle\.[^\n]*\n", "", code, flags=re.M)
     code, gelus = rewrite_gelu(code)
     if "paddle.erf" in code:
@@ -61,7 +63,9 @@ def rewrite_legacy(code: str) -> tuple[str, dict]:
     # OpenVINO's Paddle frontend reads `slice`, not `strided_slice`: with stride 1 they are one op.
     code, slices = _STRIDED.subn(r"paddle.slice(\1, axes=\2, starts=\3, ends=\4)", code)
     code, flattens = _flatten_reshapes(code)
-    return code, {"erf_gelu_to_gelu": gelus, "strided_slice_to_slice": slices, "shape_reshape_to_flatten": flattens}
+    code, heads = _last_deconv_as_conv(code)
+    return code, {"erf_gelu_to_gelu": gelus, "strided_slice_to_slice": slices, "shape_reshape_to_flatten": flattens,
+                  "last_deconv_to_conv_shuffle": heads}
 
 
 _STRIDED = re.compile(r"paddle\.strided_slice\(x=(\w+), axes=(\[[^\]]*\]), starts=(\[[^\]]*\]), "
@@ -89,3 +93,46 @@ def _flatten_reshapes(code: str) -> tuple[str, int]:
         return f"paddle.flatten({a}, start_axis=2)"
 
     return _RESHAPE_BY_TENSOR.sub(one, code), n
+
+
+_LAST_DECONV = re.compile(
+    r"^(\s*)(\w+) = self\.(\w+)\((\w+)\)\n\s*(\w+) = paddle\.add\(x=\2, y=(\w+)\)\n"
+    r"\s*(\w+) = self\.(sigmoid\d+)\(\5\)\n(\s*)return \7$", re.M)
+
+
+def _last_deconv_as_conv(code: str) -> tuple[str, int]:
+    """The DB head's last layer, a 2x2 stride-2 transposed convolution to
+    one channel (its taps never overlap) plus a bias and a sigmoid, as a 1x1
+    convolution to 4 channels (bias and sigmoid taken into it) whose 4
+    channels are then laid out as each pixel's 2x2 block: the same numbers.
+    Why: Paddle compiles the program with dynamic shapes, and OpenVINO then
+    runs the sigmoid on the one-channel, channels-last map as a loop per
+    pixel (13 ms at 960x960 where a static shape takes 0.5), and the
+    transposed convolutions in fp32 under bf16; after the rewrite the
+    sigmoid is part of the convolution and the first transposed
+    convolution runs in bf16 (`python -m load_tests engine tiers-ops`;
+    docs/performance.md). The weight is rearranged in the program ([Ci, 1,
+    2, 2] -> [4, Ci, 1, 1], which OpenVINO folds to a constant); the check
+    against onnxruntime (conversion_check.verify) proves the rewrite."""
+    n = 0
+
+    def one(m: re.Match) -> str:
+        nonlocal n
+        ind, out, layer, x, added, bias, y, sig, rind = m.groups()
+        decl = re.search(rf"self\.{layer} = paddle\.nn\.Conv2DTranspose\(in_channels=(\d+), out_channels=1, "
+                         r"kernel_size=\[2, 2\], stride=2, bias_attr=False\)", code)
+        if not decl:
+            return m.group(0)
+        ci = int(decl.group(1))
+        n += 1
+        return (f"{ind}{out}_w = paddle.reshape(paddle.transpose(self.{layer}.weight, perm=[1, 2, 3, 0]), "
+                f"shape=[4, {ci}, 1, 1])\n"
+                f"{ind}{out}_b = paddle.tile(paddle.reshape({bias}, shape=[1]), repeat_times=[4])\n"
+                f"{ind}{y}_c = self.{sig}(paddle.nn.functional.conv2d({x}, {out}_w, bias={out}_b))\n"
+                f"{ind}{y}_t = paddle.transpose(paddle.reshape(paddle.transpose({y}_c, perm=[0, 2, 3, 1]), "
+                f"shape=[0, 0, 0, 2, 2]), perm=[0, 1, 3, 2, 4])\n"
+                f"{ind}{y} = paddle.unsqueeze(paddle.flatten(paddle.flatten({y}_t, start_axis=3, stop_axis=4), "
+                f"start_axis=1, stop_axis=2), axis=[1])\n"
+                f"{rind}return {y}")
+
+    return _LAST_DECONV.sub(one, code), n

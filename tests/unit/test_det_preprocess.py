@@ -3,12 +3,13 @@ back, the detector's input size and batch padding."""
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 
-from serve_app.core.engine_config import DetOptions, PipelineOptions
+from serve_app.core.engine_config import DetOptions, EngineConfig, PipelineOptions, for_model
 from serve_app.ocr.det_preprocess import (
-    Geometry, boxes_to_original, det_input_shapes, det_input_size, det_layout, det_preprocess, prepare_image,
+    Geometry, boxes_to_original, det_input_shapes, det_input_size, det_layout, det_preprocess, pad_image, prepare_image,
 )
 
 
@@ -207,3 +208,33 @@ def test_thin_images_stay_small_in_the_pipeline():
         assert max(work.shape[:2]) <= 2016 and work.nbytes < 13_000_000, (h, w, work.shape)
         (_, _), (ih, iw) = det_layout(*work.shape[:2], LADDER)
         assert max(ih, iw) <= 1280
+
+
+@pytest.mark.parametrize("mean, std", [((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)), ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+def test_the_input_is_the_normalised_image_channel_first(mean, std):
+    # (x - mean) * inv_std in float32, as normalising the HxWx3 image and transposing it: the same numbers.
+    img = np.random.default_rng(1).integers(0, 256, size=(700, 1000, 3), dtype=np.uint8)
+    opts = DetOptions(mean=mean, std=std)
+    x, (vh, vw) = det_preprocess(img, opts)
+    (rh, rw), (ih, iw) = det_layout(700, 1000, opts)
+    padded = pad_image(cv2.resize(img, (rw, rh)), ih, iw, opts.pad)
+    m = np.asarray(mean, np.float32) * 255.0
+    inv = 1.0 / (np.asarray(std, np.float32) * 255.0)
+    want = ((padded.astype(np.float32) - m) * inv).transpose(2, 0, 1)
+    assert x.dtype == np.float32 and x.flags["C_CONTIGUOUS"] and (vh, vw) == (rh, rw)
+    np.testing.assert_array_equal(x, want)
+
+
+@pytest.mark.parametrize("hw, v4, small, tiny", [
+    ((36, 300), (320, 1280), (256, 960), (160, 640)),  # a text line: v4 scales it up to the last rung
+    ((40, 600), (320, 1280), (160, 640), (160, 640)),
+    ((720, 1280), (960, 1280), (960, 1280), (960, 1280)),  # a photo: the same input for every set
+])
+def test_v6_sets_scale_a_line_up_less_than_v4_within_the_same_closed_shapes(hw, v4, small, tiny):
+    base = EngineConfig()
+    img = np.zeros((*hw, 3), np.uint8)
+    for name, want in (("ppocrv4_mobile", v4), ("ppocrv6_small", small), ("ppocrv6_tiny", tiny)):
+        cfg = for_model(base, name)
+        work, _ = prepare_image(img, cfg.pipeline)
+        assert det_layout(*work.shape[:2], cfg.det)[1] == want, name
+        assert det_input_shapes(cfg.det) == det_input_shapes(base.det)  # nothing new to warm

@@ -168,7 +168,8 @@ from x2paddle.op_mapper.onnx2paddle import onnx_custom_layer as x2paddle_nn
 
 def test_the_legacy_rewrite_makes_each_erf_gelu_one_gelu():
     code, counts = rewrite_legacy(X2PADDLE_GELU)
-    assert counts == {"erf_gelu_to_gelu": 2, "strided_slice_to_slice": 0, "shape_reshape_to_flatten": 0}
+    assert counts == {"erf_gelu_to_gelu": 2, "strided_slice_to_slice": 0, "shape_reshape_to_flatten": 0,
+                      "last_deconv_to_conv_shuffle": 0}
     assert "        x2paddle_gelu_0 = paddle.nn.functional.gelu(x2paddle_conv_7)" in code.splitlines()
     assert "        x2paddle_gelu_1 = paddle.nn.functional.gelu(x2paddle_conv_9)" in code.splitlines()
     assert "erf" not in code and "divide" not in code and "x2paddle_Mul_3" not in code
@@ -198,9 +199,11 @@ X2PADDLE_ATTENTION = """\
 
 def test_the_legacy_rewrite_gives_the_trace_a_known_shape_and_openvino_a_slice():
     code, counts = rewrite_legacy(X2PADDLE_ATTENTION)
-    assert counts == {"erf_gelu_to_gelu": 0, "strided_slice_to_slice": 1, "shape_reshape_to_flatten": 1}
+    assert counts == {"erf_gelu_to_gelu": 0, "strided_slice_to_slice": 1, "shape_reshape_to_flatten": 1,
+                      "last_deconv_to_conv_shuffle": 0}
     assert "x2paddle_flatten_0 = paddle.flatten(x2paddle_add_65_0, start_axis=2)" in code
     # The shape is not x2paddle_add_66_0's: left as it is.
     assert "x2paddle_other = paddle.reshape(x=x2paddle_add_66_0, shape=x2paddle_Concat_3)" in code
     assert "x2paddle_Slice_5 = paddle.slice(x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[1])" in code
     assert "strided_slice(x=x2paddle_transpose_1_0, axes=[0], starts=[0], ends=[4], strides=[2])" in code  # stride 2 kept
+
