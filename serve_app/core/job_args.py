@@ -26,7 +26,9 @@ class JobArgs(_Args):
                                 "one client's finished results may hold (client: the bearer token, else the "
                                 "address). Before its TTL a result is dropped only when its client is over its "
                                 "share, or when the store is over its bounds with every client within its share "
-                                "(then the biggest holder's oldest)")
+                                "(then the biggest holder's oldest). Also the part of capacity and of max_queued_bytes one client's "
+                                "unfinished jobs may hold while another client has jobs in the book; a client alone "
+                                "may fill it but one share, kept for the next client")
     max_result_bytes: int = Field(32 * 1024 * 1024, ge=1, description="one job's result (JSON bytes): a job "
                                   "whose result is bigger fails with `result_too_large` (split the document)")
     backend: Literal["sqlite", "redis"] = Field(

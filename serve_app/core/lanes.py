@@ -162,13 +162,19 @@ class PriorityGate:
                 self.leave(weight, lane)
 
 
+_NOBODY = object()
+
+
 class LaneQueue:
     """An unbounded queue of two lanes: `get()` returns the oldest
     interactive item, unless no interactive item is queued or the oldest
     bulk item has waited `max_wait_s` (then that one). `lanes=False`: one
     FIFO. Within a lane, items put with an `owner` (a client) are served
     in turn by owner, each owner's in order: one owner's thousand items
-    wait behind one of every other owner's, not the other way round."""
+    wait behind one of every other owner's, not the other way round. An
+    owner that arrives (or comes back) takes its turn before the owner
+    served last: a newcomer's item is the next one served once the items
+    already taken are done, not one more of a backlog's."""
 
     def __init__(self, max_wait_s: float, lanes: bool = True, metrics: Any = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -179,6 +185,7 @@ class LaneQueue:
         # lane -> owner -> its items (oldest first); owners in the order they are next served
         self._q: dict[str, "OrderedDict[Any, deque]"] = {lane: OrderedDict() for lane in LANES}
         self._n: dict[str, int] = {lane: 0 for lane in LANES}
+        self._last: dict[str, Any] = {}  # lane -> the owner served last (the back of its turn)
         self._ready = asyncio.Semaphore(0)
         self._seq = itertools.count()
         self.promoted = 0
@@ -191,7 +198,12 @@ class LaneQueue:
 
     def put_nowait(self, item: Any, lane: str = BULK, owner: Any = None) -> None:
         lane = lane if self.lanes and lane in LANES else INTERACTIVE
-        self._q[lane].setdefault(owner, deque()).append((self.clock(), next(self._seq), item))
+        owners = self._q[lane]
+        new = owner not in owners
+        owners.setdefault(owner, deque()).append((self.clock(), next(self._seq), item))
+        last = self._last.get(lane, _NOBODY)
+        if new and last is not _NOBODY and last in owners and last != owner:
+            owners.move_to_end(last)  # the newcomer goes ahead of the owner just served
         self._n[lane] += 1
         self._ready.release()
         self._report()
@@ -205,6 +217,7 @@ class LaneQueue:
         owners = self._q[lane]
         owner, q = next(iter(owners.items()))
         item = q.popleft()
+        self._last[lane] = owner
         if q:
             owners.move_to_end(owner)
         else:

@@ -10,8 +10,10 @@ What a careless or hostile client can cost is bounded here:
   max_finished_bytes of them, counted as stored, a share of each per client:
   serve_app.jobs.results) besides their time to live, so junk that fails at
   once never locks the store and one client cannot evict another's results;
-- one client holds at most its share of capacity and queued bytes (503,
-  serve_app.jobs.shares); the workers take jobs client by client in turn;
+- one client holds at most its share of capacity and queued bytes once
+  another client has jobs here, all but one share while alone (503,
+  serve_app.jobs.shares); the workers take jobs client by client in turn,
+  a newcomer before the client served last;
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused

@@ -35,6 +35,7 @@ from typing import Any, Optional
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
 from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
 from serve_app.jobs.journal import decode_image, encode_image
+from serve_app.jobs.shares import client_limits, over_share_message
 from serve_app.jobs.state import Job, JobStatus
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import OcrOptions, parse_options
@@ -147,9 +148,8 @@ class RedisJobBook(JobBook):
             call = asyncio.ensure_future(self._submit(args=[
                 self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
                 repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob,
-                max(1, int(self.args.capacity * self.args.client_share)),
-                max(1, int(self.args.max_queued_bytes * self.args.client_share)),
-                self.args.max_finished, self.args.max_finished_bytes]))
+                *client_limits(self.args, alone=False), self.args.max_finished, self.args.max_finished_bytes,
+                *client_limits(self.args, alone=True)]))
             try:
                 answer, other = await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -171,10 +171,8 @@ class RedisJobBook(JobBook):
             raise Overloaded(f"the job store holds {int(other)} bytes of queued images; retry later",
                              retry_after_s=self._retry_after())
         if answer == "mine":
-            mine, held = (int(x) for x in other.decode().split())
-            raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
-                             f"(jobs.client_share {self.args.client_share:g} of capacity and of max_queued_bytes) "
-                             f"while the store serves everyone; retry once some have finished",
+            mine, held, alone = (int(x) for x in other.decode().split())
+            raise Overloaded(over_share_message(self.args, mine, held, bool(alone)),
                              retry_after_s=self._retry_after(mine))
         if answer == "results":
             oldest = float(other)

@@ -62,11 +62,13 @@ local function evict(P, now, ttl, client, max_count, max_bytes, share_count, sha
 end
 
 -- a queued job in its lane's queue and its client's (the workers take the
--- clients of a lane in turn: qc:<lane> scores each client by its last turn)
+-- clients of a lane in turn: qc:<lane> scores each client by its last turn;
+-- a newcomer's is just before the last turn given)
 local function enqueue(P, lane, client, created, id)
   redis.call('ZADD', P..'q:'..lane, created, id)
   redis.call('ZADD', P..'q:'..lane..':c:'..client, created, id)
-  redis.call('ZADD', P..'qc:'..lane, 'NX', tonumber(redis.call('GET', P..'turn') or '0'), client)
+  -- a client that arrives (or comes back) goes ahead of the one served last (its score is the last turn)
+  redis.call('ZADD', P..'qc:'..lane, 'NX', tonumber(redis.call('GET', P..'turn') or '0') - 0.5, client)
 end
 
 local function dequeue(P, lane, client, id)
@@ -78,7 +80,7 @@ end
 """
 
 # ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
-#       client_jobs client_bytes max_count max_fbytes
+#       client_jobs client_bytes max_count max_fbytes alone_jobs alone_bytes
 _SUBMIT = _FORGET + """
 local P, id, key = ARGV[1], ARGV[2], ARGV[3]
 if key ~= '' then
@@ -92,8 +94,12 @@ if unfinished >= tonumber(ARGV[4]) then return {'full', tostring(unfinished)} en
 if held + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {'bytes', tostring(held)} end
 local mine = tonumber(redis.call('HGET', P..'ucount', client) or '0')
 local mine_bytes = tonumber(redis.call('HGET', P..'ubytes', client) or '0')
-if mine >= tonumber(ARGV[14]) or mine_bytes + tonumber(ARGV[6]) > tonumber(ARGV[15]) then
-  return {'mine', tostring(mine)..' '..tostring(mine_bytes)}
+-- alone in the book (no other client holds an unfinished job): all of it but one share (ARGV 18, 19)
+local alone = redis.call('HLEN', P..'ucount') - redis.call('HEXISTS', P..'ucount', client) == 0
+local max_jobs, max_held = tonumber(ARGV[14]), tonumber(ARGV[15])
+if alone then max_jobs, max_held = tonumber(ARGV[18]), tonumber(ARGV[19]) end
+if mine >= max_jobs or mine_bytes + tonumber(ARGV[6]) > max_held then
+  return {'mine', tostring(mine)..' '..tostring(mine_bytes)..' '..(alone and '1' or '0')}
 end
 if tonumber(redis.call('HGET', P..'ccount', client) or '0') == 0 then
   local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')

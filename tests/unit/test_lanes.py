@@ -249,3 +249,19 @@ def test_a_waiter_cancelled_in_the_same_turn_as_a_release_does_not_leak_the_plac
         assert await asyncio.wait_for(gate.enter(BULK), 1)  # the place is free again
 
     asyncio.run(run())
+
+
+def test_lane_queue_serves_a_newcomer_before_the_backlog_it_arrives_behind():
+    """One owner's backlog is being served; another owner arrives: its item
+    is the very next one taken (not one more of the backlog's first), then
+    the two alternate."""
+    async def go():
+        q = LaneQueue(max_wait_s=60.0)
+        for k in range(5):
+            q.put_nowait(f"a{k}", BULK, owner="A")
+        assert await q.get() == "a0"  # taken by the one worker: A was served last
+        q.put_nowait("b0", BULK, owner="B")
+        q.put_nowait("b1", BULK, owner="B")
+        q.put_nowait("c0", BULK, owner="C")
+        return [await q.get() for _ in range(7)]
+    assert asyncio.run(go()) == ["b0", "c0", "a1", "b1", "a2", "a3", "a4"]
