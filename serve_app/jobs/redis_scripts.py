@@ -30,6 +30,10 @@ local function forget(P, id)
   end
   if key and key ~= '' and redis.call('GET', P..'key:'..key) == id then redis.call('DEL', P..'key:'..key) end
   redis.call('DEL', j)
+  if not redis.call('ZSCORE', P..'cbq', id) then  -- its delivery, unless one is still to be sent
+    redis.call('DEL', P..'cb:'..id)
+    redis.call('SREM', P..'cbopen', id)
+  end
 end
 
 local function over(P, c, share_count, share_bytes)
@@ -80,7 +84,7 @@ end
 """
 
 # ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
-#       client_jobs client_bytes max_count max_fbytes alone_jobs alone_bytes
+#       client_jobs client_bytes max_count max_fbytes alone_jobs alone_bytes callback max_pending
 _SUBMIT = _FORGET + """
 local P, id, key = ARGV[1], ARGV[2], ARGV[3]
 if key ~= '' then
@@ -108,6 +112,12 @@ if tonumber(redis.call('HGET', P..'ccount', client) or '0') == 0 then
     local oldest = redis.call('ZRANGE', P..'fin', 0, 0, 'WITHSCORES')
     return {'results', oldest[2] or '0'}
   end
+end
+if ARGV[20] ~= '' then
+  local open = redis.call('SCARD', P..'cbopen')
+  if open >= tonumber(ARGV[21]) then return {'callbacks', tostring(open)} end
+  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[20], 'state', 'waiting')
+  redis.call('SADD', P..'cbopen', id)
 end
 redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
            'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
@@ -178,7 +188,7 @@ if tonumber(ARGV[4]) >= done then redis.call('HSET', j, 'pages_done', ARGV[4], '
 return 1
 """
 
-# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes
+# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes callback
 _FINISH = _FORGET + """
 local P, id = ARGV[1], ARGV[2]
 local j = P..'job:'..id
@@ -209,6 +219,11 @@ redis.call('HINCRBY', P..'stats', 'fcount', 1)
 redis.call('HINCRBY', P..'stats', 'fbytes', ARGV[7])
 redis.call('HINCRBY', P..'ccount', client, 1)
 redis.call('HINCRBY', P..'cbytes', client, ARGV[7])
+-- its waiting delivery (ARGV 14: the record made due, its body fixed) is due now
+if ARGV[14] ~= '' and redis.call('HGET', P..'cb:'..id, 'state') == 'waiting' then
+  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[14], 'state', 'pending')
+  redis.call('ZADD', P..'cbq', ARGV[6], id)
+end
 return evict(P, tonumber(ARGV[8]), tonumber(ARGV[9]), client, tonumber(ARGV[10]), tonumber(ARGV[11]),
              tonumber(ARGV[12]), tonumber(ARGV[13]))
 """
@@ -223,6 +238,43 @@ return 1
 _EXPIRE = _FORGET + """
 return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]), tonumber(ARGV[5]),
              tonumber(ARGV[6]), tonumber(ARGV[7]))
+"""
+
+
+# Deliveries due now (at most ARGV 4), each claimed until ARGV 3 (its attempt's
+# time and more: a replica that dies mid-attempt leaves it to be sent again).
+# ARGV: P now claim_until n
+_CB_CLAIM = """
+local P = ARGV[1]
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[4]))) do
+  redis.call('ZADD', P..'cbq', ARGV[3], id)
+  local rec = redis.call('HGET', P..'cb:'..id, 'rec')
+  if rec then
+    table.insert(out, id)
+    table.insert(out, rec)
+  else
+    redis.call('ZREM', P..'cbq', id)
+  end
+end
+return out
+"""
+
+# An attempt's outcome; a delivery done whose job is gone leaves the book.
+# ARGV: P id rec state next_attempt_at
+_CB_RECORD = """
+local P, id = ARGV[1], ARGV[2]
+local cb = P..'cb:'..id
+if redis.call('EXISTS', cb) == 0 then return 0 end
+redis.call('HSET', cb, 'rec', ARGV[3], 'state', ARGV[4])
+if ARGV[4] == 'pending' then
+  redis.call('ZADD', P..'cbq', ARGV[5], id)
+else
+  redis.call('ZREM', P..'cbq', id)
+  redis.call('SREM', P..'cbopen', id)
+  if redis.call('EXISTS', P..'job:'..id) == 0 then redis.call('DEL', cb) end
+end
+return 1
 """
 
 

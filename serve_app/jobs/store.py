@@ -85,16 +85,20 @@ class JobStore:
         raise RuntimeError("the pipeline's stream ended without a result")
 
     async def submit(self, image: Any, options: Optional[OcrOptions | dict],
-                     idempotency_key: Optional[str] = None, client: str = "") -> dict:
+                     idempotency_key: Optional[str] = None, client: str = "",
+                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
         """A new job's view ({"job_id", "status"}), or the existing one for a
         known idempotency key. Options: an OcrOptions (the ingress parses
         them) or a dict. A job's lane is bulk unless its options say
         `priority: interactive`; it is kept in the job's options (journal
         included) and goes with its pipeline call. `client`
         (serve_app/http/clients.py; the ingress passes it) names whose share of
-        the result store the job's result counts against."""
+        the result store the job's result counts against. `callback_url`:
+        a signed event is POSTed there when the job ends (serve_app.jobs.callbacks;
+        a refused target or no signing secret: BadRequest before it is
+        accepted); its data.url is `base_url` + the job's path."""
         return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key,
-                                      client or "handle")
+                                      client or "handle", callback_url, base_url)
 
     async def get(self, job_id: str) -> Optional[dict]:
         """The job's view, its result parsed (in a worker thread, not on

@@ -2,8 +2,10 @@
 GET /v1/ocr/jobs/{job_id}."""
 
 import asyncio
+import json
+from typing import Annotated, Optional
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from serve_app.core.engine_config import DocumentLimits, ImageLimits
@@ -12,7 +14,8 @@ from serve_app.core.lanes import BULK
 from serve_app.core.request_options import parse_options, with_format
 from serve_app.flow.documents import check_document
 from serve_app.flow.upload import Upload
-from serve_app.http.body import parse_body
+from serve_app.core.errors import BadRequest
+from serve_app.http.body import JSON, MAX_JSON_CONTAINERS, MULTIPART, media_type, parse_body
 from serve_app.http.front import downstream
 from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
@@ -23,23 +26,56 @@ from serve_app.ocr.image_header import check_image_header
 
 router = APIRouter()
 
+CallbackQuery = Annotated[Optional[str], Query(
+    alias="callback_url", description="where to POST a signed event when the job ends (docs/jobs.md#callbacks); "
+    "also a top-level `callback_url` of a JSON body, or a multipart field")]
+
 
 @router.post("/v1/ocr/jobs", status_code=202, dependencies=V1, openapi_extra=ocr_request_body(),
              summary="Submit an image; poll the job for the result")
-async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = None):
+async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = None, callback: CallbackQuery = None):
     key = idempotency_key(request.headers)
     async with front.lease(request, submit=True) as lease:  # a gate of their own: a submit is short, a sync request long
         # A format is kept with the job (its pipeline run then makes
         # word boxes for hOCR/ALTO); the job's result stays JSON.
-        upload, opts = await parse_body(request, lease.body, front.limits)
+        body, ctype, in_body = lease.body, media_type(request.headers), None
+        if ctype == JSON:
+            body, in_body = await asyncio.to_thread(split_callback, body)
+        upload, opts = await parse_body(request, body, front.limits)
+        if ctype == MULTIPART:  # the form parse_body read, as Starlette keeps it
+            field = (await request.form()).get("callback_url")
+            in_body = field if isinstance(field, str) and field else None
+        if callback and in_body:
+            raise BadRequest("callback_url is given twice (the query and the body): give it once")
         opts = with_lane(with_format(opts, fmt).for_pipeline(), request, BULK)  # a job is bulk unless it asks otherwise
         opts = opts.with_model(front.models)  # an unserved model set: 400 before the job is accepted
         # Junk is a 400 now, not a failed job later (header only, off
         # the loop); a document is opened, its pages counted, none rendered.
         await asyncio.to_thread(check_upload, upload, front.limits, front.documents)
-        job = await downstream(front.jobs.submit.remote(upload.data, opts, key, current_client() or "addr:?"))
+        job = await downstream(front.jobs.submit.remote(upload.data, opts, key, current_client() or "addr:?",
+                                                        callback or in_body, str(request.base_url)))
     return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                         headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
+
+
+def split_callback(body: bytes) -> tuple[bytes, Optional[str]]:
+    """A JSON job body's top-level `callback_url` taken out: the rest is the
+    sync body's shape, which parse_body checks (the body is parsed twice
+    only when it names one)."""
+    if b'"callback_url"' not in body:
+        return body, None
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        return body, None  # parse_body refuses it, unparsed
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return body, None  # parse_body says what is wrong
+    if not isinstance(doc, dict) or "callback_url" not in doc:
+        return body, None
+    url = doc.pop("callback_url")
+    if url is not None and not isinstance(url, str):
+        raise BadRequest("callback_url must be a string (an http or https URL)")
+    return json.dumps(doc).encode(), url or None
 
 
 def check_upload(upload: Upload, limits: ImageLimits, documents: DocumentLimits) -> None:
