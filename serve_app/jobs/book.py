@@ -47,8 +47,8 @@ from serve_app.core.app_args import JobArgs, LaneArgs
 
 log = logging.getLogger("ray.serve")
 
-# (image or PDF, options, progress) -> the pipeline's result dict; raises on
-# failure. progress(pages_done, pages_total) as a document's pages are read.
+# (image or PDF, options, progress) -> the pipeline's result dict; raises on failure. progress(pages_done,
+# pages_total, pages) as a document's pages are read (pages: the dicts of those finished since the last call).
 RunOcr = Callable[[Any, OcrOptions, Callable[[int, int], None]], Awaitable[dict]]
 
 JOURNAL_RETRY_AFTER_S = 5
@@ -428,7 +428,12 @@ class JobBook:
         return True
 
     async def _attempt(self, job: Job) -> dict:
-        return await self.run(job.image, job.options, job.progress)
+        return await self.run(job.image, job.options, lambda d, t, pages=(): job.progress(d, t, pages, self.result_limit))
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        """(status fields, page `number`'s JSON bytes if read while the job runs), None for an unknown job."""
+        job = self.jobs.get(job_id)
+        return None if job is None else (job.page_head(), job.page_results.get(number))
 
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""

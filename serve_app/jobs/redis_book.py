@@ -42,8 +42,8 @@ from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.core.app_args import JobArgs, LaneArgs
 from serve_app.jobs.book_callbacks import result_url
 from serve_app.jobs.callbacks import job_ended, new_record
-from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PROGRESS,
-                                          _RENEW, _SUBMIT, check_fsync)
+from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PAGE,
+                                          _PROGRESS, _RENEW, _SUBMIT, check_fsync)
 
 log = logging.getLogger("ray.serve")
 
@@ -78,6 +78,7 @@ class RedisJobBook(JobBook):
         self._forget_one = self.r.register_script(_FORGET_ONE)
         self._cb_claim = self.r.register_script(_CB_CLAIM)
         self._cb_record = self.r.register_script(_CB_RECORD)
+        self._page = self.r.register_script(_PAGE)
         self._tasks: set[asyncio.Task] = set()
         self._wake: Optional[asyncio.Event] = None  # set by this replica's submits
         self.redis_error: Optional[str] = None
@@ -374,11 +375,29 @@ class RedisJobBook(JobBook):
                 log.warning("job %s: lease not renewed: %r", job_id, e)
 
     async def _attempt(self, job: Job) -> dict:
-        def progress(done: int, total: int) -> None:
-            job.progress(done, total)
+        def progress(done: int, total: int, pages=()) -> None:
+            job.progress(done, total, pages, self.result_limit)  # (encodes the pages; kept here within the bound)
             self._spawn(self._progress(args=[self.P, job.job_id, self.owner, done, total]))
+            if pages:  # for GET .../pages on any replica, until the job ends (_FINISH drops them)
+                kept = {n: job.page_results[n] for n in (int(p["page"]) for p in pages) if n in job.page_results}
+                if kept:
+                    self._spawn(self._keep_pages(job.job_id, kept))
 
         return await self.run(job.image, job.options, progress)
+
+    async def _keep_pages(self, job_id: str, pages: dict[int, bytes]) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(f"{self.P}pg:{job_id}", mapping=pages)
+        pipe.expire(f"{self.P}pg:{job_id}", int(self.args.job_timeout_s) + 60)  # (one written as the job ended)
+        await pipe.execute()
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        status, done, total, blob = await self._page(args=[self.P, job_id, number])
+        if not status:
+            return None
+        head = {"status": status.decode(), "pages_done": int(done) if done else None,
+                "pages_total": int(total) if total else None}
+        return head, blob or None
 
     async def _fail_quietly(self, job_id: str, code: str, message: str) -> None:
         try:

@@ -143,6 +143,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT'
     redis.call('HSET', j, 'status', 'queued')
     redis.call('HDEL', j, 'owner', 'started')
     if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
+    redis.call('DEL', P..'pg:'..id)
     local h = redis.call('HMGET', j, 'lane', 'client', 'created')
     enqueue(P, h[1], h[2] or '', h[3], id)
   end
@@ -208,6 +209,7 @@ if ARGV[4] ~= '' then redis.call('HSET', j, 'result', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', j, 'error', ARGV[5]) end
 redis.call('HDEL', j, 'owner')
 redis.call('DEL', P..'img:'..id)
+redis.call('DEL', P..'pg:'..id)  -- its pages read so far: the result holds them now
 redis.call('ZREM', P..'lease', id)
 dequeue(P, lane, client, id)
 redis.call('HINCRBY', P..'stats', 'unfinished', -1)
@@ -275,6 +277,14 @@ else
   if redis.call('EXISTS', P..'job:'..id) == 0 then redis.call('DEL', cb) end
 end
 return 1
+"""
+
+
+# A job's status, its page counts and page N if read while it runs (one round trip).
+# ARGV: P id n
+_PAGE = """
+local h = redis.call('HMGET', ARGV[1]..'job:'..ARGV[2], 'status', 'pages_done', 'pages_total')
+return {h[1], h[2], h[3], redis.call('HGET', ARGV[1]..'pg:'..ARGV[2], ARGV[3])}
 """
 
 

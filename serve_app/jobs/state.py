@@ -53,9 +53,27 @@ class Job:
     pages_total: Optional[int] = None
     # Its callback delivery's record, if it named a callback_url (serve_app.jobs.callbacks).
     callback: Optional[dict] = None
+    # While a document runs: its pages read so far (number -> JSON bytes), for
+    # GET .../pages; dropped when it ends (its result holds them). Not journaled.
+    page_results: dict[int, bytes] = field(default_factory=dict)
+    page_bytes: int = 0
 
-    def progress(self, done: int, total: int) -> None:
+    def progress(self, done: int, total: int, pages: Any = (), limit: int = 0) -> None:
+        """Pages done of all, and the pages read since (their dicts), kept
+        while their bytes fit `limit` (the result bound: past it the job
+        fails result_too_large anyway)."""
         self.pages_done, self.pages_total = done, total
+        if self.status is not JobStatus.RUNNING:
+            return
+        for page in pages:
+            blob = encode_result(page)
+            if self.page_bytes + len(blob) > limit:
+                return
+            self.page_results[int(page["page"])] = blob
+            self.page_bytes += len(blob)
+
+    def page_head(self) -> dict:
+        return {"status": self.status.value, "pages_done": self.pages_done, "pages_total": self.pages_total}
 
     def start(self, now: Optional[float] = None) -> None:
         self.status = JobStatus.RUNNING
@@ -85,10 +103,12 @@ class Job:
             self.status = JobStatus.QUEUED
             self.started = None
         self.pages_done = 0 if self.pages_total is not None else None
+        self.page_results, self.page_bytes = {}, 0
 
     def _finish(self, status: JobStatus) -> None:
         self.status = status
         self.image = None  # the result is kept, the image is not
+        self.page_results, self.page_bytes = {}, 0
         self.finished = time.time()
 
     def view(self) -> dict:
@@ -107,6 +127,8 @@ class Job:
             out.update(pages_done=pages, pages_total=pages)
         elif self.pages_total is not None:
             out.update(pages_done=self.pages_done, pages_total=self.pages_total)
+            if self.status is JobStatus.RUNNING:
+                out["progress"] = {"pages": self.pages_total, "done": self.pages_done}
         if self.error is not None:
             out["error"] = self.error
         if self.callback is not None:

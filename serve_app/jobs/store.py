@@ -65,7 +65,7 @@ class JobStore:
             self.book = JobBook(self._run, args, lanes, LaneMetrics("jobs"))
         await self.book.start()
 
-    async def _run(self, image: Any, options: OcrOptions, progress: Callable[[int, int], None]) -> dict:
+    async def _run(self, image: Any, options: OcrOptions, progress: Callable[..., None]) -> dict:
         # The attempt's deadline goes along: what is still queued for it in
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
@@ -79,7 +79,7 @@ class JobStore:
             async for event in stream:
                 if "result" in event:
                     return event["result"]
-                progress(event["pages_done"], event["pages_total"])
+                progress(event["pages_done"], event["pages_total"], event.get("pages", ()))
         finally:
             stream.cancel()  # a no-op once the stream has ended; else the job timed out or the store stops
         raise RuntimeError("the pipeline's stream ended without a result")
@@ -113,6 +113,13 @@ class JobStore:
         """(status fields, the stored result's JSON bytes), nothing parsed:
         HTTP serves the bytes as they are (serve_app.jobs.state.job_body)."""
         return await self.book.get_raw(job_id)
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        """A job's page `number` (1-based) as its JSON bytes once that page
+        is read (while the job runs; None before, and once it has ended:
+        its result holds the pages then), with the job's status fields
+        ({"status", "pages_done", "pages_total"}); None for an unknown job."""
+        return await self.book.page(job_id, number)
 
     async def counts(self) -> dict[str, int]:
         return await self.book.acounts()

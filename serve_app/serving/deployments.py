@@ -366,10 +366,12 @@ class OcrPipeline:
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
         """`ocr` as a stream (handle.options(stream=True)), for the job
-        store: {"pages_done", "pages_total"} as a document's pages are read
-        (the latest only, when several finished meanwhile), then
-        {"result": body}. An image gives the result alone."""
+        store: {"pages_done", "pages_total", "pages"} as a document's pages
+        are read (the latest counts, and the bodies of the pages finished
+        since the last event), then {"result": body}. An image gives the
+        result alone."""
         latest: dict[str, int] = {}
+        finished: list[dict] = []
         changed = asyncio.Event()
 
         def progress(done: int, total: int) -> None:
@@ -377,7 +379,8 @@ class OcrPipeline:
             changed.set()
 
         opts = self._options(options)
-        task = asyncio.ensure_future(self.pipelines[opts.model].read_any(image, opts, ctx, progress))
+        task = asyncio.ensure_future(self.pipelines[opts.model].read_any(
+            image, opts, ctx, progress, lambda page: finished.append(page.to_dict())))
         try:
             while not task.done():
                 waiter = asyncio.ensure_future(changed.wait())
@@ -385,7 +388,8 @@ class OcrPipeline:
                 waiter.cancel()
                 if changed.is_set() and not task.done():
                     changed.clear()
-                    yield dict(latest)
+                    pages, finished[:] = finished[:], []
+                    yield {**latest, "pages": pages}
             yield {"result": task.result().to_dict()}
         finally:
             task.cancel()
