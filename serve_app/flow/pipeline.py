@@ -76,11 +76,11 @@ class Pipeline:
     resize, crop) runs in a worker thread, never on the event loop."""
 
     def __init__(self, stages: Stages, config: EngineConfig,
-                 admit: Optional[Callable[[str], contextlib.AbstractAsyncContextManager]] = None):
+                 admit: Optional[Callable[[str, int], contextlib.AbstractAsyncContextManager]] = None):
         self.stages = stages
         self.config = config
-        # admit(lane): held while one image (or page) is read, e.g. the Serve
-        # pipeline's cap on bulk work in the stages (serve_app.core.lanes.PriorityGate.hold).
+        # admit(lane, owner): held while one image (or page) is read, e.g. the Serve pipeline's cap on bulk work in
+        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request (a document's pages share it).
         self.admit = admit
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
@@ -90,7 +90,7 @@ class Pipeline:
         ctx = context_of(ctx, options)
         if self.admit is None:
             return await self._read(image, options, ctx)
-        async with self.admit(ctx.lane):
+        async with self.admit(ctx.lane, id(ctx)):
             return await self._read(image, options, ctx)
 
     async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
