@@ -19,9 +19,11 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # the tests' signing secret (
 
 
 class Receiver:
-    def __init__(self, answers: tuple[int, ...] = (), port: Optional[int] = None, location: str = ""):
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}/hook"
+    def __init__(self, answers: tuple[int, ...] = (), port: Optional[int] = None, location: str = "",
+                 host: str = "127.0.0.1"):
+        self.host = host
+        self.port = port or free_port(host)
+        self.url = f"http://{host}:{self.port}/hook"
         self.answers = list(answers)
         self.location = location
         self.events: list[tuple[dict, bytes, float]] = []
@@ -51,7 +53,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server = ThreadingHTTPServer((self.host, self.port), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

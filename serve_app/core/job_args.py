@@ -31,6 +31,8 @@ class CallbackArgs(_Args):
         "matched as written in the URL")
     concurrency: int = Field(8, ge=1, description="deliveries in flight at once per JobStore replica; the rest "
                              "wait their turn (a slow receiver holds one of them, never a job worker)")
+    per_target: int = Field(2, ge=1, description="deliveries in flight at once to one host (per JobStore replica): "
+                            "a slow receiver with many events holds at most this many of the concurrency places")
     timeout_s: float = Field(10.0, gt=0, description="one delivery's time to connect, send and get the answer's "
                              "status; longer is a failed attempt")
     max_pending: int = Field(10000, ge=1, description="deliveries not yet delivered or given up that the book "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from serve_app.jobs.callbacks import OPEN, PENDING, WAITING, job_ended, new_record
+from serve_app.jobs.callbacks import OPEN, PENDING, WAITING, host_of, job_ended, new_record
 from serve_app.jobs.state import Job
 
 RESULT_PATH = "/v1/ocr/jobs/{job_id}"
@@ -55,13 +55,16 @@ class JournalLedger:
         self.book = book
         self.sending: set[str] = set()
 
-    async def due(self, now: float, n: int) -> list[tuple[str, dict]]:
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
         out = []
         for job_id, rec in self.book.deliveries.items():
             if len(out) >= n:
                 break
             if rec["state"] == PENDING and rec["next_attempt_at"] <= now and job_id not in self.sending:
-                out.append((job_id, rec))
+                host = host_of(rec)
+                if busy.get(host, 0) < per_target:
+                    busy[host] = busy.get(host, 0) + 1
+                    out.append((job_id, rec))
         self.sending.update(job_id for job_id, _ in out)
         return out
 

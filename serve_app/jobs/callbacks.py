@@ -41,8 +41,13 @@ OPEN = (WAITING, PENDING)
 
 
 def new_record(job_id: str, url: str, result_url: str) -> dict:
-    """A job's delivery as accepted with it (not yet due)."""
-    return {"url": url, "result_url": result_url, "webhook_id": f"msg_{job_id}", "state": WAITING, "attempts": 0}
+    """A job's delivery as accepted with it (not yet due); `host`: the target's, for the per-target bound."""
+    return {"url": url, "result_url": result_url, "webhook_id": f"msg_{job_id}", "state": WAITING, "attempts": 0,
+            "host": parse_target(url).host}
+
+
+def host_of(rec: dict) -> str:
+    return rec.get("host") or parse_target(rec["url"]).host
 
 
 def event_body(job_id: str, status: str, finished: float, result_url: str) -> str:
@@ -76,7 +81,9 @@ def after_attempt(rec: dict, status: Optional[int], error: Optional[str], now: f
 
 
 class Ledger(Protocol):
-    async def due(self, now: float, n: int) -> list[tuple[str, dict]]: ...
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
+        """Up to n deliveries due at `now`, claimed, no host past `per_target`
+        with those in flight (`busy`: host -> attempts in flight here)."""
 
     async def record(self, job_id: str, rec: dict) -> None: ...
 
@@ -115,6 +122,7 @@ class Callbacks:
         self.wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
         self._sending: set[asyncio.Task] = set()
+        self.busy: dict[str, int] = {}  # host -> attempts in flight here (jobs.callbacks.per_target)
         self._session: Any = None
 
     async def check(self, url: str, pending: int) -> None:
@@ -141,8 +149,10 @@ class Callbacks:
             try:
                 free = self.args.concurrency - len(self._sending)
                 if free > 0:
-                    for job_id, rec in await ledger.due(self.clock(), free):
-                        t = asyncio.create_task(self._attempt(ledger, job_id, rec))
+                    for job_id, rec in await ledger.due(self.clock(), free, dict(self.busy), self.args.per_target):
+                        host = host_of(rec)
+                        self.busy[host] = self.busy.get(host, 0) + 1
+                        t = asyncio.create_task(self._attempt(ledger, job_id, rec, host))
                         self._sending.add(t)
                         t.add_done_callback(self._sent)
             except asyncio.CancelledError:
@@ -162,8 +172,13 @@ class Callbacks:
         self._sending.discard(task)
         self.wake.set()  # a place is free
 
-    async def _attempt(self, ledger: Ledger, job_id: str, rec: dict) -> None:
-        status, error = await self.post(rec["url"], rec["webhook_id"], rec.get("body", ""))
+    async def _attempt(self, ledger: Ledger, job_id: str, rec: dict, host: str) -> None:
+        try:
+            status, error = await self.post(rec["url"], rec["webhook_id"], rec.get("body", ""))
+        finally:
+            self.busy[host] -= 1
+            if not self.busy[host]:
+                del self.busy[host]
         done = after_attempt(rec, status, error, self.clock(), self.args.retry_s)
         if done["state"] != DELIVERED:
             log.info("job %s: callback attempt %d to %s: %s", job_id, done["attempts"], rec["url"],

@@ -427,9 +427,10 @@ class RedisLedger:
     def __init__(self, book: RedisJobBook):
         self.book = book
 
-    async def due(self, now: float, n: int) -> list[tuple[str, dict]]:
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
         b = self.book
-        flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n])
+        flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n, 256,
+                                       per_target, json.dumps(busy)])
         return [(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     async def record(self, job_id: str, rec: dict) -> None:

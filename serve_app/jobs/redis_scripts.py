@@ -243,20 +243,29 @@ return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]
 """
 
 
-# Deliveries due now (at most ARGV 4), each claimed until ARGV 3 (its attempt's
-# time and more: a replica that dies mid-attempt leaves it to be sent again).
-# ARGV: P now claim_until n
+# Deliveries due now (at most ARGV 4, among the ARGV 5 due first), no host
+# past ARGV 6 in flight with this replica's (ARGV 7, JSON host -> count),
+# each claimed until ARGV 3 (its attempt's time and more: a replica that dies
+# mid-attempt leaves it to be sent again).
+# ARGV: P now claim_until n window per_target busy
 _CB_CLAIM = """
 local P = ARGV[1]
+local n, per_target, busy = tonumber(ARGV[4]), tonumber(ARGV[6]), cjson.decode(ARGV[7])
 local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[4]))) do
-  redis.call('ZADD', P..'cbq', ARGV[3], id)
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[5]))) do
+  if #out >= 2 * n then break end
   local rec = redis.call('HGET', P..'cb:'..id, 'rec')
-  if rec then
-    table.insert(out, id)
-    table.insert(out, rec)
-  else
+  if not rec then
     redis.call('ZREM', P..'cbq', id)
+  else
+    local host = cjson.decode(rec).host or ''
+    local held = tonumber(busy[host] or 0)
+    if held < per_target then
+      busy[host] = held + 1
+      redis.call('ZADD', P..'cbq', ARGV[3], id)
+      table.insert(out, id)
+      table.insert(out, rec)
+    end
   end
 end
 return out

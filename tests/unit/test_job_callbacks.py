@@ -256,6 +256,28 @@ def test_a_slow_receiver_holds_neither_jobs_nor_other_deliveries(books):
     assert "no answer within 3 s" in hung["last_error"] and done["attempts"] >= 2
 
 
+def test_a_slow_receiver_with_many_events_holds_at_most_its_places(books):
+    """Three events for a receiver that does not answer and one for another
+    host, four places: the slow host gets one at a time (per_target 1), the
+    other's event is delivered meanwhile; all are delivered once it answers."""
+    async def go():
+        with Receiver(answers=(HANG,) * 3) as slow, Receiver(host="127.0.0.2") as fast:
+            book = await books(concurrency=4, per_target=1, timeout_s=30.0)
+            slow_jobs = [await job_with_callback(book, slow.url, image=f"s{k}".encode()) for k in range(3)]
+            await until(lambda: len(slow.events) == 1)
+            fast_job = await job_with_callback(book, fast.url, image=b"f")
+            await until_async(book, fast_job, lambda c: c.get("state") == "delivered")
+            in_flight_to_slow = len(slow.events)
+            slow.release()
+            for job in slow_jobs:
+                await until_async(book, job, lambda c: c.get("state") == "delivered")
+            await books.close_all()
+            return in_flight_to_slow, len(slow.events)
+
+    in_flight, total = run(go())
+    assert in_flight == 1 and total == 3
+
+
 def test_open_deliveries_are_bounded(books):
     async def go():
         book = await books(max_pending=2, retry_s=[30.0])
