@@ -47,6 +47,7 @@ class Fake:
     jobs: dict = {}
     clients: list = []  # whose share of the result store each submitted job counts against
     failures: dict[bytes, Callable[[], BaseException]] = {}  # image bytes -> the error the pipeline raises
+    models: tuple = ()  # the catalogue the stand-in pipeline answers model_states for
 
     @classmethod
     def reset(cls, failures: Optional[dict[bytes, Callable[[], BaseException]]] = None) -> None:
@@ -110,12 +111,18 @@ class Cluster:
         return self.answer
 
 
+async def pipeline_model_states():
+    """The pipeline's `model_states`: the default set loaded, every other not yet."""
+    return {name: {"state": "loaded" if k == 0 else "not loaded", "load_s": None}
+            for k, name in enumerate(Fake.models)}
+
+
 def stand_in_front(errors: HandleErrors = HandleErrors()) -> Front:
     """A front as the route tests use it: 2 in-flight slots, Retry-After 2,
     4 batch items, 1 bulk slot, no result cache; Fake emptied."""
     Fake.reset()
     args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
-    front = Front(types.SimpleNamespace(ocr=Method(pipeline_ocr)),
+    front = Front(types.SimpleNamespace(ocr=Method(pipeline_ocr), model_states=Method(pipeline_model_states)),
                  types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get), get_raw=Method(jobs_get_raw)),
                  ImageLimits(), args, DocumentLimits(),
                  PaddleXDefaults.of(EngineConfig()), cache=CacheArgs(max_bytes=0, share_in_flight=False), model_id="model",

@@ -169,6 +169,11 @@ def table(engine: dict, runs: list[dict]) -> str:
         ("s waited after the first request for them (the one-client pass starts after)",
          [_f(r.get("shapes_built_s"), 1) for r in runs]),
         ("img/s at 8 clients", [_f(r["rate_8"], 2) for r in runs]),
+        *((f"set {name}: first request s (its load) / PSS MB added", [
+            f"{_f(r['sets'][name]['first_s'], 1)} / {_f(r['sets'][name]['added_mb'], plus=True)}"
+            + ("" if r["sets"][name]["status"] == 200 else f" ({r['sets'][name]['status']})")
+            if name in r.get("sets", {}) else "-" for r in runs])
+          for name in dict.fromkeys(n for r in runs for n in r.get("sets", {}))),
         ("errors at 8 clients", [str(r["errors_8"]) for r in runs]),
         (f"lines read (engine {engine['reading']['lines']})", [str(r["reading"]["lines"]) for r in runs]),
         (f"CER on labels (engine {engine['reading']['cer']:.4f})", [f"{r['reading']['cer']:.4f}" for r in runs]),
@@ -435,11 +440,42 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
         load = clients(svc.url, names, data, n_clients, 2)
         out.update(rate_8=load["rate"], errors_8=load["errors"],
                    pss_total_loaded=sum(p["pss"] for p in svc.processes()))
+        out["sets"] = further_sets(svc, data[lines[0]])
         svc.stop()
         out["ready_second_s"] = svc.start(timeout_s)
     finally:
         svc.stop()
         shutil.rmtree(work, ignore_errors=True)  # its journal, compile cache and log: nothing left behind
+    return out
+
+
+def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
+    """Each catalogued set other than the default (GET /v1/models), in
+    turn: seconds from its first request to its 200 (its load, following
+    503 + Retry-After), and the service's PSS after it over the PSS before
+    (both after IDLE_S idle)."""
+    import base64
+
+    import requests
+
+    catalogue = requests.get(f"{svc.url}/v1/models", timeout=30).json()
+    body = {"image": {"base64": base64.b64encode(image).decode()}}
+    out = {}
+    for m in catalogue["models"][1:]:
+        time.sleep(IDLE_S)
+        before = sum(p["pss"] for p in svc.processes())
+        t, status = time.perf_counter(), 0
+        while time.perf_counter() - t < 600:
+            r = requests.post(f"{svc.url}/v1/ocr", json={**body, "options": {"model": m["name"]}}, timeout=120,
+                              headers={"Cache-Control": "no-cache"})
+            status = r.status_code
+            if status != 503:
+                break
+            time.sleep(min(float(r.headers.get("Retry-After", 1)), 2.0))
+        first_s = time.perf_counter() - t
+        time.sleep(IDLE_S)
+        out[m["name"]] = {"first_s": first_s, "status": status,
+                          "added_mb": sum(p["pss"] for p in svc.processes()) - before}
     return out
 
 

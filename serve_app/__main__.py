@@ -12,14 +12,14 @@ from serve_app.core.errors import OcrError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCRv4 OCR on Paddle Inference, in process.")
+    p = argparse.ArgumentParser(prog="python -m serve_app", description="PP-OCR on Paddle Inference, in process.")
     p.add_argument("images", nargs="+", help="image files (JPEG, PNG, BMP, TIFF, WEBP, GIF, HEIC, AVIF) or PDFs")
     p.add_argument("--no-det", action="store_true", help="read each image as a single text line")
     p.add_argument("--no-cls", action="store_true", help="skip the 0/180 direction classifier")
     p.add_argument("--reference", action="store_true",
                    help="RapidOCR 1.4.x parameters (detector short side 736, EXIF ignored)")
-    p.add_argument("--model", default="ppocrv4_mobile", metavar="NAME",
-                   help="model set: ppocrv4_mobile (default), ppocrv6_small, ppocrv6_tiny (models/README.md)")
+    p.add_argument("--model", default="ppocrv6_small", metavar="NAME",
+                   help="model set: ppocrv6_small (default), ppocrv6_tiny, ppocrv4_mobile (models/README.md)")
     p.add_argument("--det-model", help="directory of an exported detection model")
     p.add_argument("--cls-model", help="directory of an exported direction-classifier model")
     p.add_argument("--rec-model", help="directory of an exported recognition model")

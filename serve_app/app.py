@@ -56,6 +56,10 @@ def build_app(args: Optional[dict] = None):
 
     a = AppArgs.model_validate(args or {})
     check_token_present(a.ingress)
+    if a.own_models:  # a user's own sets: each recogniser against its dictionary, one blank inference each
+        from serve_app.inference.set_check import check_own_sets
+
+        check_own_sets(a)
     engines = a.engines()  # each served model set's config, the default first
     engine = engines[a.models[0]]
     det_args = with_shape_ranges("det", a.detector, engine)
@@ -66,7 +70,7 @@ def build_app(args: Optional[dict] = None):
         from serve_app.serving.stages_in_one_process import PipelineWithModels
 
         pipeline = PipelineWithModels.bind(engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes,
-                                           a.models)
+                                           engines, a.set_loading)
     else:
         def stage_deployments(eng: EngineConfig, with_cls: bool, suffix: str = ""):
             """(detector, recogniser, classifier) of one model set; a further
@@ -96,10 +100,12 @@ def build_app(args: Optional[dict] = None):
         others = {}
         for name in a.models[1:]:
             det, rec, _ = stage_deployments(engines[name], False, f"_{name}")
-            others[name] = (det, rec)
-        pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others)
+            others[name] = (det, rec, engines[name])
+        pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others,
+                                    a.set_loading)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.http.policies.result_cache import model_identity
+    from serve_app.core.own_sets import described
 
     # One pipeline placement: the OcrPipeline deployment serves sync reads
     # and jobs alike (docs/architecture.md, "Deployments").
@@ -108,4 +114,4 @@ def build_app(args: Optional[dict] = None):
     identity = model_identity(engine) if len(engines) == 1 else hashlib.sha256(
         "".join(f"{name}:{model_identity(e)};" for name, e in engines.items()).encode()).hexdigest()
     return OcrIngress.bind(pipeline, jobs, engine.limits, a.ingress, engine.documents,
-                           PaddleXDefaults.of(engine), a.cache, identity, a.lanes, tuple(a.models))
+                           PaddleXDefaults.of(engine), a.cache, identity, a.lanes, described(a.models, a.own_models))

@@ -31,7 +31,7 @@ class OcrEngine:
 
     def __init__(self, config: Optional[EngineConfig] = None, model: Optional[str] = None):
         """`model`: a model set's name (serve_app.core.model_sets; default:
-        the config's, ppocrv4_mobile unless it says otherwise)."""
+        the config's, ppocrv6_small unless it says otherwise)."""
         config = config or default_engine_config()
         self.config = config = for_model(config, model) if model is not None else config
         t0 = time.perf_counter()

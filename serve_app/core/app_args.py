@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from serve_app.core.engine_config import EngineConfig, PredictorOptions
 from serve_app.core.errors import ConfigError
 from serve_app.core.job_args import JobArgs, LaneArgs, _Args
+from serve_app.core.own_sets import OwnModelSet, SetLoading
 
 
 class ModelArgs(_Args):
@@ -359,13 +360,17 @@ class AppArgs(_Args):
         EngineConfig(predictor=PredictorOptions(enable_openvino_engine=True)),
         description="The in-process engine: model files, stage parameters, limits and the default predictor options.")
     models: list[str] = Field(
-        ["ppocrv4_mobile"],
-        description="The model sets this application serves (serve_app.core.model_sets); the first is the default (a "
-        "request naming none). Each set has its own detector and recogniser (deployments of their own, or "
-        "predictors in the pipeline's process with recognizer.with_pipeline), all loaded and warmed "
-        "before the application is ready; the direction classifier is shared. engine's settings apply to "
-        "every set, each set's own detector thresholds and normalisation filling what engine does not "
-        "name.")
+        ["ppocrv6_small"],
+        description="The model sets this application may serve, its catalogue (serve_app.core.model_sets, and "
+        "own_models' names); the first is the default (a request naming none), loaded and warmed before the "
+        "application is ready; each other one is loaded on its first request (set_loading). Each set has its "
+        "own detector and recogniser; the direction classifier is shared. engine's settings apply to every "
+        "set, each set's own detector thresholds and normalisation filling what engine does not name.")
+    own_models: list[OwnModelSet] = Field(
+        [],
+        description="A user's own model sets (serve_app.core.own_sets): each is catalogued (added to models if not "
+        "listed) and checked when the application is built and at start.")
+    set_loading: SetLoading = Field(SetLoading(), description="How replicas load and unload the catalogue's sets.")
     ingress: IngressArgs = Field(IngressArgs(), description="Admission control and deadlines at the HTTP edge.")
     cache: CacheArgs = Field(CacheArgs(), description="Identical work done once: the ingress's result cache.")
     jobs: JobArgs = Field(
@@ -382,18 +387,27 @@ class AppArgs(_Args):
         LaneArgs(),
         description="Priority lanes: interactive work first, bulk in the spare capacity.")
 
-    @field_validator("models")
+    @model_validator(mode="before")
     @classmethod
-    def _served(cls, v: list[str]) -> list[str]:
-        from serve_app.core.model_sets import check_served
+    def _own_catalogued(cls, data: Any) -> Any:
+        from serve_app.core.own_sets import catalogued
 
-        return check_served(v)
+        return catalogued(data, cls.model_fields["models"].default)
+
+    @model_validator(mode="after")
+    def _catalogue(self) -> "AppArgs":
+        from serve_app.core.own_sets import check_catalogue
+
+        check_catalogue(self.models, self.own_models)
+        return self
 
     def engines(self) -> dict[str, EngineConfig]:
-        """Each served set's engine config, the default first."""
+        """Each catalogued set's engine config, the default first."""
         from serve_app.core.engine_config import for_model
 
-        return {name: for_model(self.engine, name) for name in self.models}
+        own = {o.name: o.engine_fields() for o in self.own_models}
+        return {name: for_model(self.engine, name, own.get(name)) for name in self.models}
+
 
     @model_validator(mode="after")
     def _pipeline_beside_models(self) -> "AppArgs":

@@ -269,9 +269,11 @@ class EngineConfig(_Strict):
     parameters, limits and the default predictor options."""
 
     model: str = Field(
-        "ppocrv4_mobile",
+        "ppocrv6_small",
         description="The model set (serve_app.core.model_sets): its models, dictionary, and the detector thresholds "
-        "and normalisation its authors give it, for the det/rec fields this config does not name itself.")
+        "and normalisation its authors give it, for the det/rec fields this config does not name itself. A name "
+        "outside the built-in sets is a user's own set: det_model, rec_model and rec_dict must then all be given "
+        "(serve_app.core.own_sets).")
     det_model: Optional[str] = Field(None, description="directory; None = the model set's")
     cls_model: Optional[str] = Field(None, description="directory; None = the model set's")
     rec_model: Optional[str] = Field(None, description="directory; None = the model set's")
@@ -290,13 +292,17 @@ class EngineConfig(_Strict):
     @classmethod
     def _model_set_defaults(cls, data: Any) -> Any:
         """The model set's own det/rec values under what the config gives."""
-        if not isinstance(data, dict) or data.get("model", "ppocrv4_mobile") == "ppocrv4_mobile":
-            return data
-        from serve_app.core.model_sets import SETS
+        from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 
-        chosen = SETS.get(data["model"])
+        if not isinstance(data, dict):
+            return data
+        name = data.get("model", DEFAULT_MODEL)
+        chosen = SETS.get(name)
         if chosen is None:
-            raise ValueError(f"unknown model set {data['model']!r}; known sets: {', '.join(SETS)}")
+            if _own_set(data):
+                return data  # a user's own set: its values are the config's
+            raise ValueError(f"unknown model set {name!r}; known sets: {', '.join(SETS)} (a set of your own names "
+                             "det_model, rec_model and rec_dict)")
         out = dict(data)
         for key, defaults in (("det", chosen.det_options), ("rec", chosen.rec_options),
                               ("predictor", chosen.predictor_options)):
@@ -310,28 +316,41 @@ class EngineConfig(_Strict):
     def _known_model(self) -> "EngineConfig":
         from serve_app.core.model_sets import SETS
 
-        if self.model not in SETS:
+        if self.model not in SETS and not _own_set(self.__dict__):
             raise ValueError(f"unknown model set {self.model!r}; known sets: {', '.join(SETS)}")
         return self
 
 
-def for_model(base: EngineConfig, name: str) -> EngineConfig:
+def _own_set(data: Any) -> bool:
+    return all(data.get(k) for k in ("det_model", "rec_model", "rec_dict"))
+
+
+def for_model(base: EngineConfig, name: str, own: Optional[dict[str, Any]] = None) -> EngineConfig:
     """`base` reading with the model set `name`: the same settings, with the
     set's own det/rec values where `base` names none (values `base` holds
     only because its own set gave them are not carried over). The same
     object when `name` is base's set, so the default set's config (and its
-    results) stay exactly as they are."""
-    from serve_app.core.model_sets import model_set
+    results) stay exactly as they are. `own`: a user's own set's fields
+    (serve_app.core.own_sets.OwnModelSet.engine_fields), laid over base's,
+    its det/rec blocks key by key."""
+    from serve_app.core.model_sets import SETS, model_set
 
-    if name == base.model:
+    if name == base.model and own is None:
         return base
-    model_set(name)  # ConfigError for an unknown name
+    if own is None:
+        model_set(name)  # ConfigError for an unknown name
     given = base.model_dump(exclude_unset=True)
-    own = model_set(base.model)
-    for key, defaults in (("det", own.det_options), ("rec", own.rec_options), ("predictor", own.predictor_options)):
-        block = given.get(key)
-        if block:
-            given[key] = {k: v for k, v in block.items() if not (k in defaults and _same(v, defaults[k]))}
+    for k in ("det_model", "cls_model", "rec_model", "rec_dict"):
+        given.pop(k, None)  # base's files are base's set's
+    if base.model in SETS:
+        own_defaults = model_set(base.model)
+        for key, defaults in (("det", own_defaults.det_options), ("rec", own_defaults.rec_options),
+                              ("predictor", own_defaults.predictor_options)):
+            block = given.get(key)
+            if block:
+                given[key] = {k: v for k, v in block.items() if not (k in defaults and _same(v, defaults[k]))}
+    for key, value in (own or {}).items():
+        given[key] = {**given.get(key, {}), **value} if isinstance(value, dict) else value
     return EngineConfig.model_validate({**given, "model": name})
 
 
@@ -342,8 +361,11 @@ def _same(a: Any, b: Any) -> bool:
 def reference_config(**overrides) -> EngineConfig:
     """RapidOCR 1.4.x's defaults (the peer reference): detector short side
     scaled up to 736, no EXIF handling."""
+    from serve_app.core.model_sets import CARRIER_MODEL
+
     predictor = overrides.pop("predictor", PredictorOptions())
     base = EngineConfig(
+        model=CARRIER_MODEL,  # RapidOCR 1.4's models
         # The reference ran in fp32.
         predictor=predictor.model_copy(update={"openvino_precision": "fp32"}),
         det=DetOptions(limit_side_len=736, limit_type="min"),

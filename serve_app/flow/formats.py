@@ -41,7 +41,7 @@ from serve_app.core.request_options import FORMATS
 from serve_app.ocr.crop import char_quad, is_vertical
 from serve_app.ocr.words import split_words
 
-OCR_SYSTEM = "serve_app PP-OCRv4 (Paddle Inference)"
+OCR_SYSTEM = "serve_app PP-OCR (Paddle Inference)"
 # The PP-OCRv4 mobile models read Chinese (simplified and traditional
 # characters) and English.
 LANGS = "zh en"

@@ -31,7 +31,7 @@ def build_app(front: Front) -> FastAPI:
     and middleware through the app's state."""
     app = FastAPI(
         title="OCR service",
-        description="PP-OCRv4 (detection, direction, recognition) on Paddle Inference, served by Ray Serve.",
+        description="PP-OCR (detection, direction, recognition; PP-OCRv6 small by default) on Paddle Inference, served by Ray Serve.",
         version="1",
     )
     app.state.front = front

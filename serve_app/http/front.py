@@ -31,7 +31,7 @@ from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import ConfigError, DeadlineExceeded, Overloaded, Unavailable
 from serve_app.core.lanes import BULK, INTERACTIVE
 from serve_app.core.request_context import RequestContext
-from serve_app.core.model_sets import DEFAULT_MODEL
+from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
@@ -129,13 +129,13 @@ class Front:
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
                  model_id: str = "", lanes: LaneArgs = LaneArgs(), *, metrics: Any, cluster: Any,
                  admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors(),
-                 models: tuple[str, ...] = (DEFAULT_MODEL,)):
+                 models: tuple = (DEFAULT_MODEL,)):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
         # pipeline replica (docs/architecture.md).
         self.pipeline = pipeline
         self.jobs = jobs
-        self.models = tuple(models)  # the model sets served (serve_app.core.model_sets), the default first
+        self.models = models
         self.limits = limits
         self.args = args
         self.documents = documents
@@ -280,6 +280,17 @@ class Front:
                              retry_after_s=self.args.retry_after_s)
         self.submitting += 1
 
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The catalogue's names (serve_app.core.model_sets, own_sets), the default first."""
+        return tuple(m["name"] for m in self.catalogue)
+
+    @models.setter
+    def models(self, models: tuple) -> None:
+        """Names, or the sets as GET /v1/models describes them (an application's own sets come so)."""
+        self.catalogue = tuple(m if isinstance(m, dict) else SETS[m].describe(default=k == 0)
+                               for k, m in enumerate(models))
+
     # -- readiness and the live figures ------------------------------------------
     async def ready(self) -> dict:
         """The stages' readiness: one probe at a time, its answer reused for
@@ -290,6 +301,15 @@ class Front:
         """The live figures: one gathering at a time, its answer reused for
         ingress.stats_cache_s."""
         return await self._stats.get(self.args.stats_cache_s)
+
+    async def model_states(self) -> dict[str, dict]:
+        """Each catalogued set's state as the pipeline holds it ("loaded",
+        "loading", "not loaded", "failed"; serve_app/serving/set_cache.py);
+        {} when the pipeline does not answer in time."""
+        try:
+            return await asyncio.wait_for(self.pipeline.model_states.remote(), timeout=self.args.ready_timeout_s)
+        except Exception:
+            return {}
 
     async def _probe_ready(self) -> dict:
         try:

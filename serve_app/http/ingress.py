@@ -66,7 +66,7 @@ class OcrIngress:
     def __init__(self, pipeline: DeploymentHandle, jobs: DeploymentHandle, limits: ImageLimits,
                  args: IngressArgs = IngressArgs(), documents: DocumentLimits = DocumentLimits(),
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
-                 model_id: str = "", lanes: LaneArgs = LaneArgs(), models: tuple[str, ...] = ("ppocrv4_mobile",)):
+                 model_id: str = "", lanes: LaneArgs = LaneArgs(), models: tuple = ("ppocrv6_small",)):
         self.front = Front(pipeline, jobs, limits, args, documents, paddlex_defaults, cache, model_id, lanes,
                            metrics=RequestMetrics(), admission_metrics=AdmissionMetrics(),
                            cache_metrics=CacheMetrics(), errors=RAY_ERRORS, cluster=ServeCluster(),

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Optional
 
 from serve_app.core.errors import ModelError
+from serve_app.core.model_sets import CARRIER_MODEL
 
 MANIFEST_PATH = Path(__file__).resolve().parents[2] / "models" / "manifest.json"
-DEFAULT_SET = "ppocrv4_mobile"
+# The set whose files come inside the carrier wheel (the manifest's "stages");
+# the service's default set is another (serve_app.core.model_sets.DEFAULT_MODEL).
+DEFAULT_SET = CARRIER_MODEL
 # What a verified conversion writes beside its files (serve_app/tools/convert_models.py).
 CONVERSION_RECORD = "conversion.json"
 _REMAKE = "run `make models` (part of `make install`) to convert and check it again"
@@ -153,7 +156,12 @@ def converted_dir(model: str, stage: str) -> Path:
 
 def model_files(stage: str, directory: Optional[str] = None, model: Optional[str] = None) -> ModelFiles:
     """Resolve `stage` ("det", "cls", "rec") to its program and params files:
-    a user directory, else the named set's (default: PP-OCRv4 mobile)."""
+    a user directory, else the named set's (None: the carrier's PP-OCRv4
+    mobile). A user's own set (serve_app.core.own_sets, not in the
+    manifest) names its det and rec folders; its direction classifier, unless
+    it names one, is the carrier's, as the v6 sets'."""
+    if directory is None and stage == "cls" and model not in set_names():
+        model = None
     if directory is None and model not in (None, DEFAULT_SET):
         entry = _stage_entry(model, stage)
         if "set" in entry:  # this stage is another set's (v6 sets use v4's direction classifier)

@@ -182,20 +182,22 @@ class ServiceOcrEngine(OcrEngine):
 
     @staticmethod
     def version() -> str:
-        return "PP-OCRv4"
+        return "PP-OCR"
 
     @staticmethod
     def creator_tag(options) -> str:
-        return "serve_app PP-OCRv4 (Paddle Inference)"
+        return "serve_app PP-OCR (Paddle Inference)"
 
     def __str__(self) -> str:
-        return "PP-OCRv4 OCR service (serve_app)"
+        return "PP-OCR OCR service (serve_app)"
 
     @staticmethod
     def languages(options) -> set[str]:
-        # One model set reads Chinese and English; OCRmyPDF's default
-        # language (eng) and Tesseract's names for these are accepted.
-        return {"eng", "chi_sim", "chi_tra", "en", "zh"}
+        # The service's default set (PP-OCRv6 small) reads Chinese, English,
+        # Japanese kana and the Latin languages its dictionary writes
+        # (serve_app.core.model_sets); Tesseract's names for them are accepted.
+        return {"eng", "chi_sim", "chi_tra", "jpn", "deu", "fra", "spa", "por", "ita", "nld", "pol", "ces", "swe",
+                "dan", "nor", "fin", "en", "zh"}
 
     @staticmethod
     def get_orientation(input_file: Path, options) -> OrientationConfidence:

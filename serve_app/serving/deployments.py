@@ -3,15 +3,14 @@ typed args, has one `@serve.batch` method taking a list and returning a list
 of the same length, and `reconfigure` for the batch knobs. What a replica
 does besides (predictor placement, warm-up, stats, failure isolation) is in
 serve_app.serving.replica; the OCR steps are in serve_app.flow.pipeline.
-
 Resources, replica counts and max_ongoing_requests are set in the Serve
 config file (deployments.yaml), not here."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from dataclasses import dataclass
 from typing import Any, AsyncIterator, Optional
 
 import numpy as np
@@ -20,11 +19,11 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.canary import classifier_probe, detector_probe, recognizer_probe
-from serve_app.core.engine_config import EngineConfig, for_model
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.own_sets import SetLoading
 from serve_app.serving.crop_scheduler import CropScheduler
 from serve_app.serving.shapes_after_ready import DeferredShapes, core_shapes, kept_shapes
 from serve_app.inference.int8_calibration import stage_inputs
-from serve_app.core.errors import DeadlineExceeded
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
 from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
 from serve_app.core.request_options import DetParams, OcrOptions, parse_options
@@ -32,32 +31,13 @@ from serve_app.serving.payloads import sized
 from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
+from serve_app.serving.set_cache import DeploymentSets
+from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
 from serve_app.core.app_args import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 from serve_app.ocr.recognition import batch_limit, batch_width, load_charset
 from serve_app.inference.weights import dictionary_path
-
-
-@dataclass(frozen=True)
-class Timed:
-    """A batched item and its request's deadline (time.time(); None: none)."""
-
-    item: Any
-    deadline: Optional[float] = None
-
-    def expired(self, now: float) -> bool:
-        return self.deadline is not None and now > self.deadline
-
-
-@dataclass(frozen=True)
-class TimedCrops(Crops):
-    deadline: Optional[float] = None
-    lane: str = INTERACTIVE
-
-
-def _expired(where: str) -> DeadlineExceeded:
-    return DeadlineExceeded(f"the request's deadline passed while it waited for the {where}; it was not run")
 
 
 def _batch(stage: str, **kw):
@@ -78,6 +58,14 @@ class _Replica:
 
     def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
         return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
+
+    def close(self) -> None:
+        """Its predictor closed (a model set unloaded: serve_app/serving/set_cache.py); no call may follow."""
+        deferred = getattr(self.replica, "deferred", None)
+        if deferred is not None and deferred.task is not None:  # (called from a loader thread)
+            deferred.task.get_loop().call_soon_threadsafe(deferred.task.cancel)
+        self.replica.canary = self.replica._probe = None
+        self.replica.predictor.close()
 
 
 @serve.deployment(name="TextDetector")
@@ -112,10 +100,11 @@ class TextDetectorDeployment(_Replica):
         batch runs is not run (504 to its caller, which is usually gone): a
         burst of expired pages costs nothing. Interactive images enter the
         batch queue before bulk ones (serve_app.core.lanes)."""
-        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline),
+        return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline, self),
                                          lane_of(lane))
 
     @_batch("det")
+    @per_owner
     async def _detect_batch(self, items: list) -> list:
         # Images that fall in one input shape run as one predictor batch
         # (each recorded by the detector's on_batch). Serve drops items whose
@@ -156,10 +145,12 @@ class DirectionClassifierDeployment(_Replica):
         whose deadline (time.time()) has passed by the time its batch runs
         is not classified (504 to its caller, as at the detector)."""
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._classify_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)),
+        return await self.replica.queued(self._classify_batch,
+                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self),
                                          lane_of(lane), c.weight)
 
     @_batch("cls", batch_size_fn=crops_weight)
+    @per_owner
     async def _classify_batch(self, items: list[Crops]) -> list:
         t0 = time.perf_counter()
         now = time.time()
@@ -248,7 +239,8 @@ class TextRecognizerDeployment(_Replica):
         which also puts the interactive lane's crops first."""
         self._build_later()
         c = self.replica.crops(crops)
-        return await self.replica.queued(self._recognize_batch, TimedCrops(c.crops, c.weight, deadline, lane_of(lane)))
+        return await self.replica.queued(self._recognize_batch,
+                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self))
 
     async def check_health(self) -> None:
         self._build_later()
@@ -265,6 +257,7 @@ class TextRecognizerDeployment(_Replica):
         return backlog_stats("rec", crops, self.replica.metrics)
 
     @_batch("rec", batch_size_fn=crops_weight, max_concurrent_batches=16)
+    @per_owner
     async def _recognize_batch(self, items: list[Crops]) -> list:
         if self.scheduler is None:
             t0 = time.perf_counter()
@@ -288,16 +281,33 @@ class OcrPipeline:
     def __init__(self, detector: DeploymentHandle, classifier: Optional[DeploymentHandle],
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
                  lanes: LaneArgs = LaneArgs(),
-                 others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle]]] = None):
+                 others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle, EngineConfig]]] = None,
+                 loading: SetLoading = SetLoading()):
         """`engine`: the default model set's config; `others`: each further
-        served set's (detector, recogniser) handles, its config
-        for_model(engine, name); the classifier is shared."""
+        catalogued set's (detector, recogniser) handles and config; the
+        classifier is shared. A further set's deployments may be at zero
+        replicas until its first request (serve_app.serving.set_cache.DeploymentSets)."""
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
         sets = {engine.model: (self._stages(detector, classifier, recognizer, rec_args), engine)}
-        for name, (det, rec) in (others or {}).items():
+        self._further = {name: (det, rec) for name, (det, rec, _) in (others or {}).items()}
+        for name, (det, rec, eng) in (others or {}).items():
             self.handles.update({f"det@{name}": det, f"rec@{name}": rec})
-            sets[name] = (self._stages(det, classifier, rec, rec_args), for_model(engine, name))
+            sets[name] = (self._stages(det, classifier, rec, rec_args), eng)
         self._setup(sets, lanes)
+        self.sets = DeploymentSets(self.served, self._start_set, self._running_sets, loading)
+
+    async def _start_set(self, name: str) -> None:  # a call queued at zero replicas: Serve starts one
+        det, rec = self._further[name]
+        await asyncio.gather(det.ready.remote(), rec.ready.remote())
+
+    def _running_sets(self) -> dict[str, bool]:
+        """set -> both its stages have a RUNNING replica (Serve's status; blocking: called on a thread)."""
+        app = serve.status().applications[serve.get_replica_context().app_name].deployments
+        return {name: all(app[h.deployment_name].replica_states.get("RUNNING", 0) > 0 for h in pair if
+                          h.deployment_name in app) for name, pair in self._further.items()}
+
+    def _live(self) -> dict[str, DeploymentHandle]:  # the loaded sets' stages (a call would start the others)
+        return {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
 
     @staticmethod
     def _stages(detector: DeploymentHandle, classifier: Optional[DeploymentHandle], recognizer: DeploymentHandle,
@@ -346,6 +356,18 @@ class OcrPipeline:
         """The model sets served, the default first."""
         return list(self.served)
 
+    @contextlib.asynccontextmanager
+    async def _set(self, name: str) -> AsyncIterator[Pipeline]:
+        """The pipeline of the model set `name` (a catalogued one), its
+        stages running (waited for, bounded, on its first request), held
+        while the block runs. PipelineWithModels loads sets in its process."""
+        await self.sets.wait_loaded(name)
+        yield self.pipelines[name]
+
+    async def model_states(self) -> dict[str, dict[str, Any]]:
+        """name -> {"state": "loaded" | "loading" | "not loaded" | "failed", "load_s"} per catalogued set."""
+        return await self.sets.states()
+
     async def ocr(self, image: Any, options: Optional[OcrOptions] = None, ctx: Context = None) -> dict:
         """The result body (image size, lines, timings) for one image, or
         the document body (pages in order) for a PDF, as JSON whatever
@@ -361,17 +383,15 @@ class OcrPipeline:
         at a time: a page's bitmap goes from here to the detector only, as
         a decoded image does."""
         opts = self._options(options)
-        return (await self.pipelines[opts.model].read_any(image, opts, ctx)).to_dict()
+        async with self._set(opts.model) as pipeline:
+            return (await pipeline.read_any(image, opts, ctx)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
-        """`ocr` as a stream (handle.options(stream=True)), for the job
-        store: {"pages_done", "pages_total", "pages"} as a document's pages
-        are read (the latest counts, and the bodies of the pages finished
-        since the last event), then {"result": body}. An image gives the
-        result alone."""
+        """`ocr` as a stream (handle.options(stream=True)), for the job store: {"pages_done", "pages_total",
+        "pages"} as a document's pages are read (the latest counts, the pages read since), then {"result": body}."""
         latest: dict[str, int] = {}
-        finished: list[dict] = []
+        finished: list[dict] = []  # (an image gives the result alone)
         changed = asyncio.Event()
 
         def progress(done: int, total: int) -> None:
@@ -379,20 +399,20 @@ class OcrPipeline:
             changed.set()
 
         opts = self._options(options)
-        task = asyncio.ensure_future(self.pipelines[opts.model].read_any(
-            image, opts, ctx, progress, lambda page: finished.append(page.to_dict())))
-        try:
-            while not task.done():
-                waiter = asyncio.ensure_future(changed.wait())
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if changed.is_set() and not task.done():
-                    changed.clear()
-                    pages, finished[:] = finished[:], []
-                    yield {**latest, "pages": pages}
-            yield {"result": task.result().to_dict()}
-        finally:
-            task.cancel()
+        async with self._set(opts.model) as pipeline:
+            task = asyncio.ensure_future(pipeline.read_any(image, opts, ctx, progress, lambda p: finished.append(p.to_dict())))
+            try:
+                while not task.done():
+                    waiter = asyncio.ensure_future(changed.wait())
+                    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    if changed.is_set() and not task.done():
+                        changed.clear()
+                        pages, finished[:] = finished[:], []
+                        yield {**latest, "pages": pages}
+                yield {"result": task.result().to_dict()}
+            finally:
+                task.cancel()
 
     async def stats(self, calls: dict[str, int], timeout_s: float = 2.0) -> dict[str, list[dict]]:
         """stage -> the stats() of its replicas that answered `calls[stage]`
@@ -410,8 +430,10 @@ class OcrPipeline:
             got = await asyncio.gather(*(one(h, name) for _ in range(max(1, calls.get(name, 1)))))
             return list({s["pid"]: s for s in got if s}.values())
 
-        answers = await asyncio.gather(*(stage(n, h) for n, h in self.handles.items()))
-        return dict(zip(self.handles, answers))
+        await self.sets.refresh()
+        live = self._live()
+        answers = await asyncio.gather(*(stage(n, h) for n, h in live.items()))
+        return dict(zip(live, answers))
 
     async def ready(self) -> dict[str, bool]:
         """Whether each stage answers (a replica answers only once warmed)."""
@@ -422,5 +444,7 @@ class OcrPipeline:
             except Exception:
                 return False
 
-        results = await asyncio.gather(*(one(h) for h in self.handles.values()))
-        return dict(zip(self.handles, results))
+        await self.sets.refresh()
+        live = self._live()
+        results = await asyncio.gather(*(one(h) for h in live.values()))
+        return dict(zip(live, results))

@@ -27,13 +27,18 @@ not on its own backlog."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, AsyncIterator, Optional
 
 from ray import serve
 
-from serve_app.core.engine_config import EngineConfig, for_model
-from serve_app.flow.pipeline import Stages
+from serve_app.core.engine_config import EngineConfig
+from serve_app.core.own_sets import SetLoading
+from serve_app.flow.pipeline import Pipeline, Stages
+from serve_app.serving.heap import trim
+from serve_app.serving.set_cache import SetCache
 from serve_app.serving.deployments import (
     DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
 )
@@ -81,7 +86,8 @@ class RecognizerWithParts(_Recognizer):
         # cores from that request; the first request after ready was 0.8-1.1 s).
         # So does any other set's detector or recogniser in this process.
         return any(part.replica.pending for part in self.parts.values()) or any(
-            peer.replica.pending or any(part.replica.pending for part in peer.parts.values()) for peer in self.peers)
+            peer.replica.pending or any(part.replica.pending for part in peer.parts.values())
+            for peer in self.peers if peer is not self)
 
     async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
         return await self.parts["cls"].classify(crops, deadline, lane)
@@ -100,6 +106,11 @@ class RecognizerWithParts(_Recognizer):
         for part in self.parts.values():
             await part.check_health()
         await super().check_health()
+
+    def close(self) -> None:
+        for part in self.parts.values():
+            part.close()
+        super().close()
 
     def ready(self) -> bool:
         return all(part.ready() for part in self.parts.values()) and super().ready()
@@ -125,42 +136,76 @@ class PipelineWithModels(OcrPipeline.func_or_class):
     process."""
 
     def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: Optional[ClassifierArgs],
-                 det_args: DetectorArgs, lanes: LaneArgs = LaneArgs(), models: Optional[list[str]] = None):
-        """`engine`: the default model set's config; `models`: every set
-        served (default: engine's alone). Each set's detector and
-        recogniser are built here, one after the other, all warmed before
-        the replica is ready; the classifier once (the default set's),
-        shared by every set."""
+                 det_args: DetectorArgs, lanes: LaneArgs = LaneArgs(),
+                 engines: Optional[dict[str, EngineConfig]] = None, loading: SetLoading = SetLoading()):
+        """`engine`: the default model set's config; `engines`: every
+        catalogued set's (default: engine's alone), the default first. The
+        default set's detector and recogniser, and the classifier (shared by
+        every set), are built and warmed here, before the replica is ready;
+        each other set's on its first request, at most loading.max_loaded
+        at once (serve_app/serving/set_cache.py)."""
+        t0 = time.perf_counter()
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here
-        classify = (lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None
-        self.sets = {engine.model: m}
-        names = models or [engine.model]
-        if names[0] != engine.model:
-            raise ValueError(f"the first model set served ({names[0]}) must be engine's ({engine.model})")
-        for name in names[1:]:
-            self.sets[name] = RecognizerWithParts.func_or_class(for_model(engine, name), rec_args, None, det_args,
-                                                                lanes)
-        for s in self.sets.values():
-            s.peers = tuple(other for other in self.sets.values() if other is not s)
-        self._setup({name: (Stages(
-            detect=lambda image, params, ctx, s=s: s.detect(image, ctx.deadline, params, ctx.lane),
-            classify=classify,
-            recognize=lambda crops, ctx=None, s=s: s.recognize(crops, ctx.deadline, ctx.lane),
-        ), for_model(engine, name)) for name, s in self.sets.items()}, lanes)
+        self._classify = (lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None
+        self._engines = dict(engines or {engine.model: engine})
+        if next(iter(self._engines)) != engine.model:
+            raise ValueError(f"the first model set served ({next(iter(self._engines))}) must be engine's ({engine.model})")
+        self._rec_args, self._det_args, self._lanes = rec_args, det_args, lanes
+        self._user_config: Optional[dict] = None
+        self._peers: list[RecognizerWithParts] = [m]  # every loaded set's models: each one's _others_busy
+        m.peers = self._peers
+        self._setup({engine.model: (self._stages(m), engine)}, lanes)
+        self.served = tuple(self._engines)  # the catalogue: every set a request may name
+        self.sets = SetCache(self.served, self._build_set, self._close_set, loading, after_unload=trim)
+        self.sets.add(engine.model, (m, self.pipeline), time.perf_counter() - t0)
+
+    def _stages(self, s: "RecognizerWithParts") -> Stages:
+        return Stages(detect=lambda image, params, ctx: s.detect(image, ctx.deadline, params, ctx.lane),
+                      classify=self._classify,
+                      recognize=lambda crops, ctx=None: s.recognize(crops, ctx.deadline, ctx.lane))
+
+    def _build_set(self, name: str) -> tuple["RecognizerWithParts", Pipeline]:
+        """A further set's detector and recogniser, built and warmed (on the set cache's loader thread)."""
+        engine = self._engines[name]
+        s = RecognizerWithParts.func_or_class(engine, self._rec_args, None, self._det_args, self._lanes)
+        s.peers = self._peers
+        if self._user_config is not None:  # the batch knobs the loaded sets run with
+            s.reconfigure(self._user_config)
+        self._peers.append(s)
+        hold = self.bulk_gate.hold if self.bulk_gate is not None else None
+        return s, Pipeline(self._stages(s), engine, hold)
+
+    def _close_set(self, loaded: tuple["RecognizerWithParts", Pipeline]) -> None:
+        s = loaded[0]
+        self._peers.remove(s)
+        s.close()
+
+    @contextlib.asynccontextmanager
+    async def _set(self, name: str) -> AsyncIterator[Pipeline]:
+        async with self.sets.use(name) as (_, pipeline):
+            yield pipeline
+
+    def model_states(self) -> dict[str, dict[str, Any]]:
+        return self.sets.states()
 
     def reconfigure(self, user_config: dict) -> None:
         """The OcrPipeline block's user_config: the recognisers' (and classifier's) batch knobs."""
-        for s in self.sets.values():
+        self._user_config = user_config
+        for s in self._loaded().values():
             s.reconfigure(user_config)
 
     async def check_health(self) -> None:
-        for s in self.sets.values():
+        for s in self._loaded().values():
             await s.check_health()
 
+    def _loaded(self) -> dict[str, "RecognizerWithParts"]:
+        """The loaded sets' models, the default first."""
+        return {name: obj[0] for name, obj in sorted(self.sets.loaded.items(), key=lambda kv: kv[0] != self.served[0])}
+
     def _named(self) -> list[tuple[str, RecognizerWithParts]]:
-        """(suffix, models) per set: "" for the default, "@name" for the others."""
-        return [("" if k == 0 else f"@{name}", s) for k, (name, s) in enumerate(self.sets.items())]
+        """(suffix, models) per loaded set: "" for the default, "@name" for the others."""
+        return [("" if k == 0 else f"@{name}", s) for k, (name, s) in enumerate(self._loaded().items())]
 
     async def stats(self, calls: Optional[dict[str, int]] = None, timeout_s: float = 2.0) -> dict[str, list[dict]]:
         """stage -> [this replica's stats() of it] (every stage is here);

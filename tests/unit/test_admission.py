@@ -778,14 +778,16 @@ def test_a_model_sets_first_requests_are_priced_as_that_set_and_it_learns_apart(
     prior is the default set's scaled by the set's relative cost (the
     most expensive request a stranger can name a set for is priced as that
     set, not as v4)."""
-    from serve_app.core.model_sets import SETS
+    from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 
     clock = Clock()
     adm = Admission(AdmissionArgs(max_queued_cost_s=100.0, max_request_share=1.0), clock=clock)
     plain = adm.model_for(None).estimate(Size(1_000_000, width=1000, height=1000))
-    for name, s in SETS.items():
+    for name, s in SETS.items():  # relative to the default set (ppocrv6_small), whose prior the settings are
         size = Size(1_000_000, width=1000, height=1000, model=name)
-        assert adm.model_for(name).estimate(size) == pytest.approx(plain * (s.cost.relative or 1.0))
+        expected = plain * s.cost.relative / SETS[DEFAULT_MODEL].cost.relative
+        assert adm.model_for(name).estimate(size) == pytest.approx(expected)
+    assert adm.model_for("ppocrv6_tiny").estimate(size) < plain < adm.model_for("ppocrv4_mobile").estimate(size) * 2
     small = Size(1_000_000, width=1000, height=1000, model="ppocrv6_small")
     t = adm.admit(small, None)
     assert adm.queued_s == pytest.approx(t.cost_s)

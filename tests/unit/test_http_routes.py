@@ -60,7 +60,7 @@ def _png() -> bytes:
 
 
 PNG = _png()
-V4 = "ppocrv4_mobile"  # the default model set: every read is resolved to its set at the door
+DEFAULT_SET = "ppocrv6_small"  # the default model set: every read is resolved to its set at the door
 
 
 def post(client, body: bytes, ctype="image/png", **headers):
@@ -74,8 +74,8 @@ def test_options_are_parsed_once_and_passed_on_as_ocr_options(app):
     assert r.status_code == 200 and r.json()["results"] == [{"text": "js"}]
     r = client.post("/v1/ocr", files={"file": ("a.png", b"mp")}, data={"options": json.dumps({"cls": False})})
     assert r.status_code == 200
-    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive", model=V4)),
-                          (b"mp", OcrOptions(cls=False, priority="interactive", model=V4))]
+    assert Fake.calls == [(b"js", OcrOptions(det=False, return_chars=True, priority="interactive", model=DEFAULT_SET)),
+                          (b"mp", OcrOptions(cls=False, priority="interactive", model=DEFAULT_SET))]
 
 
 def test_request_id_from_the_header_or_new(app):
@@ -178,7 +178,7 @@ def test_bearer_token_on_v1_routes_only(app):
     assert client.get("/v1/ocr/jobs/x").status_code == 401
     assert client.get("/healthz").status_code == 200
     assert post(client, b"ok", Authorization="Bearer tok").status_code == 200
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=V4))]  # refused requests reached nothing
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=DEFAULT_SET))]  # refused requests reached nothing
 
 
 def test_jobs_submit_with_idempotency_key_poll_and_404(app):
@@ -186,7 +186,7 @@ def test_jobs_submit_with_idempotency_key_poll_and_404(app):
     r = client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Idempotency-Key": "k"})
     assert r.status_code == 202 and r.json() == {"job_id": "j1", "status": "queued"}
     assert r.headers["location"] == "/v1/ocr/jobs/j1"
-    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk", model=V4), "k")  # a job is bulk by default
+    assert Fake.calls[-1] == (PNG, OcrOptions(priority="bulk", model=DEFAULT_SET), "k")  # a job is bulk by default
     assert Fake.clients[-1] == "addr:testclient"  # no token: the client is its address
     client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png", "Authorization": "Bearer abc"})
     assert Fake.clients[-1] == "addr:testclient"  # a token-less service: a bearer names no client
@@ -213,7 +213,7 @@ def test_the_handle_api_takes_a_dict_or_none_and_raises_domain_errors(app):
     _, front = app
     assert asyncio.run(front.ocr(b"ok"))["results"] == [{"text": "ok"}]
     assert asyncio.run(front.ocr(b"ok", {"det": False}))["results"] == [{"text": "ok"}]
-    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=V4)), (b"ok", OcrOptions(det=False, priority="interactive", model=V4))]
+    assert Fake.calls == [(b"ok", OcrOptions(priority="interactive", model=DEFAULT_SET)), (b"ok", OcrOptions(det=False, priority="interactive", model=DEFAULT_SET))]
     with pytest.raises(BadImage):
         asyncio.run(front.ocr(b"wrapped-bad"))
     with pytest.raises(BadRequest, match="bad option nope"):
@@ -410,7 +410,7 @@ def test_batch_answers_one_item_per_input_in_order_and_a_bad_item_fails_alone(ap
     assert items[0]["results"] == [{"text": "one"}] and items[3]["results"] == [{"text": "three"}]
     assert items[1]["error"]["code"] == "bad_request" and items[2]["error"]["code"] == "bad_image"
     assert sorted(c[0] for c in Fake.calls) == [b"bad", b"one", b"three"]
-    assert all(c[1] == OcrOptions(cls=False, priority="interactive", model=V4) for c in Fake.calls) and front.in_flight == 0
+    assert all(c[1] == OcrOptions(cls=False, priority="interactive", model=DEFAULT_SET) for c in Fake.calls) and front.in_flight == 0
     r = client.post("/v1/ocr/batch", files=[("file", ("a.png", b"A")), ("file", ("b.png", b"B"))])
     assert [i["results"][0]["text"] for i in r.json()["items"]] == ["A", "B"]
 

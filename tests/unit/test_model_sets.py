@@ -17,15 +17,19 @@ from serve_app.flow.upload import content_key
 pytestmark = pytest.mark.unit
 
 
-def test_the_default_set_is_v4_and_its_config_is_untouched():
+def test_the_default_set_is_v6_small_and_v4_keeps_its_own_values():
     base = EngineConfig()
-    assert base.model == DEFAULT_MODEL == "ppocrv4_mobile"
+    assert base.model == DEFAULT_MODEL == "ppocrv6_small"
     assert for_model(base, DEFAULT_MODEL) is base
-    # the v4 detector's values as they were before sets existed (RapidOCR 1.4's)
-    assert (base.det.thresh, base.det.box_thresh, base.det.unclip_ratio, base.det.max_candidates) == (0.3, 0.5, 1.6, 1000)
-    assert base.det.mean == (0.5, 0.5, 0.5) and base.det.std == (0.5, 0.5, 0.5)
-    # back from a v6 set, every value is v4's again
-    assert for_model(for_model(base, "ppocrv6_small"), DEFAULT_MODEL).det == base.det
+    assert (base.det.thresh, base.det.box_thresh, base.det.unclip_ratio) == (0.2, 0.45, 1.4)
+    assert base.predictor.enable_memory_optim is False  # the converted files cannot take the pass
+    # v4's detector values as they were before sets existed (RapidOCR 1.4's), none of small's carried over
+    v4 = for_model(base, "ppocrv4_mobile")
+    assert (v4.det.thresh, v4.det.box_thresh, v4.det.unclip_ratio, v4.det.max_candidates) == (0.3, 0.5, 1.6, 1000)
+    assert v4.det.mean == (0.5, 0.5, 0.5) and v4.det.std == (0.5, 0.5, 0.5) and v4.predictor.enable_memory_optim
+    assert v4.det == EngineConfig(model="ppocrv4_mobile").det
+    # back from another set, every value is the default's again
+    assert for_model(v4, DEFAULT_MODEL).det == base.det
 
 
 @pytest.mark.parametrize("name,box_thresh", [("ppocrv6_small", 0.45), ("ppocrv6_tiny", 0.4)])
@@ -61,12 +65,12 @@ def test_unknown_sets_are_refused_with_the_known_ones():
 
 
 def test_an_application_names_its_served_sets():
-    a = AppArgs(models=["ppocrv6_small", "ppocrv4_mobile"])
+    a = AppArgs(models=["ppocrv4_mobile", "ppocrv6_small"], engine={"model": "ppocrv4_mobile"})
     engines = a.engines()
-    assert list(engines) == ["ppocrv6_small", "ppocrv4_mobile"]
+    assert list(engines) == ["ppocrv4_mobile", "ppocrv6_small"]
     assert engines["ppocrv4_mobile"] is a.engine
     assert engines["ppocrv6_small"].det.box_thresh == 0.45
-    assert AppArgs().models == ["ppocrv4_mobile"]
+    assert AppArgs().models == ["ppocrv6_small"]
     for bad, says in (([], "at least one"), (["nope"], "unknown model set"), (["ppocrv6_tiny"] * 2, "twice")):
         with pytest.raises(ValueError, match=says):
             AppArgs(models=bad)

@@ -19,8 +19,8 @@ def test_ocrmypdf_loads_the_plugin_with_its_engine_in_place_of_tesseract():
     names = {pm.pluggy_manager.get_name(p) for p in pm.pluggy_manager.get_plugins()}
     assert "ocrmypdf.builtin_plugins.tesseract_ocr" not in names  # blocked: no tesseract program needed
     engine = pm.get_ocr_engine(options=None)
-    assert str(engine) == "PP-OCRv4 OCR service (serve_app)"
-    assert {"eng", "chi_sim"} <= engine.languages(None)
+    assert str(engine) == "PP-OCR OCR service (serve_app)"
+    assert {"eng", "chi_sim", "deu", "fra", "pol"} <= engine.languages(None)
     with pytest.raises(NotImplementedError, match="pdf-renderer"):
         engine.generate_pdf(None, None, None, None)
 

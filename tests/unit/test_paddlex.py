@@ -101,7 +101,7 @@ def test_image_result_shape():
     assert pr["rec_boxes"][0] == [83, 164, 771, 411] and pr["dt_polys"] == pr["rec_polys"]
     assert pr["page_index"] is None and pr["text_type"] == "general"
     assert pr["model_settings"] == {"use_doc_preprocessor": False, "use_textline_orientation": True}
-    assert pr["text_det_params"]["thresh"] == 0.3 and pr["text_rec_score_thresh"] == 0.5
+    assert pr["text_det_params"]["thresh"] == 0.2 and pr["text_rec_score_thresh"] == 0.5
     assert result(image_body, OcrOptions(cls=False), DEFAULTS)["ocrResults"][0]["prunedResult"][
         "model_settings"]["use_textline_orientation"] is False
 

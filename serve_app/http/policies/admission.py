@@ -77,7 +77,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
-from serve_app.core.model_sets import SETS
+from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 from serve_app.flow.upload import upload_of
 from serve_app.ocr.decode import check_aspect
 from serve_app.http.policies.cost import (
@@ -150,7 +150,8 @@ class Admission:
         model = self.models.get(name)
         if model is None:
             a = self.args
-            r = (SETS[name].cost.relative or 1.0) if name in SETS else 1.0
+            # relative to the code's default set (the priors' set); a set of the user's own as the default
+            r = (SETS[name].cost.relative or 1.0) / SETS[DEFAULT_MODEL].cost.relative if name in SETS else 1.0
             model = CostModel(a.prior_base_s * r, a.prior_s_per_mp * r, a.prior_s_per_line * r,
                               s_per_tile=a.prior_s_per_tile * r, drift=a.model_drift,
                               s_per_picture_mp=a.s_per_picture_mp, min_turned=a.min_turned_share)

@@ -8,7 +8,6 @@ from fastapi.responses import JSONResponse
 
 from serve_app.core.errors import OcrError
 from serve_app.core.lanes import INTERACTIVE
-from serve_app.core.model_sets import SETS
 from serve_app.core.request_options import with_format
 from serve_app.http.body import batch_items, parse_body
 from serve_app.http.routes.deps import V1, CurrentFront, Format, RequestId, formatted, item_error, log, with_lane
@@ -32,10 +31,12 @@ async def http_ocr(request: Request, front: CurrentFront, rid: RequestId, fmt: F
 
 
 @router.get("/v1/models", dependencies=V1, summary="The model sets served (the default first): dictionary, "
-            "languages, cost; a request names one in options.model")
+            "languages, cost, and whether each is loaded; a request names one in options.model")
 async def http_models(front: CurrentFront, rid: RequestId):
+    states = await front.model_states()
     return JSONResponse({"request_id": rid, "default": front.models[0],
-                         "models": [SETS[name].describe(default=k == 0) for k, name in enumerate(front.models)]})
+                         "models": [{**m, **states.get(m["name"], {"state": "unknown", "load_s": None})}
+                                    for m in front.catalogue]})
 
 
 @router.post("/v1/ocr/batch", dependencies=V1, openapi_extra=batch_request_body(),

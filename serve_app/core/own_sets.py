@@ -1,0 +1,166 @@
+"""A user's own model sets: fine-tuned PP-OCR detectors and recognisers
+declared in the application's config (`own_models:` in the args block),
+served beside the built-in ones (serve_app.core.model_sets) and chosen the
+same way (`options.model`). No Ray, no Paddle import.
+
+A declaration names the exported Paddle inference folders (PaddleOCR's
+`export_model`: `inference.pdmodel` or `inference.json`, and
+`inference.pdiparams`), the dictionary, and the pre/post-processing values
+the model was trained with (the engine's own det/rec fields). What can be
+checked without Paddle is checked when the application is built (files
+present and not empty, the dictionary readable, the name free); the
+recogniser's output classes against the dictionary and one inference on a
+blank input are checked at start too, in a child process
+(serve_app.inference.set_check), so a bad declaration fails the
+deployment with the file and the problem named, never a user's request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from serve_app.core.model_sets import SETS, Cost, Dictionary, ModelSet
+
+
+class OwnModelSet(BaseModel):
+    """One of a user's own model sets."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(
+        ..., pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="What requests name it by (options.model); not a built-in set's name.")
+    title: Optional[str] = Field(None, description="A title for GET /v1/models and the page; None: the name.")
+    det_model: str = Field(..., description="The detector's exported inference folder.")
+    rec_model: str = Field(..., description="The recogniser's exported inference folder.")
+    rec_dict: str = Field(
+        ...,
+        description="The recogniser's dictionary (one character per line); its size plus the CTC blank (and the "
+        "space with rec.use_space_char) must equal the recogniser's output classes.")
+    cls_model: Optional[str] = Field(
+        None, description="The direction classifier's folder; None: the shipped ch_ppocr_mobile_v2.0_cls.")
+    languages: list[str] = Field([], description="ISO 639-1 codes of what it reads, for GET /v1/models.")
+    det: dict[str, Any] = Field(
+        {},
+        description="The detector's values it was trained with (engine.det fields: mean, std, thresh, box_thresh, "
+        "unclip_ratio, ...), laid over the engine's; a built-in set's own values are not carried over.")
+    rec: dict[str, Any] = Field(
+        {},
+        description="The recogniser's values (engine.rec fields: image_height, use_space_char, ...), laid over the "
+        "engine's.")
+
+    @field_validator("name")
+    @classmethod
+    def _not_built_in(cls, v: str) -> str:
+        if v in SETS:
+            raise ValueError(f"own model set name {v!r} is a built-in set's; choose another name")
+        return v
+
+    def engine_fields(self) -> dict[str, Any]:
+        """What serve_app.core.engine_config.for_model lays over the base config."""
+        files = {"det_model": self.det_model, "rec_model": self.rec_model, "rec_dict": self.rec_dict}
+        if self.cls_model:
+            files["cls_model"] = self.cls_model
+        return {**files, **({"det": dict(self.det)} if self.det else {}), **({"rec": dict(self.rec)} if self.rec else {})}
+
+    def model_set(self) -> ModelSet:
+        """As GET /v1/models describes it (no counted costs: admission prices it as the default set)."""
+        return ModelSet(
+            name=self.name, title=self.title or self.name, det=self.det_model,
+            cls=self.cls_model or SETS["ppocrv4_mobile"].cls, rec=self.rec_model,
+            dictionary=Dictionary(Path(self.rec_dict).name, dictionary_size(Path(self.rec_dict))),
+            languages=tuple(self.languages), cost=Cost(None, None, None), own=True)
+
+
+def catalogued(data: Any, default_models: list[str]) -> Any:
+    """AppArgs' input with each own set in the catalogue (added to `models` when not listed)."""
+    if isinstance(data, dict) and data.get("own_models"):
+        names = [o.get("name") if isinstance(o, dict) else getattr(o, "name", None) for o in data["own_models"]]
+        listed = list(data.get("models") or default_models)
+        data = {**data, "models": [*listed, *(n for n in names if n and n not in listed)]}
+    return data
+
+
+def check_catalogue(models: list[str], own: list[OwnModelSet]) -> None:
+    """A catalogue: known names, distinct, own sets named once and their files in place (ValueError)."""
+    from serve_app.core.model_sets import check_served
+
+    names = [o.name for o in own]
+    if len(set(names)) != len(names):
+        raise ValueError(f"own_models declares a name twice: {names}")
+    check_served(models, tuple(names))
+    for o in own:
+        check_files(o)
+
+
+def described(models: list[str], own: list[OwnModelSet]) -> tuple[dict, ...]:
+    """A catalogue as GET /v1/models lists it, the default first (the service adds each set's state)."""
+    mine = {o.name: o for o in own}
+    return tuple((SETS[name] if name in SETS else mine[name].model_set()).describe(default=k == 0)
+                 for k, name in enumerate(models))
+
+
+def dictionary_size(path: Path) -> int:
+    """Characters in a dictionary file (as serve_app.ocr.recognition.load_charset reads it); 0 if unreadable."""
+    try:
+        lines = path.expanduser().read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return len(lines) - (1 if lines and lines[-1] == "" else 0)
+
+
+def check_files(own: OwnModelSet) -> None:
+    """What can be checked without Paddle: ValueError naming the set, the file and the problem."""
+    where = f"own model set {own.name!r}"
+    for stage, folder in (("det", own.det_model), ("rec", own.rec_model), ("cls", own.cls_model)):
+        if folder is None:
+            continue
+        d = Path(folder).expanduser()
+        if not d.is_dir():
+            raise ValueError(f"{where}: {stage}_model {d} is not a folder (PaddleOCR's export_model writes one)")
+        programs = [p for p in (d / "inference.pdmodel", d / "inference.json") if p.is_file()]
+        if not programs:
+            raise ValueError(f"{where}: {stage}_model {d} holds neither inference.pdmodel nor inference.json")
+        for f in (programs[0], d / "inference.pdiparams"):
+            if not f.is_file():
+                raise ValueError(f"{where}: {f} is missing")
+            if f.stat().st_size == 0:
+                raise ValueError(f"{where}: {f} is empty")
+    p = Path(own.rec_dict).expanduser()
+    if not p.is_file():
+        raise ValueError(f"{where}: rec_dict {p} is not a file (one character per line)")
+    try:
+        p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: rec_dict {p} is not UTF-8 text ({e})") from None
+    if dictionary_size(p) == 0:
+        raise ValueError(f"{where}: rec_dict {p} is empty")
+
+
+class SetLoading(BaseModel):
+    """How a replica holds the catalogue's sets: the default one loaded and
+    warmed before ready, each other one on its first request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_loaded: int = Field(
+        2, ge=1, le=16,
+        description="Model sets held at once by a model replica, the default included (it is never unloaded): "
+        "loading another one first unloads the least recently used idle one, its predictors closed and its "
+        "memory returned; with every loaded set busy, the request gets 503 with Retry-After.")
+    load_wait_s: float = Field(
+        15.0, ge=0, le=600,
+        description="seconds a request for a set that is not loaded waits for its load (started by that request, "
+        "one load at a time per replica); a load that takes longer answers 503 with a Retry-After of the "
+        "load's expected remaining time, and the load goes on for the retry.")
+    min_resident_s: float = Field(
+        120.0, ge=0,
+        description="seconds a loaded set is held at least before it may be unloaded for another: a client "
+        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica (each "
+        "is seconds of CPU the other requests share), and gets 503 with Retry-After meanwhile.")
+    retry_failed_s: float = Field(
+        60.0, ge=0,
+        description="seconds after a failed load (the reason in the replica's log) before a request may try "
+        "loading that set again; until then its requests get 503 with this Retry-After.")

@@ -1,0 +1,270 @@
+"""The model sets a replica holds: the catalogue's default, loaded and
+warmed before the replica is ready and never unloaded, and the others,
+each loaded on its first request and unloaded again (least recently used,
+only while idle) when another is wanted and `max_loaded` are held.
+
+A load runs on a thread of its own, one at a time per replica (it is
+mostly compiling and warming shapes, CPU the requests in flight share; it
+never holds the event loop). The request that started it, and any other
+for that set, waits up to `load_wait_s`; past that it gets 503
+(ModelLoading) with a Retry-After of the load's expected remaining time,
+and the load goes on, so the retry finds the set loaded. A load that fails
+leaves the reason in the log and answers 503 (ModelUnavailable) for
+`retry_failed_s`; the default set serves throughout. A set is in use from
+the moment a request takes it until its read ends: it is never unloaded
+under a request.
+
+No Ray import: unit-tested with plain objects and explicit steps
+(tests/unit/test_set_cache.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import math
+import time
+from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, AsyncIterator, Callable, Optional
+
+from serve_app.core.errors import ModelLoading, ModelUnavailable
+from serve_app.core.own_sets import SetLoading
+
+log = logging.getLogger("ray.serve")
+
+# A first load's expected time, before any load of the set was timed here (seconds;
+# v6 tiny and v4 took 8-15 s on 2 shared cores: python -m load_tests footprint).
+FIRST_LOAD_GUESS_S = 20.0
+
+
+class SetCache:
+    def __init__(self, catalogue: tuple[str, ...], build: Callable[[str], Any], close: Callable[[Any], None],
+                 loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic,
+                 executor: Optional[ThreadPoolExecutor] = None, after_unload: Optional[Callable[[], Any]] = None):
+        self.catalogue = tuple(catalogue)
+        self.default = self.catalogue[0]
+        self.loading_args = loading
+        self._build, self._close, self._clock = build, close, clock
+        self._after_unload = after_unload
+        self._executor = executor or ThreadPoolExecutor(max_workers=1, thread_name_prefix="set-load")
+        self.loaded: OrderedDict[str, Any] = OrderedDict()  # least recently used first
+        self.in_use: Counter = Counter()
+        self.load_s: dict[str, float] = {}  # the last load's seconds, per set
+        self.loaded_at: dict[str, float] = {}
+        self.failed: dict[str, tuple[str, float]] = {}  # reason, when
+        self._load: Optional[tuple[str, float, asyncio.Future]] = None  # set, started, its future
+        self.loads = self.unloads = 0
+
+    def add(self, name: str, obj: Any, load_s: Optional[float] = None) -> None:
+        """A set built by the caller (the default, before ready)."""
+        self.loaded[name] = obj
+        self.loaded_at[name] = self._clock()
+        if load_s is not None:
+            self.load_s[name] = load_s
+
+    def state(self, name: str) -> str:
+        if name in self.loaded:
+            return "loaded"
+        if self._load is not None and self._load[0] == name:
+            return "loading"
+        return "failed" if name in self.failed else "not loaded"
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        """name -> {"state", "load_s"} for every catalogued set, the default first."""
+        return {name: {"state": self.state(name), "load_s": round(self.load_s[name], 2) if name in self.load_s else None}
+                for name in self.catalogue}
+
+    @contextlib.asynccontextmanager
+    async def use(self, name: str) -> AsyncIterator[Any]:
+        """The set `name`, loaded (waiting for its load, bounded) and held
+        while the block runs. ModelLoading / ModelUnavailable (503) when
+        it cannot be had in time."""
+        obj = self.loaded.get(name)
+        if obj is None:
+            obj = await self._wait_loaded(name)
+        self.loaded.move_to_end(name)
+        self.in_use[name] += 1
+        try:
+            yield obj
+        finally:
+            self.in_use[name] -= 1
+
+    async def _wait_loaded(self, name: str) -> Any:
+        failed = self.failed.get(name)
+        if failed is not None:
+            reason, at = failed
+            left = self.loading_args.retry_failed_s - (self._clock() - at)
+            if left > 0:
+                raise ModelUnavailable(f"model set {name!r} could not be loaded (the service's log has why); "
+                                       f"retry after {math.ceil(left)} s, or use the default set {self.default!r}",
+                                       retry_after_s=max(1, math.ceil(left)))
+        if self._load is None:
+            self._start_load(name)
+        load_name, started, future = self._load
+        if load_name != name:  # one load at a time: this one after it
+            left = self._expected_left(load_name, started) + self._expected(name)
+            raise ModelLoading(f"model set {name!r} is not loaded and another set ({load_name!r}) is loading; "
+                               f"retry after {math.ceil(left)} s", retry_after_s=max(1, math.ceil(left)))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.loading_args.load_wait_s)
+        except asyncio.TimeoutError:
+            left = self._expected_left(name, started)
+            raise ModelLoading(f"model set {name!r} is loading (its first request, or it was unloaded); retry "
+                               f"after {math.ceil(left)} s", retry_after_s=max(1, math.ceil(left))) from None
+        except Exception:
+            pass  # the load's failure is recorded by _loaded; answered below
+        if name not in self.loaded:
+            return await self._wait_loaded(name)  # failed: ModelUnavailable
+        return self.loaded[name]
+
+    def _expected(self, name: str) -> float:
+        return self.load_s.get(name, FIRST_LOAD_GUESS_S)
+
+    def _expected_left(self, name: str, started: float) -> float:
+        return max(1.0, self._expected(name) - (self._clock() - started))
+
+    def _start_load(self, name: str) -> None:
+        victims = self._room_for_one()
+        loop = asyncio.get_running_loop()
+        started = self._clock()
+        future = loop.run_in_executor(self._executor, self._unload_then_build, victims, name)
+        self._load = (name, started, future)
+        future.add_done_callback(lambda f: self._loaded(name, started, f))
+
+    def _room_for_one(self) -> list[tuple[str, Any]]:
+        """The sets to unload so that one more fits (taken out of `loaded`
+        now, so no request takes them meanwhile), least recently used
+        first; ModelLoading when every candidate is in use."""
+        over = len(self.loaded) + 1 - self.loading_args.max_loaded
+        if over <= 0:
+            return []
+        idle = [n for n in self.loaded if n != self.default and not self.in_use[n]]
+        if over > len(idle):
+            raise ModelLoading(f"{len(self.loaded)} model sets are loaded (set_loading.max_loaded "
+                               f"{self.loading_args.max_loaded}) and in use; retry shortly", retry_after_s=5)
+        # Churn bound: a set is held min_resident_s before another may take its place.
+        young = [self.loading_args.min_resident_s - (self._clock() - self.loaded_at.get(n, -1e9)) for n in idle]
+        idle = [n for n, left in zip(idle, young) if left <= 0]
+        if over > len(idle):
+            wait = math.ceil(min(left for left in young if left > 0))
+            raise ModelLoading(f"{len(self.loaded)} model sets are loaded (set_loading.max_loaded "
+                               f"{self.loading_args.max_loaded}), each held at least {self.loading_args.min_resident_s:g} "
+                               f"s after its load; retry after {wait} s", retry_after_s=max(1, wait))
+        victims = idle[:max(0, over)]
+        return [(n, self.loaded.pop(n)) for n in victims]
+
+    def _unload_then_build(self, victims: list[tuple[str, Any]], name: str) -> Any:
+        unloaded = bool(victims)
+        while victims:
+            victim, obj = victims.pop(0)
+            log.info("model set %s: unloading (least recently used) to load %s", victim, name)
+            self._close(obj)
+            self.unloads += 1
+            del obj
+        if unloaded:  # the predictors' memory back to the OS before the next set's
+            gc.collect()
+            if self._after_unload is not None:
+                self._after_unload()
+        log.info("model set %s: loading on its first request", name)
+        return self._build(name)
+
+    def _loaded(self, name: str, started: float, future: asyncio.Future) -> None:
+        self._load = None
+        if future.cancelled():
+            return
+        e = future.exception()
+        if e is not None:
+            self.failed[name] = (f"{type(e).__name__}: {e}", self._clock())
+            log.error("model set %s failed to load: %s: %s", name, type(e).__name__, e)
+            return
+        self.failed.pop(name, None)
+        self.loaded[name] = future.result()
+        self.loaded_at[name] = self._clock()
+        self.load_s[name] = self._clock() - started
+        self.loads += 1
+        log.info("model set %s: loaded in %.1f s", name, self.load_s[name])
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False)
+
+
+class DeploymentSets:
+    """The per-stage profile's catalogue (deployments.yaml): each further
+    set's detector and recogniser are deployments of their own
+    (TextDetector_{set}, TextRecognizer_{set}) that Serve keeps at zero
+    replicas until a request comes (autoscaling min_replicas 0) and takes
+    back to zero after downscale_delay_s without one: a set's memory is a
+    replica process of its own, all of it returned when that process exits.
+    Serve starts a replica for the first call a handle queues; here the
+    first request for a set makes that call (its stages' `ready`, which a
+    replica answers once warmed) and waits for it up to load_wait_s, then
+    503 (ModelLoading) with the remaining time, as SetCache does; other
+    requests for the set join the same wait. `running()`: set -> whether
+    both its stages have a running replica (Serve's status, read on a
+    thread, at most once a second)."""
+
+    def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, bool]],
+                 loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic):
+        self.catalogue = tuple(catalogue)
+        self.default = self.catalogue[0]
+        self.loading_args = loading
+        self._probe, self._running, self._clock = probe, running, clock
+        self._seen: dict[str, bool] = {}
+        self._seen_at = -1e9
+        self._loads: dict[str, tuple[float, asyncio.Future]] = {}
+        self.load_s: dict[str, float] = {}
+
+    async def refresh(self) -> dict[str, bool]:
+        if self._clock() - self._seen_at >= 1.0:
+            self._seen_at = self._clock()
+            try:
+                self._seen = await asyncio.to_thread(self._running)
+            except Exception as e:  # Serve's status unreadable: nothing is known to be up
+                log.warning("model sets: Serve's status could not be read: %s", e)
+                self._seen = {}
+        return self._seen
+
+    def loaded(self, name: str) -> bool:
+        return name == self.default or bool(self._seen.get(name))
+
+    async def states(self) -> dict[str, dict[str, Any]]:
+        await self.refresh()
+        return {name: {"state": "loaded" if self.loaded(name) else "loading" if name in self._loads else "not loaded",
+                       "load_s": round(self.load_s[name], 2) if name in self.load_s else None}
+                for name in self.catalogue}
+
+    async def wait_loaded(self, name: str) -> None:
+        """Return once `name`'s stages run (at once for the default or a running set); ModelLoading past load_wait_s."""
+        if name == self.default:
+            return
+        await self.refresh()
+        if self.loaded(name) and name not in self._loads:
+            return
+        if name not in self._loads:
+            started = self._clock()
+            future = asyncio.ensure_future(self._probe(name))
+            self._loads[name] = (started, future)
+            future.add_done_callback(lambda f: self._loaded(name, started, f))
+        started, future = self._loads[name]
+        try:
+            await asyncio.wait_for(asyncio.shield(future), self.loading_args.load_wait_s)
+        except asyncio.TimeoutError:
+            left = max(1.0, self.load_s.get(name, FIRST_LOAD_GUESS_S) - (self._clock() - started))
+            raise ModelLoading(f"model set {name!r} is starting (its first request, or it was scaled to zero); "
+                               f"retry after {math.ceil(left)} s", retry_after_s=max(1, math.ceil(left))) from None
+        except Exception as e:
+            raise ModelUnavailable(f"model set {name!r} could not be started (the service's log has why); use the "
+                                   f"default set {self.default!r}", retry_after_s=int(self.loading_args.retry_failed_s) or 1
+                                   ) from e
+
+    def _loaded(self, name: str, started: float, future: asyncio.Future) -> None:
+        self._loads.pop(name, None)
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                log.error("model set %s could not be started: %s", name, future.exception())
+            return
+        self.load_s[name] = self._clock() - started
+        self._seen[name] = True
+        log.info("model set %s: its stages answered after %.1f s", name, self.load_s[name])

@@ -1,0 +1,68 @@
+"""A user's own model set checked with Paddle when the application is built
+(serve_app/inference/set_check.py, in a child process): a set assembled
+from the shipped PP-OCRv4 files under another name passes; a dictionary
+that is not the recogniser's, a recogniser folder that holds a detector,
+and a detector whose file is not a model are each refused, the error naming
+the file and the problem (never a user's first request)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from serve_app.core.app_args import AppArgs
+from serve_app.core.errors import ConfigError
+from serve_app.inference import weights
+from serve_app.inference.set_check import check_own_sets
+
+
+def v4_folder(tmp_path, stage: str):
+    """A copy of the shipped v4 model of `stage`, as a user's export would be laid out."""
+    d = tmp_path / f"my_{stage}"
+    shutil.copytree(weights.default_stage_dir(stage), d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("own")
+    words = tmp / "keys.txt"
+    shutil.copy(weights.dictionary_path(), words)
+    return {"det": v4_folder(tmp, "det"), "rec": v4_folder(tmp, "rec"), "dict": words, "tmp": tmp}
+
+
+def declared(files, **changes) -> dict:
+    d = {"name": "my_v4", "det_model": str(files["det"]), "rec_model": str(files["rec"]),
+         "rec_dict": str(files["dict"]), "det": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}}
+    return {**d, **changes}
+
+
+def test_a_set_assembled_from_the_shipped_files_passes(files):
+    check_own_sets(AppArgs.model_validate({"own_models": [declared(files)]}))
+
+
+def test_a_dictionary_that_is_not_the_recognisers_is_refused_with_both_counts(files):
+    short = files["tmp"] / "short.txt"
+    short.write_text("".join(f"{c}\n" for c in "abcdefghij"), encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        check_own_sets(AppArgs.model_validate({"own_models": [declared(files, rec_dict=str(short))]}))
+    message = str(e.value)
+    assert "own model set 'my_v4' refused" in message and str(short) in message
+    assert "has 10 characters (12 classes" in message and "outputs 6625 classes" in message
+
+
+def test_a_recogniser_folder_holding_a_detector_is_refused(files):
+    with pytest.raises(ConfigError) as e:
+        check_own_sets(AppArgs.model_validate({"own_models": [declared(files, rec_model=str(files["det"]))]}))
+    assert "rec_model" in str(e.value) and str(files["det"]) in str(e.value)
+
+
+def test_a_detector_file_that_is_not_a_model_is_refused(files):
+    junk = files["tmp"] / "junk_det"
+    junk.mkdir()
+    (junk / "inference.pdmodel").write_bytes(b"not a program" * 10)
+    (junk / "inference.pdiparams").write_bytes(b"\0" * 64)
+    with pytest.raises(ConfigError) as e:
+        check_own_sets(AppArgs.model_validate({"own_models": [declared(files, det_model=str(junk))]}))
+    assert "own model set 'my_v4' refused" in str(e.value) and "junk_det" in str(e.value)

@@ -1,0 +1,237 @@
+"""The model-set cache of a replica (serve_app/serving/set_cache.py): the
+default held from the start and never unloaded, another set loaded on its
+first request (one load at a time, on a thread), a request that waits past
+load_wait_s answered 503 with the load's expected remaining time, at most
+max_loaded held (the least recently used idle one unloaded, never one in
+use), a failed load answered 503 for retry_failed_s while the default
+serves. Explicit steps: builds block on events the test sets; a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from serve_app.core.errors import ModelLoading, ModelUnavailable
+from serve_app.core.own_sets import SetLoading
+from serve_app.serving.set_cache import SetCache
+
+CATALOGUE = ("small", "v4", "tiny")
+
+
+class Builds:
+    """build/close callables whose builds wait for the test's go-ahead."""
+
+    def __init__(self):
+        self.gates: dict[str, threading.Event] = {}
+        self.built: list[str] = []
+        self.closed: list[str] = []
+        self.fail: set[str] = set()
+
+    def gate(self, name: str) -> threading.Event:
+        return self.gates.setdefault(name, threading.Event())
+
+    def build(self, name: str):
+        self.gate(name).wait(10)
+        if name in self.fail:
+            raise RuntimeError(f"{name}: rec_model missing")
+        self.built.append(name)
+        return f"models of {name}"
+
+    def close(self, obj) -> None:
+        self.closed.append(obj)
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def cache(builds: Builds, clock: Clock, **loading) -> SetCache:
+    c = SetCache(CATALOGUE, builds.build, builds.close, SetLoading(**loading), clock=clock)
+    c.add("small", "models of small", 5.0)
+    return c
+
+
+async def read(c: SetCache, name: str):
+    async with c.use(name) as obj:
+        return obj
+
+
+def test_the_default_is_served_at_once_and_the_others_are_not_loaded():
+    b, clock = Builds(), Clock()
+    c = cache(b, clock)
+    assert asyncio.run(read(c, "small")) == "models of small"
+    assert c.states() == {"small": {"state": "loaded", "load_s": 5.0}, "v4": {"state": "not loaded", "load_s": None},
+                          "tiny": {"state": "not loaded", "load_s": None}}
+    assert b.built == []
+
+
+def test_a_first_request_loads_its_set_and_waits_for_it():
+    b, clock = Builds(), Clock()
+    c = cache(b, clock, load_wait_s=10)
+
+    async def main():
+        task = asyncio.ensure_future(read(c, "v4"))
+        await asyncio.sleep(0.05)
+        assert c.state("v4") == "loading"
+        clock.t += 7
+        b.gate("v4").set()
+        return await task
+
+    assert asyncio.run(main()) == "models of v4"
+    assert c.states()["v4"] == {"state": "loaded", "load_s": 7.0}
+    assert b.built == ["v4"] and c.loads == 1
+
+
+def test_past_load_wait_a_request_gets_503_with_the_remaining_time_and_the_load_goes_on():
+    b, clock = Builds(), Clock()
+    c = cache(b, clock, load_wait_s=0)
+
+    async def main():
+        with pytest.raises(ModelLoading) as e:
+            await read(c, "tiny")
+        assert e.value.status == 503 and "is loading" in e.value.message
+        assert e.value.retry_after_s == 20  # a first load's guess, nothing elapsed
+        clock.t += 15
+        with pytest.raises(ModelLoading) as e:  # the retry joins the same load
+            await read(c, "tiny")
+        assert e.value.retry_after_s == 5
+        b.gate("tiny").set()
+        while c.state("tiny") != "loaded":
+            await asyncio.sleep(0.01)
+        return await read(c, "tiny")
+
+    assert asyncio.run(main()) == "models of tiny"
+    assert b.built == ["tiny"]  # loaded once
+
+
+def test_one_load_at_a_time_another_set_meanwhile_is_told_to_come_back():
+    b, clock = Builds(), Clock()
+    c = cache(b, clock, load_wait_s=0, max_loaded=3)
+
+    async def main():
+        with pytest.raises(ModelLoading):
+            await read(c, "tiny")
+        with pytest.raises(ModelLoading) as e:
+            await read(c, "v4")
+        assert "another set ('tiny') is loading" in e.value.message
+        assert e.value.retry_after_s == 40  # tiny's remaining 20 + its own 20
+        b.gate("tiny").set()
+        while c.state("tiny") != "loaded":
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    assert c.state("v4") == "not loaded"
+
+
+def test_max_loaded_unloads_the_least_recently_used_idle_set_never_the_default_nor_one_in_use():
+    b, clock = Builds(), Clock()
+    for name in CATALOGUE:
+        b.gate(name).set()
+    c = cache(b, clock, load_wait_s=10, max_loaded=2, min_resident_s=0)
+
+    async def main():
+        assert await read(c, "v4") == "models of v4"
+        assert list(c.loaded) == ["small", "v4"]
+        assert await read(c, "tiny") == "models of tiny"  # v4 out: the default stays
+        assert b.closed == ["models of v4"] and list(c.loaded) == ["small", "tiny"]
+        async with c.use("tiny"):  # tiny in use: v4 cannot be loaded meanwhile
+            with pytest.raises(ModelLoading) as e:
+                await read(c, "v4")
+            assert "in use" in e.value.message and e.value.retry_after_s == 5
+        assert list(c.loaded) == ["small", "tiny"]
+        assert await read(c, "v4") == "models of v4"  # tiny idle again: it goes
+        assert b.closed == ["models of v4", "models of tiny"]
+
+    asyncio.run(main())
+    assert c.states()["small"]["state"] == "loaded" and c.unloads == 2
+
+
+def test_a_failed_load_is_503_for_retry_failed_s_and_the_default_keeps_serving():
+    b, clock = Builds(), Clock()
+    b.fail.add("v4")
+    b.gate("v4").set()
+    c = cache(b, clock, load_wait_s=10, retry_failed_s=60)
+
+    async def main():
+        with pytest.raises(ModelUnavailable) as e:
+            await read(c, "v4")
+        assert e.value.status == 503 and e.value.retry_after_s == 60
+        assert "could not be loaded" in e.value.message and "rec_model missing" not in e.value.message
+        assert c.state("v4") == "failed"
+        assert await read(c, "small") == "models of small"
+        clock.t += 30
+        with pytest.raises(ModelUnavailable) as e:  # no second try yet
+            await read(c, "v4")
+        assert e.value.retry_after_s == 30
+        b.fail.clear()
+        clock.t += 31
+        return await read(c, "v4")  # tried again, and it loads
+
+    assert asyncio.run(main()) == "models of v4"
+    assert c.state("v4") == "loaded"
+
+
+def test_per_stage_sets_start_on_their_first_request_and_503_past_load_wait():
+    """DeploymentSets (deployments.yaml: a further set's stages scaled from zero by Serve): the
+    first request starts them (a call Serve must start a replica for) and waits up to load_wait_s;
+    later requests join that start; once it answered, the set is loaded; the default never waits."""
+    from serve_app.serving.set_cache import DeploymentSets
+
+    clock = Clock()
+    up: dict[str, bool] = {}
+    started: list[str] = []
+
+    async def main():
+        answered = asyncio.Event()
+
+        async def probe(name: str) -> None:
+            started.append(name)
+            await answered.wait()
+
+        sets = DeploymentSets(CATALOGUE, probe, lambda: dict(up), SetLoading(load_wait_s=0), clock=clock)
+        await sets.wait_loaded("small")  # the default: at once, nothing started
+        assert (await sets.states())["v4"]["state"] == "not loaded" and started == []
+        with pytest.raises(ModelLoading) as e:
+            await sets.wait_loaded("v4")
+        assert e.value.retry_after_s == 20 and "is starting" in e.value.message
+        assert (await sets.states())["v4"]["state"] == "loading"
+        clock.t += 12
+        with pytest.raises(ModelLoading) as e:
+            await sets.wait_loaded("v4")
+        assert e.value.retry_after_s == 8 and started == ["v4"]  # joined, not started twice
+        answered.set()
+        await asyncio.sleep(0.01)
+        await sets.wait_loaded("v4")  # answered: loaded, no wait
+        assert (await sets.states())["v4"] == {"state": "loaded", "load_s": 12.0}
+        assert (await sets.states())["tiny"]["state"] == "not loaded"
+
+    asyncio.run(main())
+
+
+def test_a_client_naming_the_sets_in_turn_makes_at_most_one_load_per_min_resident_s():
+    """The hostile case: v4, tiny, v4, tiny ... each request a load (seconds of CPU every other request
+    shares). A loaded set is held min_resident_s before another may take its place: meanwhile 503 with
+    the time left, and nothing is unloaded or loaded."""
+    b, clock = Builds(), Clock()
+    for name in CATALOGUE:
+        b.gate(name).set()
+    c = cache(b, clock, load_wait_s=10, max_loaded=2, min_resident_s=120)
+
+    async def main():
+        assert await read(c, "v4") == "models of v4"
+        clock.t += 30
+        with pytest.raises(ModelLoading) as e:
+            await read(c, "tiny")
+        assert e.value.retry_after_s == 90 and "held at least 120 s" in e.value.message
+        assert await read(c, "v4") == "models of v4"  # the loaded one serves meanwhile
+        clock.t += 90
+        assert await read(c, "tiny") == "models of tiny"
+
+    asyncio.run(main())
+    assert b.built == ["v4", "tiny"] and b.closed == ["models of v4"]
