@@ -72,7 +72,7 @@ async def pipeline_ocr(upload, options, ctx=None):
     return {"image": {"width": 1, "height": 1}, "results": [{"text": data.decode()}], "timings_ms": {"total": 1.0}}
 
 
-async def jobs_submit(data, options, key, client):
+async def jobs_submit(data, options, key, client, callback_url=None, base_url=""):
     Fake.calls.append((data, options, key))
     Fake.clients.append(client)
     Fake.jobs["j1"] = {"job_id": "j1", "status": "queued"}

@@ -13,6 +13,32 @@ class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class CallbackArgs(_Args):
+    """Job callbacks (`callback_url`; serve_app.jobs.callbacks): signed
+    events POSTed when a job ends, retried until delivered or given up."""
+
+    secret_env: str = Field("OCR_WEBHOOK_SECRET", description="the environment variable holding the signing "
+                            "secret, in the Standard Webhooks `whsec_<base64>` form (where the JobStore runs); "
+                            "unset: a job naming a callback_url is a 400")
+    retry_s: tuple[float, ...] = Field(
+        (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0),
+        description="pauses before each retry of a delivery that got no 2xx answer (any other status, a timeout, a "
+        "refused connection), each with the same webhook-id; after the last, it is given up. The default spans "
+        "about 17 hours")
+    allow: tuple[str, ...] = Field(
+        (), description="callback targets allowed although they are loopback, private, link-local, or otherwise "
+        "not public: CIDRs (`10.0.0.0/8`, `::1/128`) their resolved addresses lie in, or host names (`localhost`) "
+        "matched as written in the URL")
+    concurrency: int = Field(8, ge=1, description="deliveries in flight at once per JobStore replica; the rest "
+                             "wait their turn (a slow receiver holds one of them, never a job worker)")
+    per_target: int = Field(2, ge=1, description="deliveries in flight at once to one host (per JobStore replica): "
+                            "a slow receiver with many events holds at most this many of the concurrency places")
+    timeout_s: float = Field(10.0, gt=0, description="one delivery's time to connect, send and get the answer's "
+                             "status; longer is a failed attempt")
+    max_pending: int = Field(10000, ge=1, description="deliveries not yet delivered or given up that the book "
+                             "holds; a new job with a callback_url past it is a 503")
+
+
 class JobArgs(_Args):
     ttl_s: float = Field(3600, gt=0, description="how long a finished job's result is kept")
     capacity: int = Field(1000, ge=1, description="unfinished jobs (queued or running) held at once")
@@ -26,7 +52,9 @@ class JobArgs(_Args):
                                 "one client's finished results may hold (client: the bearer token, else the "
                                 "address). Before its TTL a result is dropped only when its client is over its "
                                 "share, or when the store is over its bounds with every client within its share "
-                                "(then the biggest holder's oldest)")
+                                "(then the biggest holder's oldest). Also the part of capacity and of max_queued_bytes one client's "
+                                "unfinished jobs may hold while another client has jobs in the book; a client alone "
+                                "may fill it but one share, kept for the next client")
     max_result_bytes: int = Field(32 * 1024 * 1024, ge=1, description="one job's result (JSON bytes): a job "
                                   "whose result is bigger fails with `result_too_large` (split the document)")
     backend: Literal["sqlite", "redis"] = Field(
@@ -50,6 +78,8 @@ class JobArgs(_Args):
         "full) is tried again after a growing pause (2 s doubling to 60 s, or the service's Retry-After if longer) "
         "until it has waited this long in all; then it fails with `overloaded`")
     concurrency: int = Field(8, ge=1, description="jobs sent to the pipeline at once")
+    callbacks: CallbackArgs = Field(CallbackArgs(), description="signed callbacks when a job ends "
+                                    "(docs/jobs.md#callbacks)")
     journal: Optional[str] = Field(
         None, description="SQLite file holding every accepted job until it expires, so that a restarted store "
         "loses none (unfinished ones run again). `{app}` in it is replaced by the application's name and "

@@ -46,10 +46,11 @@ class _Null:
 
 
 class _Waiter:
-    __slots__ = ("lane", "weight", "since", "seq", "future")
+    __slots__ = ("lane", "weight", "since", "seq", "future", "owner")
 
-    def __init__(self, lane: str, weight: int, since: float, seq: int, future: asyncio.Future):
+    def __init__(self, lane: str, weight: int, since: float, seq: int, future: asyncio.Future, owner: Any = None):
         self.lane, self.weight, self.since, self.seq, self.future = lane, weight, since, seq, future
+        self.owner = owner
 
 
 class PriorityGate:
@@ -59,7 +60,12 @@ class PriorityGate:
     (oldest first); a bulk waiter that has waited `max_wait_s` ranks as
     interactive from then on (by its arrival: an aged bulk item precedes
     interactive items that came after it). No waiter overtakes a better
-    ranked one that does not fit yet.
+    ranked one that does not fit yet. When the bulk lane's turn comes, the
+    places go to owners (say, a document being read: its pages) in turn:
+    the bulk waiter whose owner has been given the fewest goes first (a new
+    owner counts one less than the least served, so it is next), then the
+    oldest: a one-page job's page is not queued behind every page of the
+    documents read before it.
 
     `bulk_capacity` (None: all of it) caps the weight bulk items hold at
     once (an item through alone when no bulk is held), e.g. so that a batch
@@ -83,27 +89,43 @@ class PriorityGate:
         self.clock = clock
         self.used = 0
         self.waiters: list[_Waiter] = []
+        self.held: dict[Any, int] = {}  # owner -> places it holds (owners given)
+        self.given: dict[Any, int] = {}  # owner -> places given it while it holds or waits (its turn's count)
         self.promoted = 0
         self._seq = itertools.count()
 
     def queued(self, lane: str) -> int:
         return sum(1 for w in self.waiters if w.lane == lane)
 
-    def _rank(self, w: _Waiter, now: float) -> tuple:
+    def _next(self, now: float) -> _Waiter:
+        """Interactive first (oldest first), unless the oldest bulk waiter has
+        waited max_wait_s and came before it: then, as whenever only bulk
+        waits, the bulk waiter whose owner holds the fewest places (then the oldest)."""
         if not self.lanes:
-            return (0, w.seq)
-        urgent = w.lane != BULK or now - w.since >= self.max_wait_s
-        return (0 if urgent else 1, w.since, w.seq)
+            return min(self.waiters, key=lambda w: w.seq)
+        first = min((w for w in self.waiters if w.lane != BULK), key=lambda w: (w.since, w.seq), default=None)
+        bulk = [w for w in self.waiters if w.lane == BULK]
+        if bulk:
+            oldest = min(bulk, key=lambda w: (w.since, w.seq))
+            if first is None or (now - oldest.since >= self.max_wait_s and oldest.since <= first.since):
+                return min(bulk, key=lambda w: (self.given.get(w.owner, 0), w.since, w.seq))
+        return first
+
+    def _forget(self, owner: Any) -> None:
+        """An owner that holds nothing and waits for nothing leaves the turn."""
+        if owner is not None and owner not in self.held and not any(w.owner == owner for w in self.waiters):
+            self.given.pop(owner, None)
 
     def _admit(self) -> None:
         now = self.clock()
         while self.waiters:
-            best = min(self.waiters, key=lambda w: self._rank(w, now))
+            best = self._next(now)
             if best.future.done():
                 # Its caller was cancelled (deadline, client gone) and has not
                 # yet run its clean-up: it takes no turn (set_result on its
                 # future would raise, and the turn would never be given back).
                 self.waiters.remove(best)
+                self._forget(best.owner)
                 continue
             if self.used > 0 and self.used + best.weight > self.capacity():
                 break
@@ -112,6 +134,9 @@ class PriorityGate:
                 break  # only bulk waits (interactive ranks first): its share is full
             self.waiters.remove(best)
             self.used += best.weight
+            if best.owner is not None:
+                self.held[best.owner] = self.held.get(best.owner, 0) + 1
+                self.given[best.owner] = self.given.get(best.owner, 0) + 1
             if best.lane == BULK:
                 self.bulk_used += best.weight
             if self.lanes and best.lane == BULK:
@@ -127,39 +152,52 @@ class PriorityGate:
         for lane in LANES:
             self.metrics.queued.set(self.queued(lane), tags={"lane": lane})
 
-    async def enter(self, lane: str, weight: int = 1) -> bool:
-        """Wait for a turn; True if the caller must `leave(weight)` after."""
+    async def enter(self, lane: str, weight: int = 1, owner: Any = None) -> bool:
+        """Wait for a turn; True if the caller must `leave(weight, lane, owner)` after."""
         if lane in self.bypass:
             return False
         loop = asyncio.get_running_loop()
-        w = _Waiter(lane, max(1, weight), self.clock(), next(self._seq), loop.create_future())
+        w = _Waiter(lane, max(1, weight), self.clock(), next(self._seq), loop.create_future(), owner)
+        if owner is not None and owner not in self.given:  # a new owner: next in turn
+            self.given[owner] = min(self.given.values(), default=1) - 1
         self.waiters.append(w)
         self._admit()
         try:
             await w.future
         except BaseException:
             if w.future.done() and not w.future.cancelled():
-                self.leave(w.weight, lane)  # admitted, but its caller is gone: pass the turn on
+                self.leave(w.weight, lane, owner)  # admitted, but its caller is gone: pass the turn on
             elif w in self.waiters:
                 self.waiters.remove(w)
+                self._forget(owner)
                 self._admit()
             raise
         return True
 
-    def leave(self, weight: int = 1, lane: str = INTERACTIVE) -> None:
+    def leave(self, weight: int = 1, lane: str = INTERACTIVE, owner: Any = None) -> None:
         self.used -= max(1, weight)
+        if owner is not None:
+            left = self.held.get(owner, 0) - 1
+            if left > 0:
+                self.held[owner] = left
+            else:
+                self.held.pop(owner, None)
+                self._forget(owner)
         if lane == BULK:
             self.bulk_used -= max(1, weight)
         self._admit()
 
     @contextlib.asynccontextmanager
-    async def hold(self, lane: str, weight: int = 1) -> AsyncIterator[None]:
-        gated = await self.enter(lane, weight)
+    async def hold(self, lane: str, weight: int = 1, owner: Any = None) -> AsyncIterator[None]:
+        gated = await self.enter(lane, weight, owner)
         try:
             yield
         finally:
             if gated:
-                self.leave(weight, lane)
+                self.leave(weight, lane, owner)
+
+
+_NOBODY = object()
 
 
 class LaneQueue:
@@ -168,7 +206,10 @@ class LaneQueue:
     bulk item has waited `max_wait_s` (then that one). `lanes=False`: one
     FIFO. Within a lane, items put with an `owner` (a client) are served
     in turn by owner, each owner's in order: one owner's thousand items
-    wait behind one of every other owner's, not the other way round."""
+    wait behind one of every other owner's, not the other way round. An
+    owner that arrives (or comes back) takes its turn before the owner
+    served last: a newcomer's item is the next one served once the items
+    already taken are done, not one more of a backlog's."""
 
     def __init__(self, max_wait_s: float, lanes: bool = True, metrics: Any = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -179,6 +220,7 @@ class LaneQueue:
         # lane -> owner -> its items (oldest first); owners in the order they are next served
         self._q: dict[str, "OrderedDict[Any, deque]"] = {lane: OrderedDict() for lane in LANES}
         self._n: dict[str, int] = {lane: 0 for lane in LANES}
+        self._last: dict[str, Any] = {}  # lane -> the owner served last (the back of its turn)
         self._ready = asyncio.Semaphore(0)
         self._seq = itertools.count()
         self.promoted = 0
@@ -191,7 +233,12 @@ class LaneQueue:
 
     def put_nowait(self, item: Any, lane: str = BULK, owner: Any = None) -> None:
         lane = lane if self.lanes and lane in LANES else INTERACTIVE
-        self._q[lane].setdefault(owner, deque()).append((self.clock(), next(self._seq), item))
+        owners = self._q[lane]
+        new = owner not in owners
+        owners.setdefault(owner, deque()).append((self.clock(), next(self._seq), item))
+        last = self._last.get(lane, _NOBODY)
+        if new and last is not _NOBODY and last in owners and last != owner:
+            owners.move_to_end(last)  # the newcomer goes ahead of the owner just served
         self._n[lane] += 1
         self._ready.release()
         self._report()
@@ -205,6 +252,7 @@ class LaneQueue:
         owners = self._q[lane]
         owner, q = next(iter(owners.items()))
         item = q.popleft()
+        self._last[lane] = owner
         if q:
             owners.move_to_end(owner)
         else:

@@ -51,6 +51,7 @@ Detect = Callable[..., Awaitable[np.ndarray]]  # (work, params, *, ctx)
 Classify = Callable[..., Awaitable[list[Direction]]]  # (crops, *, ctx) -> directions
 Recognize = Callable[..., Awaitable[list[Recognition]]]  # (crops, *, ctx) -> readings
 Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
+OnPage = Callable[[PageResult], None]  # each page of a document as it is read (in any order)
 
 
 Context = Union[RequestContext, float, None]  # a context, or just a deadline (time.time())
@@ -75,11 +76,11 @@ class Pipeline:
     resize, crop) runs in a worker thread, never on the event loop."""
 
     def __init__(self, stages: Stages, config: EngineConfig,
-                 admit: Optional[Callable[[str], contextlib.AbstractAsyncContextManager]] = None):
+                 admit: Optional[Callable[[str, int], contextlib.AbstractAsyncContextManager]] = None):
         self.stages = stages
         self.config = config
-        # admit(lane): held while one image (or page) is read, e.g. the Serve
-        # pipeline's cap on bulk work in the stages (serve_app.core.lanes.PriorityGate.hold).
+        # admit(lane, owner): held while one image (or page) is read, e.g. the Serve pipeline's cap on bulk work in
+        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request (a document's pages share it).
         self.admit = admit
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
@@ -89,7 +90,7 @@ class Pipeline:
         ctx = context_of(ctx, options)
         if self.admit is None:
             return await self._read(image, options, ctx)
-        async with self.admit(ctx.lane):
+        async with self.admit(ctx.lane, id(ctx)):
             return await self._read(image, options, ctx)
 
     async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
@@ -224,23 +225,26 @@ class Pipeline:
         return await asyncio.to_thread(merge_tile_boxes, tiles, found)
 
     async def read_any(self, data: Union[ImageInput, Upload], options: OcrOptions = OcrOptions(), ctx: Context = None,
-                       progress: Optional[Progress] = None) -> Union[OcrResult, DocumentResult]:
+                       progress: Optional[Progress] = None,
+                       on_page: Optional[OnPage] = None) -> Union[OcrResult, DocumentResult]:
         """A document (its kind decided at the door: serve_app.flow.upload; a PDF,
         a TIFF of several pages) -> read_document; an image -> read."""
         upload = upload_of(data, self.config.limits)
         if isinstance(upload.data, (str, Path)):  # a name, not content: its kind is read where its file is
             upload = upload_of(upload.data)
         if upload.is_document:
-            return await self.read_document(upload.data, options, ctx, progress)
+            return await self.read_document(upload.data, options, ctx, progress, on_page)
         return await self.read(upload.data, options, ctx)
 
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
-                            ctx: Context = None, progress: Optional[Progress] = None) -> DocumentResult:
+                            ctx: Context = None, progress: Optional[Progress] = None,
+                            on_page: Optional[OnPage] = None) -> DocumentResult:
         """Every page of a document (a PDF, a multi-page TIFF), in order.
         Pages are rendered here (in a
         worker thread, from the PDF's bytes) and read concurrently, at most
         documents.page_concurrency at a time, so a page's bitmap exists only
-        while it is read. `progress(done, total)` after each page."""
+        while it is read. `progress(done, total)` after each page, and
+        `on_page(page)` before it (a job streams its pages as they finish)."""
         cfg = self.config
         ctx = context_of(ctx, options)
         t0 = time.perf_counter()
@@ -273,6 +277,8 @@ class Pipeline:
                                 f"{', '.join(str(i + 1) for i, _ in sorted(failed))}; "
                                 f"engine.documents.max_pages_over_budget): {failed[0][1].message}") from None
                 done += 1
+                if on_page is not None:
+                    on_page(page)
                 if progress is not None:
                     progress(done, total)
                 return page

@@ -10,8 +10,10 @@ What a careless or hostile client can cost is bounded here:
   max_finished_bytes of them, counted as stored, a share of each per client:
   serve_app.jobs.results) besides their time to live, so junk that fails at
   once never locks the store and one client cannot evict another's results;
-- one client holds at most its share of capacity and queued bytes (503,
-  serve_app.jobs.shares); the workers take jobs client by client in turn;
+- one client holds at most its share of capacity and queued bytes once
+  another client has jobs here, all but one share while alone (503,
+  serve_app.jobs.shares); the workers take jobs client by client in turn,
+  a newcomer before the client served last;
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -33,36 +35,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Optional
 
 from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrError, Overloaded, Unavailable
+from serve_app.jobs import book_callbacks
+from serve_app.jobs.callbacks import Callbacks
 from serve_app.jobs.journal import JobJournal
 from serve_app.jobs.results import ALL, ResultShares
 from serve_app.jobs.shares import check_room, hold
-from serve_app.jobs.state import Job, JobStatus, encode_result
+from serve_app.jobs.state import Job, JobStatus, encode_result, fingerprint, image_nbytes, result_too_large  # noqa: F401
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.app_args import JobArgs, LaneArgs
-from serve_app.flow.upload import content_key
 
 log = logging.getLogger("ray.serve")
 
-# (image or PDF, options, progress) -> the pipeline's result dict; raises on
-# failure. progress(pages_done, pages_total) as a document's pages are read.
+# (image or PDF, options, progress) -> the pipeline's result dict; raises on failure. progress(pages_done,
+# pages_total, pages) as a document's pages are read (pages: the dicts of those finished since the last call).
 RunOcr = Callable[[Any, OcrOptions, Callable[[int, int], None]], Awaitable[dict]]
 
 JOURNAL_RETRY_AFTER_S = 5
-
-
-def image_nbytes(image: Any) -> int:
-    return int(getattr(image, "nbytes", None) or len(image)) if image is not None else 0
-
-
-def fingerprint(image: Any, options: OcrOptions) -> str:
-    """What an Idempotency-Key stands for: the image's content and the
-    options (the one content hash, serve_app.flow.upload.content_key; the lane
-    is not the payload)."""
-    key = content_key(image, options)
-    if key is None:
-        raise ValueError(f"a job's image is bytes or an array, not {type(image).__name__}")
-    return key
 
 
 class JobBook:
@@ -95,6 +84,8 @@ class JobBook:
         self._closed = False
         # The journal's reads and writes run on one thread of their own, off the event loop.
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
+        self.callbacks = Callbacks(args.callbacks)  # signed events when a job ends (serve_app.jobs.callbacks)
+        self.deliveries: dict[str, dict] = {}  # open deliveries (waiting or pending) by job id
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -104,6 +95,7 @@ class JobBook:
         if self.journal is not None:
             await self._io_call(self._recover)
         self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
+        self.callbacks.start(book_callbacks.JournalLedger(self))
 
     def _new_worker(self, i: int) -> asyncio.Task:
         return asyncio.create_task(self._worker(), name=f"job-worker-{i}")
@@ -141,6 +133,7 @@ class JobBook:
         self._closed = True
         for w in self.workers:
             w.cancel()
+        self.callbacks.close()
         self._io.shutdown(wait=False)
 
     def _recover(self) -> None:
@@ -159,6 +152,7 @@ class JobBook:
                 hold(self, job, +1)
                 self.queue.put_nowait(job.job_id, self._lane(job), job.client)
                 unfinished += 1
+        book_callbacks.recover(self)
         gone = self.finished.to_evict(time.time(), self.args.ttl_s, ALL)  # expired, or the bounds changed since
         for job_id in gone:
             self._forget(job_id)
@@ -172,9 +166,14 @@ class JobBook:
     def finished_bytes(self) -> int:
         return self.finished.total_bytes
 
-    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "") -> dict:
+    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
+                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
+        """A new job's view, or a known key's job's. With callback_url an
+        event is sent there when it ends (its data.url: base_url + the job's path)."""
         self.replace_dead_workers()
         await self._expire()
+        if callback_url:  # a 400 (no secret, a refused target) or 503 before anything is accepted
+            await self.callbacks.check(callback_url, len(self.deliveries))
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         if key:
             while key in self._keys_pending:  # its first submit is being written: wait for its outcome
@@ -190,6 +189,7 @@ class JobBook:
         check_room(self, client, nbytes)  # serve_app.jobs.shares
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
                   fingerprint=payload, nbytes=nbytes, client=client)
+        book_callbacks.attach(job, callback_url, base_url)
         pending = asyncio.get_running_loop().create_future() if key else None
         if key:
             self._keys_pending[key] = pending
@@ -242,6 +242,8 @@ class JobBook:
             self.by_key[key] = job.job_id
         hold(self, job, +1)
         self.queue.put_nowait(job.job_id, self._lane(job), job.client)
+        if job.callback is not None:
+            self.deliveries[job.job_id] = job.callback
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -426,7 +428,12 @@ class JobBook:
         return True
 
     async def _attempt(self, job: Job) -> dict:
-        return await self.run(job.image, job.options, job.progress)
+        return await self.run(job.image, job.options, lambda d, t, pages=(): job.progress(d, t, pages, self.result_limit))
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        """(status fields, page `number`'s JSON bytes if read while the job runs), None for an unknown job."""
+        job = self.jobs.get(job_id)
+        return None if job is None else (job.page_head(), job.page_results.get(number))
 
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""
@@ -434,15 +441,10 @@ class JobBook:
             self._keep_finished(job)
             hold(self, job, -1)
             job.nbytes = 0
+            book_callbacks.ended(self, job)
         try:
             await self._write("finish", job)
         except Exception as e:  # the result is still served from memory
             self._journal_failed(e)
             log.error("job %s: could not write its result to the journal: %r", job.job_id, e)
         await self._expire(job.client)  # this client's share, at once (not only at the next submit)
-
-
-def result_too_large(size: int, limit: int) -> str:
-    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes, at most "
-            f"jobs.client_share of max_finished_bytes); "
-            f"send the document in parts, or fewer pages")

@@ -11,6 +11,7 @@ No Ray import: unit-tested on its own."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -35,6 +36,15 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,
     fingerprint TEXT,
     client   TEXT
+)
+"""
+# A job's callback delivery (serve_app.jobs.callbacks), a row of its own: a
+# pending delivery outlives its job's result (it is retried for hours).
+CALLBACKS = """
+CREATE TABLE IF NOT EXISTS callbacks (
+    job_id TEXT PRIMARY KEY,
+    state  TEXT NOT NULL,
+    record TEXT NOT NULL
 )
 """
 COLUMNS = "job_id, status, created, key, options, kind, result, error, finished, fingerprint, client"
@@ -65,19 +75,50 @@ class JobJournal:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")  # each commit fsynced: durable before the 202
         self.db.execute(SCHEMA)
+        self.db.execute(CALLBACKS)
         have = {row[1] for row in self.db.execute("PRAGMA table_info(jobs)")}
         if "fingerprint" not in have:  # a file written before idempotency was scoped to the payload
             self.db.execute("ALTER TABLE jobs ADD COLUMN fingerprint TEXT")
         if "client" not in have:  # a file written before results were shared out by client
             self.db.execute("ALTER TABLE jobs ADD COLUMN client TEXT")
 
+    @contextlib.contextmanager
+    def _tx(self):
+        """One transaction (one fsynced commit) for the statements in the block."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     def add(self, job: Job) -> None:
-        """An accepted job, with its image (options as their JSON dict)."""
-        self.db.execute(
-            "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind, fingerprint, client)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (job.job_id, job.status.value, job.created, job.key, json.dumps(job.options.to_dict()),
-             *_encode(job.image), job.fingerprint, job.client))
+        """An accepted job, with its image (options as their JSON dict) and its callback, if any."""
+        with self._tx():
+            self.db.execute(
+                "INSERT OR REPLACE INTO jobs (job_id, status, created, key, options, image, kind, fingerprint, "
+                "client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job.job_id, job.status.value, job.created, job.key, json.dumps(job.options.to_dict()),
+                 *_encode(job.image), job.fingerprint, job.client))
+            if job.callback is not None:
+                self._put_callback(job.job_id, job.callback)
+
+    def _put_callback(self, job_id: str, rec: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO callbacks (job_id, state, record) VALUES (?, ?, ?)",
+                        (job_id, rec["state"], json.dumps(rec)))
+
+    def callback(self, job_id: str, rec: dict, job_kept: bool = True) -> None:
+        """A delivery's new state; one that is done and whose job is gone leaves the file."""
+        if not job_kept and rec["state"] not in ("waiting", "pending"):
+            self.db.execute("DELETE FROM callbacks WHERE job_id = ?", (job_id,))
+        else:
+            self._put_callback(job_id, rec)
+
+    def callbacks(self) -> Iterator[tuple[str, dict]]:
+        """Every delivery in the file (recovery)."""
+        for job_id, record in self.db.execute("SELECT job_id, record FROM callbacks"):
+            yield job_id, json.loads(record)
 
     def probe(self) -> None:
         """Raises if the file cannot be read (health check)."""
@@ -97,14 +138,21 @@ class JobJournal:
             yield _job(row)
 
     def finish(self, job: Job) -> None:
-        """A done job: its status, result or error; the image leaves the file."""
-        self.db.execute(
-            "UPDATE jobs SET status = ?, result = ?, error = ?, finished = ?, image = NULL WHERE job_id = ?",
-            (job.status.value, job.result_json.decode() if job.result_json is not None else None,
-             _json(job.error), job.finished, job.job_id))
+        """A done job: its status, result or error, and its callback made due; the image leaves the file."""
+        with self._tx():
+            self.db.execute(
+                "UPDATE jobs SET status = ?, result = ?, error = ?, finished = ?, image = NULL WHERE job_id = ?",
+                (job.status.value, job.result_json.decode() if job.result_json is not None else None,
+                 _json(job.error), job.finished, job.job_id))
+            if job.callback is not None:
+                self._put_callback(job.job_id, job.callback)
 
     def delete(self, job_ids: Iterable[str]) -> None:
-        self.db.executemany("DELETE FROM jobs WHERE job_id = ?", [(j,) for j in job_ids])
+        """Jobs gone (expired, evicted, rolled back), with their deliveries unless one is still to be sent."""
+        ids = [(j,) for j in job_ids]
+        with self._tx():
+            self.db.executemany("DELETE FROM jobs WHERE job_id = ?", ids)
+            self.db.executemany("DELETE FROM callbacks WHERE job_id = ? AND state != 'pending'", ids)
 
     def load(self) -> list[Job]:
         """Every job in the file, oldest first; unfinished ones with their

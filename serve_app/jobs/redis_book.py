@@ -35,11 +35,15 @@ from typing import Any, Optional
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
 from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
 from serve_app.jobs.journal import decode_image, encode_image
+from serve_app.jobs.shares import client_limits, over_share_message
 from serve_app.jobs.state import Job, JobStatus
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.core.app_args import JobArgs, LaneArgs
-from serve_app.jobs.redis_scripts import _SUBMIT, _CLAIM, _RENEW, _PROGRESS, _FINISH, _FORGET_ONE, _EXPIRE, check_fsync
+from serve_app.jobs.book_callbacks import result_url
+from serve_app.jobs.callbacks import job_ended, new_record
+from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PAGE,
+                                          _PROGRESS, _RENEW, _SUBMIT, check_fsync)
 
 log = logging.getLogger("ray.serve")
 
@@ -72,6 +76,9 @@ class RedisJobBook(JobBook):
         self._finish = self.r.register_script(_FINISH)
         self._expire_script = self.r.register_script(_EXPIRE)
         self._forget_one = self.r.register_script(_FORGET_ONE)
+        self._cb_claim = self.r.register_script(_CB_CLAIM)
+        self._cb_record = self.r.register_script(_CB_RECORD)
+        self._page = self.r.register_script(_PAGE)
         self._tasks: set[asyncio.Task] = set()
         self._wake: Optional[asyncio.Event] = None  # set by this replica's submits
         self.redis_error: Optional[str] = None
@@ -103,6 +110,7 @@ class RedisJobBook(JobBook):
                 log.warning("%s", warning)
         self._wake = asyncio.Event()
         self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
+        self.callbacks.start(RedisLedger(self))
 
     async def health(self) -> None:
         self.replace_dead_workers()
@@ -118,6 +126,7 @@ class RedisJobBook(JobBook):
 
     async def aclose(self) -> None:
         self.close()
+        await self.callbacks.aclose()
         # Cancelled again each second until every task has ended: Python
         # 3.11's wait_for (and redis-py's timeouts) can swallow a cancellation
         # that lands as their timeout fires, and a worker that then waits on
@@ -131,14 +140,18 @@ class RedisJobBook(JobBook):
         await self.r.aclose()
 
     # -- the store's API --------------------------------------------------------
-    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "") -> dict:
+    async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
+                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
         self.replace_dead_workers()
+        if callback_url:  # (the book's count of open deliveries is checked in the script)
+            await self.callbacks.check(callback_url, 0)
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         nbytes = image_nbytes(image)
         lane = self._lane_of(options)
         blob, kind = await asyncio.to_thread(encode_image, image)
         job_id = uuid.uuid4().hex
         created = time.time()
+        callback = json.dumps(new_record(job_id, callback_url, result_url(base_url, job_id))) if callback_url else ""
         try:
             await self._expire_now()
             # Shielded: a submit cancelled meanwhile still learns how it ended
@@ -147,9 +160,8 @@ class RedisJobBook(JobBook):
             call = asyncio.ensure_future(self._submit(args=[
                 self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
                 repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob,
-                max(1, int(self.args.capacity * self.args.client_share)),
-                max(1, int(self.args.max_queued_bytes * self.args.client_share)),
-                self.args.max_finished, self.args.max_finished_bytes]))
+                *client_limits(self.args, alone=False), self.args.max_finished, self.args.max_finished_bytes,
+                *client_limits(self.args, alone=True), callback, self.args.callbacks.max_pending]))
             try:
                 answer, other = await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -171,11 +183,12 @@ class RedisJobBook(JobBook):
             raise Overloaded(f"the job store holds {int(other)} bytes of queued images; retry later",
                              retry_after_s=self._retry_after())
         if answer == "mine":
-            mine, held = (int(x) for x in other.decode().split())
-            raise Overloaded(f"this client has {mine} unfinished jobs ({held} bytes of images) here, its share "
-                             f"(jobs.client_share {self.args.client_share:g} of capacity and of max_queued_bytes) "
-                             f"while the store serves everyone; retry once some have finished",
+            mine, held, alone = (int(x) for x in other.decode().split())
+            raise Overloaded(over_share_message(self.args, mine, held, bool(alone)),
                              retry_after_s=self._retry_after(mine))
+        if answer == "callbacks":
+            raise Overloaded(f"the job book holds {int(other)} callback deliveries not yet done "
+                             f"(jobs.callbacks.max_pending); retry later", retry_after_s=30)
         if answer == "results":
             oldest = float(other)
             wait = math.ceil(oldest + self.args.ttl_s - time.time()) if oldest else self._retry_after()
@@ -214,7 +227,7 @@ class RedisJobBook(JobBook):
 
     async def _undo(self, job_id: str) -> None:
         await self._finish_job(job_id, JobStatus.FAILED, None,
-                               {"code": "cancelled", "message": "the submit was cancelled"})
+                               {"code": "cancelled", "message": "the submit was cancelled"}, notify=False)
         await self._forget_one(args=[self.P, job_id])
 
     async def get(self, job_id: str) -> Optional[dict]:
@@ -228,10 +241,11 @@ class RedisJobBook(JobBook):
 
     async def _get_job(self, job_id: str) -> Optional[Job]:
         self.replace_dead_workers()
-        h = await self.r.hgetall(self._job(job_id))
+        h, cb = await asyncio.gather(self.r.hgetall(self._job(job_id)), self.r.hget(f"{self.P}cb:{job_id}", "rec"))
         if not h:
             return None
         job = self._from_hash(job_id, h)
+        job.callback = json.loads(cb) if cb else None
         if job.status.done and time.time() - (job.finished or 0) > self.args.ttl_s:
             return None  # expired (dropped from the book by the next submit or finish)
         return job
@@ -361,11 +375,29 @@ class RedisJobBook(JobBook):
                 log.warning("job %s: lease not renewed: %r", job_id, e)
 
     async def _attempt(self, job: Job) -> dict:
-        def progress(done: int, total: int) -> None:
-            job.progress(done, total)
+        def progress(done: int, total: int, pages=()) -> None:
+            job.progress(done, total, pages, self.result_limit)  # (encodes the pages; kept here within the bound)
             self._spawn(self._progress(args=[self.P, job.job_id, self.owner, done, total]))
+            if pages:  # for GET .../pages on any replica, until the job ends (_FINISH drops them)
+                kept = {n: job.page_results[n] for n in (int(p["page"]) for p in pages) if n in job.page_results}
+                if kept:
+                    self._spawn(self._keep_pages(job.job_id, kept))
 
         return await self.run(job.image, job.options, progress)
+
+    async def _keep_pages(self, job_id: str, pages: dict[int, bytes]) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(f"{self.P}pg:{job_id}", mapping=pages)
+        pipe.expire(f"{self.P}pg:{job_id}", int(self.args.job_timeout_s) + 60)  # (one written as the job ended)
+        await pipe.execute()
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        status, done, total, blob = await self._page(args=[self.P, job_id, number])
+        if not status:
+            return None
+        head = {"status": status.decode(), "pages_done": int(done) if done else None,
+                "pages_total": int(total) if total else None}
+        return head, blob or None
 
     async def _fail_quietly(self, job_id: str, code: str, message: str) -> None:
         try:
@@ -374,12 +406,34 @@ class RedisJobBook(JobBook):
             log.error("job %s: could not be marked failed: %r", job_id, e)
 
     async def _finish_job(self, job_id: str, status: JobStatus, result_json: Optional[bytes],
-                          error: Optional[dict]) -> None:
+                          error: Optional[dict], notify: bool = True) -> None:
         error_json = json.dumps(error) if error else ""
         size = len(result_json or b"") + len(error_json.encode())
         ttl = self.args.ttl_s
         now = time.time()
+        rec = await self.r.hget(f"{self.P}cb:{job_id}", "rec") if notify else None
+        due = json.dumps(job_ended(json.loads(rec), job_id, status.value, now)) if rec else ""
         await self._finish(args=[self.P, job_id, status.value, result_json or b"", error_json, repr(now), size,
                                  repr(now), ttl, self.args.max_finished, self.args.max_finished_bytes,
-                                 self.share_count, self.share_bytes])
+                                 self.share_count, self.share_bytes, due])
+        if due:
+            self.callbacks.wake.set()
+
+
+class RedisLedger:
+    """Deliveries on the Redis book: due ones claimed by a script (each for
+    its attempt's time and 30 s more), outcomes recorded by another."""
+
+    def __init__(self, book: RedisJobBook):
+        self.book = book
+
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
+        b = self.book
+        flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n, 256,
+                                       per_target, json.dumps(busy)])
+        return [(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    async def record(self, job_id: str, rec: dict) -> None:
+        b = self.book
+        await b._cb_record(args=[b.P, job_id, json.dumps(rec), rec["state"], repr(rec.get("next_attempt_at") or 0)])
 

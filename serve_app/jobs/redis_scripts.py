@@ -30,6 +30,10 @@ local function forget(P, id)
   end
   if key and key ~= '' and redis.call('GET', P..'key:'..key) == id then redis.call('DEL', P..'key:'..key) end
   redis.call('DEL', j)
+  if not redis.call('ZSCORE', P..'cbq', id) then  -- its delivery, unless one is still to be sent
+    redis.call('DEL', P..'cb:'..id)
+    redis.call('SREM', P..'cbopen', id)
+  end
 end
 
 local function over(P, c, share_count, share_bytes)
@@ -62,11 +66,13 @@ local function evict(P, now, ttl, client, max_count, max_bytes, share_count, sha
 end
 
 -- a queued job in its lane's queue and its client's (the workers take the
--- clients of a lane in turn: qc:<lane> scores each client by its last turn)
+-- clients of a lane in turn: qc:<lane> scores each client by its last turn;
+-- a newcomer's is just before the last turn given)
 local function enqueue(P, lane, client, created, id)
   redis.call('ZADD', P..'q:'..lane, created, id)
   redis.call('ZADD', P..'q:'..lane..':c:'..client, created, id)
-  redis.call('ZADD', P..'qc:'..lane, 'NX', tonumber(redis.call('GET', P..'turn') or '0'), client)
+  -- a client that arrives (or comes back) goes ahead of the one served last (its score is the last turn)
+  redis.call('ZADD', P..'qc:'..lane, 'NX', tonumber(redis.call('GET', P..'turn') or '0') - 0.5, client)
 end
 
 local function dequeue(P, lane, client, id)
@@ -78,7 +84,7 @@ end
 """
 
 # ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
-#       client_jobs client_bytes max_count max_fbytes
+#       client_jobs client_bytes max_count max_fbytes alone_jobs alone_bytes callback max_pending
 _SUBMIT = _FORGET + """
 local P, id, key = ARGV[1], ARGV[2], ARGV[3]
 if key ~= '' then
@@ -92,8 +98,12 @@ if unfinished >= tonumber(ARGV[4]) then return {'full', tostring(unfinished)} en
 if held + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return {'bytes', tostring(held)} end
 local mine = tonumber(redis.call('HGET', P..'ucount', client) or '0')
 local mine_bytes = tonumber(redis.call('HGET', P..'ubytes', client) or '0')
-if mine >= tonumber(ARGV[14]) or mine_bytes + tonumber(ARGV[6]) > tonumber(ARGV[15]) then
-  return {'mine', tostring(mine)..' '..tostring(mine_bytes)}
+-- alone in the book (no other client holds an unfinished job): all of it but one share (ARGV 18, 19)
+local alone = redis.call('HLEN', P..'ucount') - redis.call('HEXISTS', P..'ucount', client) == 0
+local max_jobs, max_held = tonumber(ARGV[14]), tonumber(ARGV[15])
+if alone then max_jobs, max_held = tonumber(ARGV[18]), tonumber(ARGV[19]) end
+if mine >= max_jobs or mine_bytes + tonumber(ARGV[6]) > max_held then
+  return {'mine', tostring(mine)..' '..tostring(mine_bytes)..' '..(alone and '1' or '0')}
 end
 if tonumber(redis.call('HGET', P..'ccount', client) or '0') == 0 then
   local fcount = tonumber(redis.call('HGET', P..'stats', 'fcount') or '0')
@@ -102,6 +112,12 @@ if tonumber(redis.call('HGET', P..'ccount', client) or '0') == 0 then
     local oldest = redis.call('ZRANGE', P..'fin', 0, 0, 'WITHSCORES')
     return {'results', oldest[2] or '0'}
   end
+end
+if ARGV[20] ~= '' then
+  local open = redis.call('SCARD', P..'cbopen')
+  if open >= tonumber(ARGV[21]) then return {'callbacks', tostring(open)} end
+  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[20], 'state', 'waiting')
+  redis.call('SADD', P..'cbopen', id)
 end
 redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
            'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
@@ -127,6 +143,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'lease', '-inf', now, 'LIMIT'
     redis.call('HSET', j, 'status', 'queued')
     redis.call('HDEL', j, 'owner', 'started')
     if redis.call('HEXISTS', j, 'pages_total') == 1 then redis.call('HSET', j, 'pages_done', '0') end
+    redis.call('DEL', P..'pg:'..id)
     local h = redis.call('HMGET', j, 'lane', 'client', 'created')
     enqueue(P, h[1], h[2] or '', h[3], id)
   end
@@ -172,7 +189,7 @@ if tonumber(ARGV[4]) >= done then redis.call('HSET', j, 'pages_done', ARGV[4], '
 return 1
 """
 
-# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes
+# ARGV: P id status result error finished size now ttl max_count max_bytes share_count share_bytes callback
 _FINISH = _FORGET + """
 local P, id = ARGV[1], ARGV[2]
 local j = P..'job:'..id
@@ -192,6 +209,7 @@ if ARGV[4] ~= '' then redis.call('HSET', j, 'result', ARGV[4]) end
 if ARGV[5] ~= '' then redis.call('HSET', j, 'error', ARGV[5]) end
 redis.call('HDEL', j, 'owner')
 redis.call('DEL', P..'img:'..id)
+redis.call('DEL', P..'pg:'..id)  -- its pages read so far: the result holds them now
 redis.call('ZREM', P..'lease', id)
 dequeue(P, lane, client, id)
 redis.call('HINCRBY', P..'stats', 'unfinished', -1)
@@ -203,6 +221,11 @@ redis.call('HINCRBY', P..'stats', 'fcount', 1)
 redis.call('HINCRBY', P..'stats', 'fbytes', ARGV[7])
 redis.call('HINCRBY', P..'ccount', client, 1)
 redis.call('HINCRBY', P..'cbytes', client, ARGV[7])
+-- its waiting delivery (ARGV 14: the record made due, its body fixed) is due now
+if ARGV[14] ~= '' and redis.call('HGET', P..'cb:'..id, 'state') == 'waiting' then
+  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[14], 'state', 'pending')
+  redis.call('ZADD', P..'cbq', ARGV[6], id)
+end
 return evict(P, tonumber(ARGV[8]), tonumber(ARGV[9]), client, tonumber(ARGV[10]), tonumber(ARGV[11]),
              tonumber(ARGV[12]), tonumber(ARGV[13]))
 """
@@ -217,6 +240,60 @@ return 1
 _EXPIRE = _FORGET + """
 return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]), tonumber(ARGV[5]),
              tonumber(ARGV[6]), tonumber(ARGV[7]))
+"""
+
+
+# Deliveries due now (at most ARGV 4, among the ARGV 5 due first), no host
+# past ARGV 6 in flight with this replica's (ARGV 7, JSON host -> count),
+# each claimed until ARGV 3 (its attempt's time and more: a replica that dies
+# mid-attempt leaves it to be sent again).
+# ARGV: P now claim_until n window per_target busy
+_CB_CLAIM = """
+local P = ARGV[1]
+local n, per_target, busy = tonumber(ARGV[4]), tonumber(ARGV[6]), cjson.decode(ARGV[7])
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[5]))) do
+  if #out >= 2 * n then break end
+  local rec = redis.call('HGET', P..'cb:'..id, 'rec')
+  if not rec then
+    redis.call('ZREM', P..'cbq', id)
+  else
+    local host = cjson.decode(rec).host or ''
+    local held = tonumber(busy[host] or 0)
+    if held < per_target then
+      busy[host] = held + 1
+      redis.call('ZADD', P..'cbq', ARGV[3], id)
+      table.insert(out, id)
+      table.insert(out, rec)
+    end
+  end
+end
+return out
+"""
+
+# An attempt's outcome; a delivery done whose job is gone leaves the book.
+# ARGV: P id rec state next_attempt_at
+_CB_RECORD = """
+local P, id = ARGV[1], ARGV[2]
+local cb = P..'cb:'..id
+if redis.call('EXISTS', cb) == 0 then return 0 end
+redis.call('HSET', cb, 'rec', ARGV[3], 'state', ARGV[4])
+if ARGV[4] == 'pending' then
+  redis.call('ZADD', P..'cbq', ARGV[5], id)
+else
+  redis.call('ZREM', P..'cbq', id)
+  redis.call('SREM', P..'cbopen', id)
+  if redis.call('EXISTS', P..'job:'..id) == 0 then redis.call('DEL', cb) end
+end
+return 1
+"""
+
+
+# A job's status, its page counts and page N if read while it runs (one round trip).
+# ARGV: P id n
+_PAGE = """
+local h = redis.call('HMGET', ARGV[1]..'job:'..ARGV[2], 'status', 'pages_done', 'pages_total')
+return {h[1], h[2], h[3], redis.call('HGET', ARGV[1]..'pg:'..ARGV[2], ARGV[3])}
 """
 
 

@@ -10,6 +10,12 @@ from enum import Enum
 from typing import Any, Optional
 
 from serve_app.core.request_options import OcrOptions
+from serve_app.flow.upload import content_key
+
+
+# A callback delivery's fields the status JSON shows (serve_app.jobs.callbacks' record).
+CALLBACK_SHOWN = ("url", "webhook_id", "state", "attempts", "last_status", "last_error", "next_attempt_at",
+                  "delivered_at")
 
 
 class JobStatus(str, Enum):
@@ -45,9 +51,29 @@ class Job:
     # A document's progress while it runs (pages read, pages in all).
     pages_done: Optional[int] = None
     pages_total: Optional[int] = None
+    # Its callback delivery's record, if it named a callback_url (serve_app.jobs.callbacks).
+    callback: Optional[dict] = None
+    # While a document runs: its pages read so far (number -> JSON bytes), for
+    # GET .../pages; dropped when it ends (its result holds them). Not journaled.
+    page_results: dict[int, bytes] = field(default_factory=dict)
+    page_bytes: int = 0
 
-    def progress(self, done: int, total: int) -> None:
+    def progress(self, done: int, total: int, pages: Any = (), limit: int = 0) -> None:
+        """Pages done of all, and the pages read since (their dicts), kept
+        while their bytes fit `limit` (the result bound: past it the job
+        fails result_too_large anyway)."""
         self.pages_done, self.pages_total = done, total
+        if self.status is not JobStatus.RUNNING:
+            return
+        for page in pages:
+            blob = encode_result(page)
+            if self.page_bytes + len(blob) > limit:
+                return
+            self.page_results[int(page["page"])] = blob
+            self.page_bytes += len(blob)
+
+    def page_head(self) -> dict:
+        return {"status": self.status.value, "pages_done": self.pages_done, "pages_total": self.pages_total}
 
     def start(self, now: Optional[float] = None) -> None:
         self.status = JobStatus.RUNNING
@@ -77,10 +103,12 @@ class Job:
             self.status = JobStatus.QUEUED
             self.started = None
         self.pages_done = 0 if self.pages_total is not None else None
+        self.page_results, self.page_bytes = {}, 0
 
     def _finish(self, status: JobStatus) -> None:
         self.status = status
         self.image = None  # the result is kept, the image is not
+        self.page_results, self.page_bytes = {}, 0
         self.finished = time.time()
 
     def view(self) -> dict:
@@ -99,8 +127,12 @@ class Job:
             out.update(pages_done=pages, pages_total=pages)
         elif self.pages_total is not None:
             out.update(pages_done=self.pages_done, pages_total=self.pages_total)
+            if self.status is JobStatus.RUNNING:
+                out["progress"] = {"pages": self.pages_total, "done": self.pages_done}
         if self.error is not None:
             out["error"] = self.error
+        if self.callback is not None:
+            out["callback"] = {k: self.callback[k] for k in CALLBACK_SHOWN if self.callback.get(k) is not None}
         return out, self.result_json
 
     def times(self) -> dict[str, float]:
@@ -144,3 +176,23 @@ def job_body(head: dict, blob: Optional[bytes]) -> bytes:
     if not blob or blob.strip() in (b"{}", b""):
         return first
     return first[:-1] + b"," + blob.strip()[1:]
+
+
+def image_nbytes(image: Any) -> int:
+    return int(getattr(image, "nbytes", None) or len(image)) if image is not None else 0
+
+
+def fingerprint(image: Any, options: OcrOptions) -> str:
+    """What an Idempotency-Key stands for: the image's content and the
+    options (the one content hash, serve_app.flow.upload.content_key; the lane
+    is not the payload)."""
+    key = content_key(image, options)
+    if key is None:
+        raise ValueError(f"a job's image is bytes or an array, not {type(image).__name__}")
+    return key
+
+
+def result_too_large(size: int, limit: int) -> str:
+    return (f"the job's result is {size} bytes, over the limit of {limit} (jobs.max_result_bytes, at most "
+            f"jobs.client_share of max_finished_bytes); "
+            f"send the document in parts, or fewer pages")

@@ -65,7 +65,7 @@ class JobStore:
             self.book = JobBook(self._run, args, lanes, LaneMetrics("jobs"))
         await self.book.start()
 
-    async def _run(self, image: Any, options: OcrOptions, progress: Callable[[int, int], None]) -> dict:
+    async def _run(self, image: Any, options: OcrOptions, progress: Callable[..., None]) -> dict:
         # The attempt's deadline goes along: what is still queued for it in
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
@@ -79,22 +79,26 @@ class JobStore:
             async for event in stream:
                 if "result" in event:
                     return event["result"]
-                progress(event["pages_done"], event["pages_total"])
+                progress(event["pages_done"], event["pages_total"], event.get("pages", ()))
         finally:
             stream.cancel()  # a no-op once the stream has ended; else the job timed out or the store stops
         raise RuntimeError("the pipeline's stream ended without a result")
 
     async def submit(self, image: Any, options: Optional[OcrOptions | dict],
-                     idempotency_key: Optional[str] = None, client: str = "") -> dict:
+                     idempotency_key: Optional[str] = None, client: str = "",
+                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
         """A new job's view ({"job_id", "status"}), or the existing one for a
         known idempotency key. Options: an OcrOptions (the ingress parses
         them) or a dict. A job's lane is bulk unless its options say
         `priority: interactive`; it is kept in the job's options (journal
         included) and goes with its pipeline call. `client`
         (serve_app/http/clients.py; the ingress passes it) names whose share of
-        the result store the job's result counts against."""
+        the result store the job's result counts against. `callback_url`:
+        a signed event is POSTed there when the job ends (serve_app.jobs.callbacks;
+        a refused target or no signing secret: BadRequest before it is
+        accepted); its data.url is `base_url` + the job's path."""
         return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key,
-                                      client or "handle")
+                                      client or "handle", callback_url, base_url)
 
     async def get(self, job_id: str) -> Optional[dict]:
         """The job's view, its result parsed (in a worker thread, not on
@@ -109,6 +113,13 @@ class JobStore:
         """(status fields, the stored result's JSON bytes), nothing parsed:
         HTTP serves the bytes as they are (serve_app.jobs.state.job_body)."""
         return await self.book.get_raw(job_id)
+
+    async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
+        """A job's page `number` (1-based) as its JSON bytes once that page
+        is read (while the job runs; None before, and once it has ended:
+        its result holds the pages then), with the job's status fields
+        ({"status", "pages_done", "pages_total"}); None for an unknown job."""
+        return await self.book.page(job_id, number)
 
     async def counts(self) -> dict[str, int]:
         return await self.book.acounts()

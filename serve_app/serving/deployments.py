@@ -388,11 +388,10 @@ class OcrPipeline:
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
-        """`ocr` as a stream (handle.options(stream=True)), for the job
-        store: {"pages_done", "pages_total"} as a document's pages are read
-        (the latest only, when several finished meanwhile), then
-        {"result": body}. An image gives the result alone."""
+        """`ocr` as a stream (handle.options(stream=True)), for the job store: {"pages_done", "pages_total",
+        "pages"} as a document's pages are read (the latest counts, the pages read since), then {"result": body}."""
         latest: dict[str, int] = {}
+        finished: list[dict] = []  # (an image gives the result alone)
         changed = asyncio.Event()
 
         def progress(done: int, total: int) -> None:
@@ -401,7 +400,7 @@ class OcrPipeline:
 
         opts = self._options(options)
         async with self._set(opts.model) as pipeline:
-            task = asyncio.ensure_future(pipeline.read_any(image, opts, ctx, progress))
+            task = asyncio.ensure_future(pipeline.read_any(image, opts, ctx, progress, lambda p: finished.append(p.to_dict())))
             try:
                 while not task.done():
                     waiter = asyncio.ensure_future(changed.wait())
@@ -409,7 +408,8 @@ class OcrPipeline:
                     waiter.cancel()
                     if changed.is_set() and not task.done():
                         changed.clear()
-                        yield dict(latest)
+                        pages, finished[:] = finished[:], []
+                        yield {**latest, "pages": pages}
                 yield {"result": task.result().to_dict()}
             finally:
                 task.cancel()

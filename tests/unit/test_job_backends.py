@@ -12,7 +12,7 @@ import itertools
 import time
 
 import pytest
-from jobfakes import FakePipeline, settle
+from jobfakes import FakePipeline, settle, until
 
 from serve_app.core.errors import IdempotencyConflict, Overloaded
 from serve_app.jobs.book import JobBook
@@ -354,24 +354,53 @@ def test_a_full_store_refuses_a_new_clients_job_and_drops_nobody_elses_result(bo
     assert kept == {"addr:a": [False, True, True, True, True], "addr:b": [True] * 3, "addr:c": [True] * 2}
 
 
-def test_one_client_holds_its_share_of_the_queue_and_the_workers_take_clients_in_turn(books):
-    """1,000 bomb jobs from one client (issue 38, item 3), scaled: a client
-    holds at most client_share of capacity (then 503 with Retry-After), and
-    another client's job, sent after them, runs second, not last."""
+def test_a_lone_client_fills_the_book_but_a_share_and_is_held_to_its_share_once_another_comes(books):
+    """Work-conserving shares (issue 48, item 5): one client alone in a book
+    of 1,000 (client_share 0.1) gets all of its 300 small jobs accepted, and
+    up to 900 (capacity less one share kept for others); once another
+    client holds a job, the first is held to its share (100: refused, 503
+    with Retry-After, naming the other clients), and the newcomer gets in."""
+    async def go():
+        pipeline = FakePipeline(open_gate=False)
+        book = await books(pipeline.run, capacity=1000, client_share=0.1, concurrency=2)
+        accepted = [(await book.submit(f"a{k}".encode(), OcrOptions(), client="addr:6.6.6.6"))["job_id"]
+                    for k in range(300)]
+        for k in range(300, 900):
+            await book.submit(f"a{k}".encode(), OcrOptions(), client="addr:6.6.6.6")
+        with pytest.raises(Overloaded) as alone_full:
+            await book.submit(b"a900", OcrOptions(), client="addr:6.6.6.6")
+        other = await book.submit(b"b0", OcrOptions(), client="addr:10.0.0.1")
+        with pytest.raises(Overloaded) as shared:
+            await book.submit(b"a901", OcrOptions(), client="addr:6.6.6.6")
+        more = [(await book.submit(f"b{k}".encode(), OcrOptions(), client="addr:10.0.0.1"))["job_id"]
+                for k in range(1, 100)]
+        await books.close_all()
+        return len(accepted), alone_full.value, other, shared.value, len(more)
+
+    accepted, alone_full, other, shared, more = run(go())
+    assert accepted == 300
+    assert alone_full.status == 503 and "kept for other clients" in alone_full.message
+    assert other["status"] == "queued" and more == 99  # the reserve: the newcomer's whole share
+    assert shared.status == 503 and shared.retry_after_s >= 1 and "other clients have jobs waiting" in shared.message
+
+
+def test_another_clients_job_is_the_next_one_started_behind_a_backlog(books):
+    """One client's 30 jobs are queued behind the one running (one worker);
+    another client's job, sent after them, is the next one started when the
+    running job ends, not one more of the backlog's; then they alternate."""
     async def go():
         pipeline = FakePipeline(open_gate=False)
         book = await books(pipeline.run, capacity=40, client_share=0.25, concurrency=1)
-        bombs = []
-        with pytest.raises(Overloaded) as over:
-            for k in range(40):
-                bombs.append((await book.submit(f"bomb{k}".encode(), OcrOptions(), client="addr:6.6.6.6"))["job_id"])
-        honest = (await book.submit(b"honest", OcrOptions(), client="addr:10.0.0.1"))["job_id"]
+        for k in range(30):
+            await book.submit(f"bomb{k}".encode(), OcrOptions(), client="addr:6.6.6.6")
+        await until(lambda: len(pipeline.calls) == 1)  # bomb0 runs
+        honest = [(await book.submit(f"honest{k}".encode(), OcrOptions(), client="addr:10.0.0.1"))["job_id"]
+                  for k in range(2)]
         pipeline.gate.set()
-        await settle(book, [honest, *bombs])
+        await settle(book, honest)
         order = [bytes(image) for image, _ in pipeline.calls]
         await books.close_all()
-        return len(bombs), over.value, order.index(b"honest")
+        return order
 
-    accepted, over, place = run(go())
-    assert accepted == 10 and over.status == 503 and over.retry_after_s >= 1 and "its share" in over.message
-    assert place <= 2  # behind at most the job already running and one more of the other client's
+    order = run(go())
+    assert order[:4] == [b"bomb0", b"honest0", b"bomb1", b"honest1"]

@@ -169,7 +169,7 @@ def test_a_finished_document_reports_its_pages_from_its_result_also_after_a_rest
     job.start(1.0)
     job.progress(1, 2)
     assert job.view() == {"job_id": "j", "status": "running", "created_at": 0.0, "started_at": 1.0,
-                          "pages_done": 1, "pages_total": 2}
+                          "pages_done": 1, "pages_total": 2, "progress": {"pages": 2, "done": 1}}
     recovered = Job(job_id="j", created=0.0)  # as the journal gives it back: no progress fields
     recovered.succeed({"request_id": "j", "document": {"type": "pdf", "pages": 2}, "pages": []})
     view = recovered.view()

@@ -249,3 +249,55 @@ def test_a_waiter_cancelled_in_the_same_turn_as_a_release_does_not_leak_the_plac
         assert await asyncio.wait_for(gate.enter(BULK), 1)  # the place is free again
 
     asyncio.run(run())
+
+
+def test_lane_queue_serves_a_newcomer_before_the_backlog_it_arrives_behind():
+    """One owner's backlog is being served; another owner arrives: its item
+    is the very next one taken (not one more of the backlog's first), then
+    the two alternate."""
+    async def go():
+        q = LaneQueue(max_wait_s=60.0)
+        for k in range(5):
+            q.put_nowait(f"a{k}", BULK, owner="A")
+        assert await q.get() == "a0"  # taken by the one worker: A was served last
+        q.put_nowait("b0", BULK, owner="B")
+        q.put_nowait("b1", BULK, owner="B")
+        q.put_nowait("c0", BULK, owner="C")
+        return [await q.get() for _ in range(7)]
+    assert asyncio.run(go()) == ["b0", "c0", "a1", "b1", "a2", "a3", "a4"]
+
+
+def test_a_bulk_gate_admits_the_owner_holding_fewest_places_first_also_once_everything_has_aged():
+    """The pipeline's bulk gate (interactive bypasses it): two documents'
+    pages (owners A and B) hold its 2 places and 6 more wait; a one-page
+    job (owner C) arrives last: it takes the next free place, before the
+    older pages, also when they have all waited past max_wait_s."""
+    async def go(age: float):
+        clock = Clock()
+        gate = PriorityGate(2, max_wait_s=5.0, bypass=(INTERACTIVE,), clock=clock)
+        order = []
+
+        async def page(owner, k):
+            async with gate.hold(BULK, 1, owner):
+                order.append(f"{owner}{k}")
+                await release[f"{owner}{k}"].wait()
+
+        names = [("A", 0), ("B", 0), ("A", 1), ("A", 2), ("B", 1), ("B", 2), ("A", 3), ("B", 3)]
+        release = {f"{o}{k}": asyncio.Event() for o, k in names + [("C", 0)]}
+        tasks = [asyncio.ensure_future(page(o, k)) for o, k in names]
+        await asyncio.sleep(0)
+        clock.t += age
+        tasks.append(asyncio.ensure_future(page("C", 0)))
+        await asyncio.sleep(0)
+        release["A0"].set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        for e in release.values():
+            e.set()
+        await asyncio.gather(*tasks)
+        return order, (gate.held, gate.given)
+
+    for age in (0.0, 60.0):
+        order, held = asyncio.run(go(age))
+        assert order[:3] == ["A0", "B0", "C0"], (age, order)
+        assert order[3:5] == ["A1", "B1"] and held == ({}, {})  # then the two documents in turn; nothing kept after

@@ -1,0 +1,84 @@
+"""The SQLite book's side of job callbacks (serve_app.jobs.callbacks): its
+open deliveries in memory (book.deliveries), each state written to the
+journal's `callbacks` table, and recovered from it at start. Functions and
+a ledger over a JobBook (serve_app.jobs.book). No Ray import."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from serve_app.jobs.callbacks import OPEN, PENDING, WAITING, host_of, job_ended, new_record
+from serve_app.jobs.state import Job
+
+RESULT_PATH = "/v1/ocr/jobs/{job_id}"
+
+
+def result_url(base: str, job_id: str) -> str:
+    """Where the event says the result is: the submit's base URL (as the client reached the service) + the job's path."""
+    return base.rstrip("/") + RESULT_PATH.format(job_id=job_id)
+
+
+def attach(job: Job, callback_url: Optional[str], base: str) -> None:
+    if callback_url:
+        job.callback = new_record(job.job_id, callback_url, result_url(base, job.job_id))
+
+
+def ended(book: Any, job: Job) -> None:
+    """A job that has just ended: its waiting delivery becomes due now
+    (written with the job's result by journal.finish)."""
+    if job.callback is not None and job.callback.get("state") == WAITING:
+        job.callback = job_ended(job.callback, job.job_id, job.status.value, job.finished or time.time())
+        book.deliveries[job.job_id] = job.callback
+        book.callbacks.wake.set()
+
+
+def recover(book: Any) -> None:
+    """On the journal's thread, after the jobs: each delivery back on its job
+    and, while open, in book.deliveries; a done one whose job is gone leaves the file."""
+    for job_id, rec in book.journal.callbacks():
+        job = book.jobs.get(job_id)
+        if job is not None and job.status.done and rec.get("state") == WAITING:
+            rec = job_ended(rec, job_id, job.status.value, job.finished or time.time())
+        if job is not None:
+            job.callback = rec
+        if rec.get("state") in OPEN and (job is not None or rec.get("state") == PENDING):
+            book.deliveries[job_id] = rec
+        elif job is None:
+            book.journal.callback(job_id, rec, job_kept=False)
+
+
+class JournalLedger:
+    """Deliveries due now, claimed from memory; outcomes kept in memory and the journal."""
+
+    def __init__(self, book: Any):
+        self.book = book
+        self.sending: set[str] = set()
+
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
+        out = []
+        for job_id, rec in self.book.deliveries.items():
+            if len(out) >= n:
+                break
+            if rec["state"] == PENDING and rec["next_attempt_at"] <= now and job_id not in self.sending:
+                host = host_of(rec)
+                if busy.get(host, 0) < per_target:
+                    busy[host] = busy.get(host, 0) + 1
+                    out.append((job_id, rec))
+        self.sending.update(job_id for job_id, _ in out)
+        return out
+
+    async def record(self, job_id: str, rec: dict) -> None:
+        book = self.book
+        self.sending.discard(job_id)
+        job = book.jobs.get(job_id)
+        if job is not None:
+            job.callback = rec
+        if rec["state"] in OPEN:
+            book.deliveries[job_id] = rec
+        else:
+            book.deliveries.pop(job_id, None)
+        try:
+            await book._write("callback", job_id, rec, job is not None)
+        except Exception as e:  # noqa: BLE001  memory has it; a restart may send it once more
+            book._journal_failed(e)
