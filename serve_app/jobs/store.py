@@ -110,6 +110,16 @@ class JobStore:
         HTTP serves the bytes as they are (serve_app.jobs.state.job_body)."""
         return await self.book.get_raw(job_id)
 
+    async def head(self, job_id: str) -> Optional[tuple[dict, Optional[int]]]:
+        """(status fields, the stored result's size in bytes or None), the
+        result not sent: the ingress fetches the bytes (get_raw) only to
+        make an answer it does not keep (serve_app/http/policies/answers.py)."""
+        raw = await self.book.get_raw(job_id)
+        if raw is None:
+            return None
+        head, blob = raw
+        return head, None if blob is None else len(blob)
+
     async def counts(self) -> dict[str, int]:
         return await self.book.acounts()
 

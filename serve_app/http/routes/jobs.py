@@ -4,10 +4,9 @@ GET /v1/ocr/jobs/{job_id}."""
 import asyncio
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from serve_app.core.engine_config import DocumentLimits, ImageLimits
-from serve_app.core.errors import NotFound
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import parse_options, with_format
 from serve_app.flow.documents import check_document
@@ -18,7 +17,7 @@ from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.http.policies.admission import current_client
-from serve_app.jobs.state import job_body
+from serve_app.http.policies.answers import job_answer
 from serve_app.ocr.image_header import check_image_header
 
 router = APIRouter()
@@ -55,14 +54,4 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
     a succeeded job's result in that format (while it is not done, the
     JSON status whatever the format)."""
     fmt = with_format(parse_options(None), fmt).format
-    found = await downstream(front.jobs.get_raw.remote(job_id))  # the stored result's bytes, never parsed there
-    if found is None:
-        raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-    head, blob = found
-    if head.get("status") != "succeeded" or blob is None:
-        return JSONResponse(head)
-    async with front.renders.reading(len(blob)):  # large results: a few sent at once
-        if fmt == "json":  # the stored bytes as they are, the status fields spliced in front
-            return Response(await asyncio.to_thread(job_body, head, blob), media_type="application/json")
-        content, media_type = await front.renders.render(blob, fmt)  # parsed and written in the pool
-        return Response(content, media_type=media_type)
+    return await job_answer(front, job_id, fmt, downstream)  # made once, kept, streamed (policies/answers.py)
