@@ -37,6 +37,9 @@ from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_gr
 from serve_app.ocr.words import split_words
 from serve_app.flow.upload import Upload, upload_of
 
+# Crops of one classifier call at most: a page of a thousand lone letters
+# was one call that every other request's classification queued behind (7 s).
+CLS_PART = 48
 ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
@@ -159,7 +162,9 @@ class Pipeline:
         use_cls = options.cls is not False and self.stages.classify is not None
         if use_cls and crops:
             ctx.check("direction classification")
-            dirs = await self.stages.classify(crops, ctx=ctx)
+            dirs = []
+            for at in range(0, len(crops), CLS_PART):  # in turns: another request's call waits a part, not a page
+                dirs += await self.stages.classify(crops[at:at + CLS_PART], ctx=ctx)
             flipped = [is_flipped(d, cfg.cls) for d in dirs]
             crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
         timings["cls"] = _ms(t)
