@@ -314,6 +314,10 @@ class IngressArgs(_Args):
     render_waiting: int = Field(4, ge=0, description="(see render_workers)")
     large_result_bytes: int = Field(4 * 1024 * 1024, ge=1, description="(see render_workers)")
     max_large_reads: int = Field(2, ge=1, description="(see render_workers)")
+    max_large_submits: int = Field(
+        2, ge=1,
+        description="Job submits whose Content-Length is at least large_result_bytes read at once (more: 503 with "
+        "Retry-After before the body is read).")
     answer_cache_bytes: int = Field(
         64 * 1024 * 1024, ge=0,
         description="Job results as sent (JSON, text, hOCR, ALTO) kept in the ingress, at most this many bytes (least "

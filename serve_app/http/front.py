@@ -37,7 +37,9 @@ from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
 from serve_app.http.clients import ClientIdentity
-from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
+from serve_app.http.body import (
+    OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, content_length, read_body,
+)
 from serve_app.http.headers import deadline_s
 from serve_app.ocr.image_header import check_structure
 from serve_app.http.policies.admission import Admission, Gate, current_client
@@ -105,6 +107,7 @@ class Lease:
         self.deadline = None if timeout_s is None else time.time() + timeout_s  # wall clock, as the replicas get it
         self.body = b""
         self.bulk = False
+        self.large = False  # holds one of max_large_submits
 
     def take_lane(self, opts: OcrOptions) -> OcrOptions:
         """The request's lane is known: a bulk request takes a bulk slot too."""
@@ -147,6 +150,7 @@ class Front:
         self.bulk_in_flight = 0  # of in_flight, bulk-lane requests (capped by lanes.bulk_max_in_flight)
         self.lanes = lanes
         self.submitting = 0
+        self.large_submits = 0  # of those, submits with a large body (ingress.max_large_submits)
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = metrics
         # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
@@ -245,6 +249,8 @@ class Front:
         lease = Lease(self, self.bodies.hold(), timeout)
         try:
             check_media_type(request.headers, media)
+            if submit and (content_length(request.headers) or 0) >= self.args.large_result_bytes:
+                lease.large = self._take_large_submit()  # before its body is read
             wait = self.args.body_timeout_s if timeout is None else min(self.args.body_timeout_s, timeout)
             lease.body = await read_body(request, body_limit(self.limits), wait, lease.hold)
             if submit:
@@ -261,6 +267,7 @@ class Front:
                 self.bulk_in_flight -= lease.bulk
         finally:
             lease.hold.release()
+            self.large_submits -= lease.large
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
@@ -278,6 +285,18 @@ class Front:
             raise Overloaded(f"{self.bulk_in_flight} bulk requests in progress here; retry shortly, or submit a job",
                              retry_after_s=self.args.retry_after_s)
         self.bulk_in_flight += 1
+        return True
+
+    def _take_large_submit(self) -> bool:
+        """A job submit whose Content-Length is at least
+        ingress.large_result_bytes also takes one of max_large_submits: its
+        body's transfer and checks (a 19 MB PNG of 250 chunks) are
+        tens of ms of CPU in the proxy, here and in the job store, and four
+        clients sending such bodies back to back took /healthz to 0.3 s."""
+        if self.large_submits >= self.args.max_large_submits:
+            raise Overloaded(f"{self.large_submits} large job submits are being read here; retry shortly",
+                             retry_after_s=max(self.args.retry_after_s, 2))
+        self.large_submits += 1
         return True
 
     def _take_submit_slot(self) -> None:

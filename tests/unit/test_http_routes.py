@@ -817,3 +817,16 @@ def test_named_tokens_authorize_and_name_their_client_and_a_forwarded_for_names_
     front.clients = ClientIdentity()
     client.post("/v1/ocr/jobs", content=PNG, headers={**job, "X-Forwarded-For": "10.9.9.9"})
     assert Fake.clients[-1] == "addr:testclient"  # the test client is no loopback proxy: its own address
+
+
+def test_large_job_submits_past_their_places_are_a_503_before_the_body_is_read(app):
+    client, front = app
+    front.args = front.args.model_copy(update={"large_result_bytes": 1000, "max_large_submits": 1})
+    front.large_submits = 1  # as if one large body were being read
+    big = PNG + b"\0" * 2000
+    r = client.post("/v1/ocr/jobs", content=big, headers={"Content-Type": "image/png"})
+    assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1 and "large job submits" in r.text
+    assert client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"}).status_code == 202  # small
+    front.large_submits = 0
+    assert client.post("/v1/ocr/jobs", content=big, headers={"Content-Type": "image/png"}).status_code == 202
+    assert front.large_submits == 0  # given back
