@@ -20,6 +20,7 @@ import numpy as np
 from serve_app.core.engine_config import EngineConfig, ImageLimits, PipelineOptions
 from serve_app.flow.documents import PdfFile, open_document_async
 from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
+from serve_app.core.lanes import BULK, PriorityGate
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import (
@@ -37,9 +38,7 @@ from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_gr
 from serve_app.ocr.words import split_words
 from serve_app.flow.upload import Upload, upload_of
 
-# Crops of one classifier call at most: a page of a thousand lone letters
-# was one call that every other request's classification queued behind (7 s).
-CLS_PART = 48
+CLS_PART = 48  # crops a classifier call at most: others' calls wait a part, not a page of 1,000 crops (7 s)
 ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
@@ -84,6 +83,8 @@ class Pipeline:
         # admit(lane): held while one image (or page) is read, e.g. the Serve
         # pipeline's cap on bulk work in the stages (serve_app.core.lanes.PriorityGate.hold).
         self.admit = admit
+        # Document pages read at once in this process, whatever the documents (serve_app.core.lanes.PriorityGate).
+        self.pages = PriorityGate(config.documents.page_concurrency, max_wait_s=30.0)
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
         """With a deadline (the context's, time.time()), a step not started
@@ -213,10 +214,12 @@ class Pipeline:
         concurrently; boxes moved back and merged where tiles overlap."""
         cfg, params = self.config, options.det_params()
 
+        tctx = dataclasses.replace(ctx, lane=BULK) if len(tiles) > 1 else ctx  # many tiles: behind others' one call
+
         async def one(tile: Tile) -> np.ndarray:
             sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
             tile_work, geo = await asyncio.to_thread(prepare_image, sub, cfg.pipeline)
-            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=ctx), geo)
+            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=tctx), geo)
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
         window = asyncio.Semaphore(cfg.pipeline.tile_window)  # a bounded window, not every tile at once
@@ -241,11 +244,10 @@ class Pipeline:
 
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
                             ctx: Context = None, progress: Optional[Progress] = None) -> DocumentResult:
-        """Every page of a document (a PDF, a multi-page TIFF), in order.
-        Pages are rendered here (in a
-        worker thread, from the PDF's bytes) and read concurrently, at most
-        documents.page_concurrency at a time, so a page's bitmap exists only
-        while it is read. `progress(done, total)` after each page."""
+        """Every page of a document (a PDF, a multi-page TIFF), in order. Pages are rendered here (in a worker
+        thread, from the PDF's bytes) and read concurrently, at most documents.page_concurrency at a time (of
+        this document, and of all in this process), so a page's bitmap exists only while it is read.
+        `progress(done, total)` after each page."""
         cfg = self.config
         ctx = context_of(ctx, options)
         t0 = time.perf_counter()
@@ -264,7 +266,7 @@ class Pipeline:
 
             async def one(index: int) -> PageResult:
                 nonlocal done
-                async with gate:
+                async with gate, self.pages.hold(ctx.lane):  # of this document, and of all here
                     try:
                         page = await self._read_page(pdf, index, options, ctx, chars)
                     except PageOverBudget as e:  # this page only: the others are still read

@@ -244,3 +244,28 @@ def test_a_stage_that_misses_its_precision_bound_serves_at_fp32_and_says_so(capl
     p.options = PredictorOptions(device="gpu", tensorrt={"precision": "fp16"})
     assert ok.judge_precision(["w1"], ["c1"], lambda c: ["GRAND"], lambda c: ["GRAND"])["serving"] == "fp16"
     assert used == ["fp32"]
+
+
+def test_a_model_replica_yields_the_cpu_to_the_front_on_every_thread():
+    """yield_to_front (called once a model replica's predictor is built):
+    every thread of the process, and those it starts later, at least
+    MODEL_NICE (Linux's niceness is per thread); never lowered."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, threading\n"
+        "from serve_app.serving.replica import MODEL_NICE, yield_to_front\n"
+        "seen = []\n"
+        "t = threading.Thread(target=lambda: (threading.Event().wait(0.5), seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))))\n"  # noqa: E501
+        "t.start()\n"
+        "yield_to_front()\n"
+        "later = []\n"
+        "u = threading.Thread(target=lambda: later.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))\n"  # noqa: E501
+        "u.start(); u.join(); t.join()\n"
+        "yield_to_front(1)\n"
+        "print(MODEL_NICE, os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), seen[0], later[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    nice, main, before, after = map(int, out.stdout.split())
+    assert nice >= 1 and main == before == after == nice
