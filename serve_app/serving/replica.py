@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
-from serve_app.serving.heap import counted_calls, process_trimmer, set_mmap_threshold, trim
+from serve_app.serving.heap import counted_calls, process_trimmer, set_mmap_threshold, trim, yield_to_front
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs
@@ -74,24 +74,6 @@ def hide_gpus_without_share(gpu_share: Optional[float], environ=os.environ) -> b
     return True
 
 
-# A model replica's threads run at this niceness: its inference threads keep
-# every core busy under load by design, and the front's processes (Serve's
-# proxy, the ingress) must win the CPU for /healthz and the next request's
-# door (beside a page of 1,600 lone letters: /healthz p99 0.36 s at nice 0).
-MODEL_NICE = 5
-
-
-def yield_to_front(nice: int = MODEL_NICE) -> None:
-    """Every thread of this process (and those created later, which inherit
-    it) at least `nice` (Linux's niceness is per thread)."""
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            if os.getpriority(os.PRIO_PROCESS, int(tid)) < nice:
-                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-        except OSError:  # a thread that ended meanwhile, or no permission to lower
-            pass
-
-
 class ModelReplica:
     """One model's predictor inside a replica, and what the replica reports."""
 
@@ -143,7 +125,7 @@ class ModelReplica:
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
         predictor = PaddlePredictor(model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs)
-        yield_to_front()
+        yield_to_front()  # serve_app/serving/heap.py: the model's threads nicer than the front's
         trt = predictor.options.tensorrt
         if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/inference/precision_check.py)
             from serve_app.inference.precision_check import precision_policy
