@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 from serve_app.core.app_args import CacheArgs, IngressArgs, LaneArgs
 from serve_app.core.engine_config import DocumentLimits, EngineConfig, ImageLimits
 from serve_app.core.errors import BadImage
+from serve_app.flow.render_pool import RenderPool, render_here
 from serve_app.http.front import Front, HandleErrors
 from serve_app.http.paddlex import PaddleXDefaults
 from serve_app.http.policies.admission import Admission
@@ -95,6 +96,12 @@ async def jobs_get_raw(job_id):
     return {k: v for k, v in view.items() if k in _HEAD}, (json.dumps(rest).encode() if rest else None)
 
 
+async def jobs_head(job_id):
+    """JobStore.head: (status fields, the stored result's size or None)."""
+    found = await jobs_get_raw(job_id)
+    return None if found is None else (found[0], None if found[1] is None else len(found[1]))
+
+
 class Cluster:
     """The platform as the front asks it (Serve's: serve_app.http.ingress.ServeCluster)."""
 
@@ -123,7 +130,8 @@ def stand_in_front(errors: HandleErrors = HandleErrors()) -> Front:
     Fake.reset()
     args = IngressArgs(max_in_flight=2, retry_after_s=2, max_batch_items=4)
     front = Front(types.SimpleNamespace(ocr=Method(pipeline_ocr), model_states=Method(pipeline_model_states)),
-                 types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get), get_raw=Method(jobs_get_raw)),
+                 types.SimpleNamespace(submit=Method(jobs_submit), get=Method(jobs_get), get_raw=Method(jobs_get_raw),
+                                       head=Method(jobs_head)),
                  ImageLimits(), args, DocumentLimits(),
                  PaddleXDefaults.of(EngineConfig()), cache=CacheArgs(max_bytes=0, share_in_flight=False), model_id="model",
                  lanes=LaneArgs(bulk_max_in_flight=1), errors=errors, cluster=Cluster(),
@@ -132,6 +140,11 @@ def stand_in_front(errors: HandleErrors = HandleErrors()) -> Front:
     # Admission's count share over 32 requests (its default), not the 2 slots: a batch's items are admitted
     # one by one, each as a request of the client's.
     front.admission = Admission(args.admission, default_retry_s=args.retry_after_s)
+    # Text, hOCR and ALTO written in this process's pool threads (the service's children: test_render_pool).
+    front.renders.close()
+    front.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
+                               args.max_large_reads, retry_after_s=max(args.retry_after_s, 1), renderer=render_here,
+                               read_wait_s=0)
     return front
 
 

@@ -283,7 +283,8 @@ class IngressArgs(_Args):
     max_body_bytes: int = Field(512 * 1024 * 1024, ge=1, description="(see body_timeout_s)")
     ready_cache_s: float = Field(
         1.0, ge=0,
-        description="/readyz answers from a cached probe of the stages this many seconds old at most.")
+        description="/readyz answers at once from the last probe of the stages, which a background task repeats "
+        "every this many seconds while /readyz is asked.")
     ready_timeout_s: float = Field(
         3.0, gt=0,
         description="A probe of the stages not answered within this many seconds counts as not ready (503): with no "
@@ -314,6 +315,19 @@ class IngressArgs(_Args):
     render_waiting: int = Field(4, ge=0, description="(see render_workers)")
     large_result_bytes: int = Field(4 * 1024 * 1024, ge=1, description="(see render_workers)")
     max_large_reads: int = Field(2, ge=1, description="(see render_workers)")
+    max_large_submits: int = Field(
+        2, ge=1,
+        description="Job submits whose Content-Length is at least large_result_bytes read at once (more: 503 with "
+        "Retry-After before the body is read).")
+    answer_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0,
+        description="Job results as sent (JSON, text, hOCR, ALTO) kept in the ingress, at most this many bytes (least "
+        "recently used go first): made once however many read them, each reader streamed the one copy "
+        "(serve_app/http/policies/answers.py); 0: made for every read, still once for readers at the same time.")
+    answer_bytes_per_s: int = Field(
+        32 * 1024 * 1024, ge=0,
+        description="Job results over 256 KiB are streamed at most this many bytes a second, all readers together, so "
+        "that sending them is a bounded share of the ingress's CPU and memory (0: unpaced).")
     admission: AdmissionArgs = Field(
         AdmissionArgs(),
         description="Admission by cost, inside the count limit above (serve_app.http.policies.admission).")

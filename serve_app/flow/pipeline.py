@@ -20,6 +20,7 @@ import numpy as np
 from serve_app.core.engine_config import EngineConfig, ImageLimits, PipelineOptions
 from serve_app.flow.documents import PdfFile, open_document_async
 from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
+from serve_app.core.lanes import BULK, PriorityGate
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import (
@@ -37,6 +38,7 @@ from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_gr
 from serve_app.ocr.words import split_words
 from serve_app.flow.upload import Upload, upload_of
 
+CLS_PART = 48  # crops a classifier call at most: others' calls wait a part, not a page of 1,000 crops (7 s)
 ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
 
 ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
@@ -82,6 +84,8 @@ class Pipeline:
         # admit(lane, owner): held while one image (or page) is read, e.g. the Serve pipeline's cap on bulk work in
         # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request (a document's pages share it).
         self.admit = admit
+        # Document pages read at once in this process, whatever the documents (serve_app.core.lanes.PriorityGate).
+        self.pages = PriorityGate(config.documents.page_concurrency, max_wait_s=30.0)
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
         """With a deadline (the context's, time.time()), a step not started
@@ -160,7 +164,9 @@ class Pipeline:
         use_cls = options.cls is not False and self.stages.classify is not None
         if use_cls and crops:
             ctx.check("direction classification")
-            dirs = await self.stages.classify(crops, ctx=ctx)
+            dirs = []
+            for at in range(0, len(crops), CLS_PART):  # in turns: another request's call waits a part, not a page
+                dirs += await self.stages.classify(crops[at:at + CLS_PART], ctx=ctx)
             flipped = [is_flipped(d, cfg.cls) for d in dirs]
             crops = [apply_direction(c, d, cfg.cls) for c, d in zip(crops, dirs)]
         timings["cls"] = _ms(t)
@@ -209,10 +215,12 @@ class Pipeline:
         concurrently; boxes moved back and merged where tiles overlap."""
         cfg, params = self.config, options.det_params()
 
+        tctx = dataclasses.replace(ctx, lane=BULK) if len(tiles) > 1 else ctx  # many tiles: behind others' one call
+
         async def one(tile: Tile) -> np.ndarray:
             sub = np.ascontiguousarray(work[tile.y0:tile.y1, tile.x0:tile.x1])
             tile_work, geo = await asyncio.to_thread(prepare_image, sub, cfg.pipeline)
-            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=ctx), geo)
+            boxes = boxes_to_original(await self.stages.detect(tile_work, params, ctx=tctx), geo)
             return boxes + np.array([tile.x0, tile.y0], dtype=np.float32)
 
         window = asyncio.Semaphore(cfg.pipeline.tile_window)  # a bounded window, not every tile at once
@@ -239,12 +247,11 @@ class Pipeline:
     async def read_document(self, data: Union[bytes, str, Path], options: OcrOptions = OcrOptions(),
                             ctx: Context = None, progress: Optional[Progress] = None,
                             on_page: Optional[OnPage] = None) -> DocumentResult:
-        """Every page of a document (a PDF, a multi-page TIFF), in order.
-        Pages are rendered here (in a
-        worker thread, from the PDF's bytes) and read concurrently, at most
-        documents.page_concurrency at a time, so a page's bitmap exists only
-        while it is read. `progress(done, total)` after each page, and
-        `on_page(page)` before it (a job streams its pages as they finish)."""
+        """Every page of a document (a PDF, a multi-page TIFF), in order. Pages are rendered here (in a worker
+        thread, from the PDF's bytes) and read concurrently, at most documents.page_concurrency at a time (of
+        this document, and of all this pipeline reads), so a page's bitmap exists only while it is read.
+        `progress(done, total)` after each page, and `on_page(page)` before it (a job streams its pages as
+        they finish)."""
         cfg = self.config
         ctx = context_of(ctx, options)
         t0 = time.perf_counter()
@@ -263,7 +270,7 @@ class Pipeline:
 
             async def one(index: int) -> PageResult:
                 nonlocal done
-                async with gate:
+                async with gate, self.pages.hold(ctx.lane):  # of this document, and of all here
                     try:
                         page = await self._read_page(pdf, index, options, ctx, chars)
                     except PageOverBudget as e:  # this page only: the others are still read

@@ -37,10 +37,13 @@ from serve_app.flow.render_pool import RenderPool
 from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
 from serve_app.http.clients import ClientIdentity
-from serve_app.http.body import OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, read_body
+from serve_app.http.body import (
+    OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, content_length, read_body,
+)
 from serve_app.http.headers import deadline_s
 from serve_app.ocr.image_header import check_structure
 from serve_app.http.policies.admission import Admission, Gate, current_client
+from serve_app.http.policies.answers import Answers
 from serve_app.http.policies.live_stats import RollingHistory, deployment_summary, stage_summary
 from serve_app.http.policies.result_cache import Dedupe, ResultCache
 
@@ -104,6 +107,7 @@ class Lease:
         self.deadline = None if timeout_s is None else time.time() + timeout_s  # wall clock, as the replicas get it
         self.body = b""
         self.bulk = False
+        self.large = False  # holds one of max_large_submits
 
     def take_lane(self, opts: OcrOptions) -> OcrOptions:
         """The request's lane is known: a bulk request takes a bulk slot too."""
@@ -146,17 +150,23 @@ class Front:
         self.bulk_in_flight = 0  # of in_flight, bulk-lane requests (capped by lanes.bulk_max_in_flight)
         self.lanes = lanes
         self.submitting = 0
+        self.large_submits = 0  # of those, submits with a large body (ingress.max_large_submits)
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.metrics = metrics
         # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
         self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
                                   args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
+        # Job results as sent, made once (serve_app/http/policies/answers.py).
+        self.answers = Answers(args.answer_cache_bytes, args.answer_bytes_per_s)
         self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
                                    max_requests=args.max_in_flight)
         # Identical requests computed once per ingress replica (serve_app.http.policies.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
-        self._ready = CachedCall(self._probe_ready)  # the stages' readiness, one probe at a time
+        # The stages' readiness, kept current by a background task (Front.ready): /readyz never waits on a probe.
+        self._ready_state: Optional[tuple[float, dict]] = None  # (when probed, the stages' answer)
+        self._ready_task: Optional[asyncio.Task] = None
+        self._ready_asked = 0.0
         self.history = RollingHistory(args.stats_bucket_s, args.stats_span_s)
         self._stats = CachedCall(self._gather_stats)  # the live figures, one gathering at a time
         self.token: Optional[bytes] = None
@@ -221,7 +231,7 @@ class Front:
         ctx = RequestContext.of(uuid.uuid4().hex, None, opts.priority)
         result, cache = await self.read_upload(upload, opts, ctx)
         body = {"request_id": ctx.request_id, **result, "cache": cache}
-        return body if opts.format == "json" else (await self.renders.render(body, opts.format))[0]
+        return body if opts.format == "json" else (await self.renders.render(body, opts.format))[0].decode()
 
     # -- HTTP -----------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -239,6 +249,8 @@ class Front:
         lease = Lease(self, self.bodies.hold(), timeout)
         try:
             check_media_type(request.headers, media)
+            if submit and (content_length(request.headers) or 0) >= self.args.large_result_bytes:
+                lease.large = self._take_large_submit()  # before its body is read
             wait = self.args.body_timeout_s if timeout is None else min(self.args.body_timeout_s, timeout)
             lease.body = await read_body(request, body_limit(self.limits), wait, lease.hold)
             if submit:
@@ -255,6 +267,7 @@ class Front:
                 self.bulk_in_flight -= lease.bulk
         finally:
             lease.hold.release()
+            self.large_submits -= lease.large
 
     def _take_slot(self) -> None:
         if self.in_flight >= self.args.max_in_flight:
@@ -272,6 +285,18 @@ class Front:
             raise Overloaded(f"{self.bulk_in_flight} bulk requests in progress here; retry shortly, or submit a job",
                              retry_after_s=self.args.retry_after_s)
         self.bulk_in_flight += 1
+        return True
+
+    def _take_large_submit(self) -> bool:
+        """A job submit whose Content-Length is at least
+        ingress.large_result_bytes also takes one of max_large_submits: its
+        body's transfer and checks (a 19 MB PNG of 250 chunks) are
+        tens of ms of CPU in the proxy, here and in the job store, and four
+        clients sending such bodies back to back took /healthz to 0.3 s."""
+        if self.large_submits >= self.args.max_large_submits:
+            raise Overloaded(f"{self.large_submits} large job submits are being read here; retry shortly",
+                             retry_after_s=max(self.args.retry_after_s, 2))
+        self.large_submits += 1
         return True
 
     def _take_submit_slot(self) -> None:
@@ -292,10 +317,33 @@ class Front:
                                for k, m in enumerate(models))
 
     # -- readiness and the live figures ------------------------------------------
+    READY_IDLE_S = 60.0  # the background probes stop this long after the last /readyz (and start again with the next)
+
     async def ready(self) -> dict:
-        """The stages' readiness: one probe at a time, its answer reused for
-        ingress.ready_cache_s."""
-        return await self._ready.get(self.args.ready_cache_s)
+        """The stages' readiness as last probed, at once: a background task
+        probes every ingress.ready_cache_s while /readyz is asked (one probe
+        at a time, each within ready_timeout_s), so a call never waits on a
+        probe or a busy pipeline, only the first (or one after the probes
+        have idled past READY_IDLE_S) waits for a probe."""
+        now = time.monotonic()
+        self._ready_asked = now
+        if self._ready_task is None or self._ready_task.done():
+            self._ready_task = asyncio.ensure_future(self._keep_ready())
+        state = self._ready_state
+        if state is None or now - state[0] > self.READY_IDLE_S:
+            first = self._ready_state
+            while self._ready_state is first and not self._ready_task.done():
+                await asyncio.sleep(0.005)  # the running probe answers within ready_timeout_s
+            state = self._ready_state
+        return state[1] if state is not None else {}
+
+    async def _keep_ready(self) -> None:
+        while True:
+            stages = await self._probe_ready()
+            self._ready_state = (time.monotonic(), stages)
+            if time.monotonic() - self._ready_asked > self.READY_IDLE_S:
+                return
+            await asyncio.sleep(max(self.args.ready_cache_s, 0.01))
 
     async def stats(self) -> dict:
         """The live figures: one gathering at a time, its answer reused for

@@ -121,6 +121,16 @@ class JobStore:
         ({"status", "pages_done", "pages_total"}); None for an unknown job."""
         return await self.book.page(job_id, number)
 
+    async def head(self, job_id: str) -> Optional[tuple[dict, Optional[int]]]:
+        """(status fields, the stored result's size in bytes or None), the
+        result not sent: the ingress fetches the bytes (get_raw) only to
+        make an answer it does not keep (serve_app/http/policies/answers.py)."""
+        raw = await self.book.get_raw(job_id)
+        if raw is None:
+            return None
+        head, blob = raw
+        return head, None if blob is None else len(blob)
+
     async def counts(self) -> dict[str, int]:
         return await self.book.acounts()
 

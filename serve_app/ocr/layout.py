@@ -83,6 +83,9 @@ def layout_blocks(boxes: np.ndarray, params: LayoutParams = LayoutParams()) -> l
     return out
 
 
+NUMPY_CALL = 16  # a numpy call on a few lines costs about as much as sorting this many lines
+
+
 class _OutOfWork(Exception):
     pass
 
@@ -153,6 +156,11 @@ class _Cutter:
         text on both sides; or running text on one side and, on the other
         (a sidebar, a margin note), lines that mostly do not sit on the
         rows of the first, as a table's, a receipt's or a form's do."""
+        # Its lines looked at, and the numpy calls' own cost (each as much as
+        # NUMPY_CALL lines): `columns` asks this of every gap again after each
+        # gap it drops, so a row of hundreds of lone boxes asked it ~n^2 times
+        # (400 boxes: 1 s; 3,000: a minute) before this was counted.
+        self.spend(len(left) + len(right) + 4 * NUMPY_CALL)
         a, b = self._text_column(left, gap), self._text_column(right, gap)
         if a and b:
             return True

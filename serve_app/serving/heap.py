@@ -1,6 +1,7 @@
 """glibc's heap in a model replica's process: one malloc arena, glibc's own
 (rising) mmap threshold, and the heap trimmed after warm-up and whenever
-the process has been idle a moment (`malloc_trim`).
+the process has been idle a moment (`malloc_trim`); and its threads'
+niceness, a step over the front's (yield_to_front).
 
 Why (the heap_settings benchmark, deleted once it had decided this; commit 4adefb1 has it): with a fixed mmap threshold
 of 128 KiB every image-sized buffer (the decoded image, the detector's
@@ -164,3 +165,25 @@ def process_trimmer(idle_s: Optional[float]) -> Optional[IdleTrimmer]:
         if _process_trimmer is None and idle_s is not None:
             _process_trimmer = IdleTrimmer(idle_s).start()
         return _process_trimmer
+
+
+# A model replica's threads run this much nicer than the process started
+# (Ray starts every worker, the proxy and the ingress too, at nice 15): its
+# inference threads keep every core busy under load by design, and the
+# front's processes must win the CPU for /healthz and the next request's door.
+MODEL_NICE_STEP = 4
+_yielded: list[int] = []  # the niceness set, once per process
+
+
+def yield_to_front(step: int = MODEL_NICE_STEP) -> None:
+    """Every thread of this process (and those created later, which inherit
+    it) `step` nicer than this thread was, at most 19, once per process
+    (a process of several stages does not stack it; niceness is per thread)."""
+    if not _yielded:
+        _yielded.append(min(19, os.getpriority(os.PRIO_PROCESS, 0) + step))
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            if os.getpriority(os.PRIO_PROCESS, int(tid)) < _yielded[0]:
+                os.setpriority(os.PRIO_PROCESS, int(tid), _yielded[0])
+        except OSError:  # a thread that ended meanwhile
+            pass

@@ -817,3 +817,31 @@ def test_a_pdf_whose_page_count_lies_is_a_400_at_the_door_however_busy():
         assert a.queued_s == 0 and a.refused == {}
 
     asyncio.run(go())
+
+
+def test_a_request_past_its_estimate_stops_counting_ahead_of_others_and_drains_what_it_read():
+    """A page of 1,000 lone letters is priced from its pixels (a few
+    seconds) and takes minutes to read: while it ran, the whole of its
+    price counted as work ahead of every new request and the drain rate
+    (little finished per busy second) fell towards 0, so a one-word image
+    with 120 s to its deadline was refused for ~30 s ("would take ~1284 s";
+    here the word is priced 1 s, its deadline 60 s).
+    Its price now counts ahead of others only for as long as it was
+    expected to take, and it drains what it read: lines over its price's
+    at the learned seconds a line."""
+    clock = Clock()
+    a = Admission(args(prior_s_per_line=0.01), None, clock)
+    a.meter.last = 0.05  # collapsed: little finished per busy second
+    big = a.admit(Size(4_000_000), None)
+    word = Size(20_000)
+    with pytest.raises(Overloaded):  # just admitted: its work is ahead of the word's
+        a.admit(word, 60.0)
+    clock.t += 1.5 * big.expected_s  # past its estimate, still running
+    assert a.ahead_s(clock.t) == 0 and a.queued_s == pytest.approx(big.cost_s)
+    small = a.admit(word, 60.0)  # its own work at a share of the rate: (1 + 1) / 0.05 = 40 s
+    assert small.expected_s < 0.8 * 60.0
+    a.finish(small, RESULT)
+    a.finish(big, {"results": [{"text": "x"}] * 1000})
+    drained = a.meter.done[-1][1]
+    expected_lines = a.model.lines_per_mp() * 4.0
+    assert drained == pytest.approx(big.cost_s + 0.01 * (1000 - expected_lines), rel=0.05) and drained > 4 * big.cost_s

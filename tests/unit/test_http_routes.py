@@ -268,7 +268,7 @@ def test_without_a_token_a_post_from_another_sites_page_is_refused_and_the_page_
 
 
 def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app):
-    client, front = app
+    _, front = app
     probes = []
 
     async def ready():
@@ -278,12 +278,48 @@ def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app)
     front.pipeline.ready = Method(ready)
     front.token = b"tok"
     front.args = IngressArgs(ready_cache_s=60)
-    answers = [client.get("/readyz") for _ in range(50)]
+    with TestClient(build_app(front)) as client:  # one event loop for all (as a replica's): the probes' task lives on
+        answers = [client.get("/readyz") for _ in range(50)]
     assert {r.status_code for r in answers} == {200} and answers[0].json()["ready"] is True
     assert len(probes) == 1
-    front.args = IngressArgs(ready_cache_s=0)
-    client.get("/readyz")
-    assert len(probes) == 2
+
+
+def test_readyz_answers_from_the_last_probe_at_once_while_a_probe_is_slow():
+    """The probes run in a background task (Front.ready): after the first,
+    a call never waits on one, however long the pipeline takes to answer."""
+    from harness.front import stand_in_front
+
+    async def go():
+        front = stand_in_front()
+        front.args = IngressArgs(ready_cache_s=0.01, ready_timeout_s=30)
+        probes, gate = [], asyncio.Event()
+
+        async def ready():
+            probes.append(1)
+            if len(probes) > 1:
+                await gate.wait()  # every probe after the first hangs until released
+            return {"det": len(probes) == 1, "rec": True}
+
+        front.pipeline.ready = Method(ready)
+        first = await front.ready()
+        for _ in range(1000):  # an explicit step: the second probe has started (and hangs)
+            if len(probes) > 1:
+                break
+            await asyncio.sleep(0.001)
+        answers = [await asyncio.wait_for(front.ready(), 5) for _ in range(20)]  # answered while it hangs
+        gate.set()
+        for _ in range(1000):  # the released probe's answer is the state now
+            if front._ready_state[1]["det"] is False:
+                break
+            await asyncio.sleep(0.001)
+        after = await front.ready()
+        front._ready_task.cancel()
+        front.renders.close()
+        return first, answers, after
+
+    first, answers, after = asyncio.run(go())
+    assert first == {"det": True, "rec": True} and all(a == first for a in answers)
+    assert after == {"det": False, "rec": True}
 
 
 def test_readyz_answers_503_when_the_pipeline_never_answers_its_probe(app):
@@ -781,3 +817,16 @@ def test_named_tokens_authorize_and_name_their_client_and_a_forwarded_for_names_
     front.clients = ClientIdentity()
     client.post("/v1/ocr/jobs", content=PNG, headers={**job, "X-Forwarded-For": "10.9.9.9"})
     assert Fake.clients[-1] == "addr:testclient"  # the test client is no loopback proxy: its own address
+
+
+def test_large_job_submits_past_their_places_are_a_503_before_the_body_is_read(app):
+    client, front = app
+    front.args = front.args.model_copy(update={"large_result_bytes": 1000, "max_large_submits": 1})
+    front.large_submits = 1  # as if one large body were being read
+    big = PNG + b"\0" * 2000
+    r = client.post("/v1/ocr/jobs", content=big, headers={"Content-Type": "image/png"})
+    assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1 and "large job submits" in r.text
+    assert client.post("/v1/ocr/jobs", content=PNG, headers={"Content-Type": "image/png"}).status_code == 202  # small
+    front.large_submits = 0
+    assert client.post("/v1/ocr/jobs", content=big, headers={"Content-Type": "image/png"}).status_code == 202
+    assert front.large_submits == 0  # given back

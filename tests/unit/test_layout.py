@@ -4,6 +4,7 @@ boxes: the kinds of office page the order must follow. No models."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from serve_app.ocr.layout import block_box, layout_blocks
 
@@ -178,3 +179,36 @@ def test_the_cuts_stop_at_the_work_bound_and_the_rest_is_read_top_to_bottom():
     assert unbounded > 8 * len(lines)  # more than quadratic in the levels: sections re-cut each strip
     assert sum(spent) <= params.work_per_line * len(lines) + len(lines)  # stopped within one more step
     assert [names[i] for b in bounded for i in b] == [names[i] for b in whole for i in b] == names
+
+
+def quads_of(rects):
+    r = np.asarray(rects, dtype=float)
+    return np.stack([r[:, [0, 1]], r[:, [2, 1]], r[:, [2, 3]], r[:, [0, 3]]], axis=1)
+
+
+@pytest.mark.parametrize("n", [400, 3000])
+def test_a_row_of_lone_boxes_asks_each_gutter_a_bounded_number_of_times(n):
+    """Boxes side by side with gaps too wide to be one line, none of them a
+    text column: `columns` dropped one gap at a time and asked every gap
+    again each time (~n^2 numpy calls: 400 boxes took 1 s, 3,000 a
+    minute). Its calls now count against the page's work bound: at most
+    (min_work + work_per_line x n) / NUMPY_CALL of them, and every box read."""
+    from serve_app.ocr import layout
+
+    boxes = quads_of([(i * 40, 0, i * 40 + 10, 10) for i in range(n)])
+    asked = []
+    real = layout._Cutter._text_column
+
+    def counting(self, idx, gutter):
+        asked.append(len(idx))
+        return real(self, idx, gutter)
+
+    layout._Cutter._text_column = counting
+    try:
+        blocks = layout_blocks(boxes)
+    finally:
+        layout._Cutter._text_column = real
+    params = layout.LayoutParams()
+    bound = (params.min_work + params.work_per_line * n) / layout.NUMPY_CALL
+    assert sorted(flat(blocks)) == list(range(n))
+    assert len(asked) <= 2 * bound and sum(asked) <= 2 * (params.min_work + params.work_per_line * n)

@@ -1,12 +1,15 @@
 """The bounded pool that writes answers as text/hOCR/ALTO
-(serve_app.flow.render_pool): off the loop, a stored result's bytes parsed
-there, at most workers + max_waiting at once (then 503), a slot held until
-its render ends even when its request has left. No Ray."""
+(serve_app.flow.render_pool): off the loop and, as the service runs it, in
+a child process (the loop's GIL and memory are not the render's), a stored
+result's bytes parsed there, at most workers + max_waiting at once (then
+503), a slot held until its render ends even when its request has left.
+No Ray."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 
 import pytest
@@ -21,7 +24,7 @@ BODY = {"request_id": "r", "image": {"width": 100, "height": 40},
 
 def test_a_result_dict_or_its_stored_bytes_render_the_same_off_the_loop():
     async def go():
-        pool = RenderPool()
+        pool = RenderPool(renderer=render_pool.render_here)
         loop_thread = threading.get_ident()
         seen = []
         real = render_pool.render
@@ -42,13 +45,37 @@ def test_a_result_dict_or_its_stored_bytes_render_the_same_off_the_loop():
     a, b, seen, loop_thread = asyncio.run(go())
     from serve_app.flow.formats import MEDIA_TYPES
 
-    assert a == b and a[1] == MEDIA_TYPES["hocr"] and ">HELLO</span>" in a[0]
+    assert a == b and a[1] == MEDIA_TYPES["hocr"] and b">HELLO</span>" in a[0]
     assert seen and all(t != loop_thread for t in seen)
+
+
+def test_the_service_renders_in_a_child_process_the_same_bytes_and_a_bad_format_is_a_400():
+    """The default renderer: a child (serve_app.flow.render_child) started
+    when first needed, reused, and its answer what this process writes."""
+    from serve_app.core.errors import BadRequest
+
+    async def go():
+        pool = RenderPool()
+        try:
+            got = [await pool.render(BODY, fmt) for fmt in ("hocr", "alto", "text")]
+            children = [c.proc.pid for c in pool.renderer._all]
+            with pytest.raises(BadRequest):
+                await pool.render(BODY, "pdf")
+            again = await pool.render(json.dumps(BODY).encode(), "text")
+            same = [c.proc.pid for c in pool.renderer._all]
+        finally:
+            pool.close()
+        return got, children, again, same
+
+    got, children, again, same = asyncio.run(go())
+    assert [g for g in got] == [render_pool.render_here(BODY, f) for f in ("hocr", "alto", "text")]
+    assert len(children) == 1 and children[0] != os.getpid() and same == children  # one child, kept
+    assert again == got[2] and again[0].strip() == b"HELLO"
 
 
 def test_past_workers_and_waiting_a_render_is_a_503_and_a_left_request_keeps_its_slot():
     async def go():
-        pool = RenderPool(workers=1, max_waiting=1)
+        pool = RenderPool(workers=1, max_waiting=1, renderer=render_pool.render_here)
         gate = threading.Event()
         real = render_pool.render
 
@@ -79,12 +106,12 @@ def test_past_workers_and_waiting_a_render_is_a_503_and_a_left_request_keeps_its
 
     full, text, after = asyncio.run(go())
     assert full.status == 503 and full.retry_after_s == 5 and "format=json" in full.message
-    assert text[0].strip() == "HELLO" and after == text
+    assert text[0].strip() == b"HELLO" and after == text
 
 
 def test_large_result_reads_are_gated_and_small_ones_pass():
     async def go():
-        pool = RenderPool(large_bytes=1000, max_large_reads=1)
+        pool = RenderPool(large_bytes=1000, max_large_reads=1, renderer=render_pool.render_here)
         async with pool.reading(10_000):
             async with pool.reading(10):  # small: not counted
                 pass

@@ -244,3 +244,31 @@ def test_a_stage_that_misses_its_precision_bound_serves_at_fp32_and_says_so(capl
     p.options = PredictorOptions(device="gpu", tensorrt={"precision": "fp16"})
     assert ok.judge_precision(["w1"], ["c1"], lambda c: ["GRAND"], lambda c: ["GRAND"])["serving"] == "fp16"
     assert used == ["fp32"]
+
+
+def test_a_model_replica_yields_the_cpu_to_the_front_on_every_thread():
+    """yield_to_front (called once a model replica's predictor is built):
+    every thread of the process, and those it starts later, MODEL_NICE_STEP
+    nicer than it started (Ray starts workers at 15: the model's at 19, the
+    front's stay at 15); a second call (another stage in the process) does
+    not stack it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, threading\n"
+        "from serve_app.serving.heap import MODEL_NICE_STEP, yield_to_front\n"
+        "nice = lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+        "start = nice()\n"
+        "seen, later = [], []\n"
+        "t = threading.Thread(target=lambda: (threading.Event().wait(0.5), seen.append(nice())))\n"
+        "t.start()\n"
+        "yield_to_front()\n"
+        "u = threading.Thread(target=lambda: later.append(nice()))\n"
+        "u.start(); u.join(); t.join()\n"
+        "yield_to_front()\n"
+        "print(start, MODEL_NICE_STEP, nice(), seen[0], later[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    start, step, main, before, after = map(int, out.stdout.split())
+    assert step >= 1 and main == before == after == min(19, start + step)

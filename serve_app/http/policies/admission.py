@@ -20,14 +20,19 @@ forgetting, starting from a prior. The lines each completed request read
 per megapixel.
 
 The ledger holds the cost of requests admitted here and not finished. The
-drain rate is the cost of requests that finished with an answer, per second
+drain rate is the cost of requests that finished with an answer (re-priced
+from what was detected: the lines read over or under those its pixels were
+priced for, CostModel.read_cost), per second
 of the time the ledger was not empty, over a sliding window: the service's
 throughput in the same units, whatever their scale. A new request is
 expected to finish after
 
     slowdown x max(own cost, (ledger + own cost) / rate, own cost x (n + 1) / rate)
 
-seconds, n the requests in the ledger: the ledger drained first (Little's
+seconds, n the requests in the ledger, `ledger` the work still ahead of
+it (each admitted request's cost less what it has had time to do, its cost
+spread over the time it was expected to take: one that runs past its
+estimate stops counting ahead of others, Admission.ahead_s): the ledger drained first (Little's
 law: the ledger over the throughput is the time a request spends in the
 service), or its own work at a 1/(n + 1) share of the rate (the recogniser
 serves the requests it holds in turn, and admission keeps about n in
@@ -132,6 +137,7 @@ class Admission:
         self.meter = DrainMeter(args.drain_window_s)
         self.calibration = Calibration()
         self.held: dict[int, float] = {}  # seq -> cost of admitted, unfinished requests
+        self.tickets: dict[int, Ticket] = {}  # seq -> their tickets
         self.owner: dict[int, Optional[str]] = {}  # seq -> the client it is charged to
         self.waiters: dict[int, list[Optional[str]]] = {}  # seq -> clients of the requests waiting on it
         self.queued_s = 0.0
@@ -189,9 +195,10 @@ class Admission:
         slowdown = self.calibration.factor
         self.note_client(client)
         if self.args.enabled:
-            d = decide(self.queued_s, cost, rate, time_left_s, self.args.max_queued_cost_s,
+            d = decide(self.ahead_s(now), cost, rate, time_left_s, self.args.max_queued_cost_s,
                        self.args.deadline_share, self.default_retry_s, self.args.max_retry_after_s,
-                       len(self.held), slowdown, self.args.max_request_share * self.args.max_queued_cost_s)
+                       len(self.held), slowdown, self.args.max_request_share * self.args.max_queued_cost_s,
+                       held_s=self.queued_s)
             if d.admit and client is not None:
                 mine = [seq for seq, c in self.owner.items() if c == client]
                 held = sum(self.held[seq] for seq in mine)
@@ -226,9 +233,25 @@ class Admission:
         self.seq += 1
         ticket = Ticket(self.seq, size, cost, d.expected_s / slowdown, now, not self.held, time_left_s)
         self.held[ticket.seq] = cost
+        self.tickets[ticket.seq] = ticket
         self.owner[ticket.seq] = client
         self._set_queued(now)
         return ticket
+
+    def ahead_s(self, now: float) -> float:
+        """The work still ahead of a new request: each admitted request's
+        cost less what it has had time to do (its cost spread over the time
+        it was expected to take). One that runs past its estimate (a page
+        whose detected lines cost more than its pixels said) stops counting
+        as work queued in front of every other request: its place in the
+        ledger's bound (queued_s) stays until it ends, and the drain rate
+        is credited with what it read (CostModel.read_cost)."""
+        ahead = 0.0
+        for seq, cost in self.held.items():
+            t = self.tickets.get(seq)
+            done = 0.0 if t is None else (now - t.admitted_at) / max(t.expected_s, 0.01)
+            ahead += cost * max(0.0, 1.0 - done)
+        return ahead
 
     def join(self, ticket: Ticket, client: Optional[str]) -> None:
         """A request (of `client`) waits on the computation `ticket` pays
@@ -261,13 +284,14 @@ class Admission:
         cancelled: not drained work); `late`: its deadline passed (504)."""
         if ticket is None or self.held.pop(ticket.seq, None) is None:
             return
+        self.tickets.pop(ticket.seq, None)
         self.owner.pop(ticket.seq, None)
         self.waiters.pop(ticket.seq, None)
         now = self.clock()
         seconds = now - ticket.admitted_at
         if result is not None:
-            self.meter.finished(now, ticket.cost_s)
             model = self.model_for(ticket.size.model)
+            self.meter.finished(now, model.read_cost(ticket.size, ticket.cost_s, count_lines(result)))
             turned, read = count_turned(result)
             if ticket.size.orientation:
                 model.observe_turned(turned, read)

@@ -228,6 +228,15 @@ class CostModel:
         """Seconds of work of a request of this size, alone (at least 10 ms a page)."""
         return sum(self.page_seconds(px, tiles, size) for px, tiles in size.each_page())
 
+    def read_cost(self, size: Size, cost_s: float, lines: int) -> float:
+        """A request priced at `cost_s` at the door, re-priced from what was
+        detected: the lines it read over (or under) the lines its pixels
+        were priced for, at the learned seconds a line. A page of 1,000
+        lone letters priced from its pixels as ~100 lines is drained as
+        1,000 (what the drain rate is credited with)."""
+        expected_lines = self.lines_per_mp() * size.total_megapixels
+        return max(0.01, cost_s + float(self.theta[2]) * (lines - expected_lines))
+
     def observe_turned(self, turned: int, pages: int) -> None:
         """Of `pages` read with page orientation on, `turned` were read twice."""
         if pages > 0:
@@ -346,14 +355,18 @@ def expected_seconds(queued_s: float, own_s: float, rate: Optional[float], other
 
 def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Optional[float],
            max_queued_s: float, deadline_share: float, default_retry_s: int = 1, max_retry_s: int = 30,
-           others: int = 0, slowdown: float = 1.0, max_request_s: float = math.inf) -> Decision:
+           others: int = 0, slowdown: float = 1.0, max_request_s: float = math.inf,
+           held_s: Optional[float] = None) -> Decision:
     """Admit a request of `own_s` seconds of work to a ledger of `queued_s`
-    (`others` requests), the service draining `rate` seconds of work per
-    second (None: not yet measured), `time_left_s` before its deadline
-    (None: no deadline)? Never one over max_request_s, even alone."""
+    still ahead of it (`others` requests), the service draining `rate`
+    seconds of work per second (None: not yet measured), `time_left_s`
+    before its deadline (None: no deadline)? Never one over max_request_s,
+    even alone. `held_s`: the ledger's whole cost, which the bound
+    max_queued_s counts (default queued_s)."""
+    held_s = queued_s if held_s is None else held_s
     if own_s > max_request_s:
         return Decision(False, expected_seconds(queued_s, own_s, rate, others, slowdown), "too_big", max_retry_s)
-    if queued_s <= 0:
+    if held_s <= 0:
         return Decision(True, expected_seconds(0.0, own_s, rate, 0, slowdown))
     expected = expected_seconds(queued_s, own_s, rate, others, slowdown)
     if time_left_s is not None:
@@ -364,8 +377,8 @@ def decide(queued_s: float, own_s: float, rate: Optional[float], time_left_s: Op
             # Work to drain before it fits: the ledger down to what the budget allows ahead of it.
             excess = queued_s + own_s - budget * (rate or 0.0) / slowdown
             return Decision(False, expected, "deadline", retry_after(excess, rate, default_retry_s, max_retry_s))
-    if queued_s + own_s > max_queued_s:
-        excess = queued_s + own_s - max_queued_s
+    if held_s + own_s > max_queued_s:
+        excess = held_s + own_s - max_queued_s
         return Decision(False, expected, "cost_bound", retry_after(excess, rate, default_retry_s, max_retry_s))
     return Decision(True, expected)
 

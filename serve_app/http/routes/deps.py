@@ -17,7 +17,7 @@ from fastapi.responses import Response
 
 from serve_app.core.errors import OcrError, TooLarge, Unauthorized
 from serve_app.core.request_options import FORMATS, OcrOptions
-from serve_app.flow.formats import render
+from serve_app.flow.render_pool import render_here
 from serve_app.http.front import Front
 from serve_app.http.headers import priority
 
@@ -76,12 +76,12 @@ def with_lane(opts: OcrOptions, request: Request, default: str) -> OcrOptions:
 async def formatted(body: dict, fmt: str, front: Optional[Front] = None) -> Response:
     """A synchronous answer in the asked format, written off the event loop
     (JSON in a worker thread; text, hOCR, ALTO in the front's bounded
-    RenderPool: a long document's XML takes seconds), at most
+    RenderPool's child processes: a long document's XML takes seconds), at most
     ingress.max_answer_bytes (TooLarge naming the jobs API)."""
     if fmt == "json":
         content, media_type = await asyncio.to_thread(_json_bytes, body), "application/json"
     elif front is None:
-        content, media_type = await asyncio.to_thread(render, body, fmt)
+        content, media_type = await asyncio.to_thread(render_here, body, fmt)
     else:
         content, media_type = await front.renders.render(body, fmt)
     limit = front.args.max_answer_bytes if front is not None else None

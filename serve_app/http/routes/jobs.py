@@ -7,7 +7,7 @@ import weakref
 from typing import Annotated, AsyncIterator, Optional
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from serve_app.core.engine_config import DocumentLimits, ImageLimits
 from serve_app.core.errors import BadRequest, NotFound
@@ -22,7 +22,7 @@ from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.http.policies.admission import current_client
 from serve_app.jobs.page_stream import POLL_S, StreamSlots, result_pages
-from serve_app.jobs.state import job_body
+from serve_app.http.policies.answers import job_answer
 from serve_app.ocr.image_header import check_image_header
 
 router = APIRouter()
@@ -96,17 +96,7 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
     a succeeded job's result in that format (while it is not done, the
     JSON status whatever the format)."""
     fmt = with_format(parse_options(None), fmt).format
-    found = await downstream(front.jobs.get_raw.remote(job_id))  # the stored result's bytes, never parsed there
-    if found is None:
-        raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-    head, blob = found
-    if head.get("status") != "succeeded" or blob is None:
-        return JSONResponse(head)
-    async with front.renders.reading(len(blob)):  # large results: a few sent at once
-        if fmt == "json":  # the stored bytes as they are, the status fields spliced in front
-            return Response(await asyncio.to_thread(job_body, head, blob), media_type="application/json")
-        content, media_type = await front.renders.render(blob, fmt)  # parsed and written in the pool
-        return Response(content, media_type=media_type)
+    return await job_answer(front, job_id, fmt, downstream)  # made once, kept, streamed (policies/answers.py)
 
 
 @router.get("/v1/ocr/jobs/{job_id}/pages", dependencies=V1, response_class=StreamingResponse,

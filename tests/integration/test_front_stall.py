@@ -1,0 +1,114 @@
+"""The front never stalls (issue 49), over real HTTP against the light
+profile (`make serve`'s, behind a token and 16 named tokens, a 2 s page
+budget): each class of heavy or hostile work of harness.stall runs while
+/healthz is asked every 0.1 s, another client reads a one-word image one
+request after another, and the ingress's PSS is sampled. Each test checks
+what a user would: /healthz's p99, that every normal request was answered
+200 and how fast, the ingress's memory growth, and what the heavy work
+itself got. `python -m load_tests hostile front` runs the same classes
+for the table in docs/operations.md.
+
+The box these run on is shared: the probes alone are measured first (the
+module's baseline), and the bounds are the issue's (/healthz p99 100 ms,
+a normal request 2 s) over that baseline's own p99 and worst time (and,
+beside a heavy page in the model process, one detector call more)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harness import stall
+from harness.peer import PEER
+from harness.service import wait_shapes_built
+
+SHARED_SERVICE = stall.FRONT
+SMALL = (PEER / "mmocr_word_1036169.jpg").read_bytes()  # one word
+HEALTHZ_P99_MS = 100.0
+NORMAL_S = 2.0
+SECONDS = 15.0  # each class's heavy work runs this long
+
+
+@pytest.fixture(scope="module")
+def front(shared_services):
+    url = shared_services.get(SHARED_SERVICE, stall.front_config())[0]
+    wait_shapes_built()
+    f = stall.started(url, SMALL)
+    for _ in range(2):
+        with f.beside():
+            time.sleep(1)  # warm: the normal client's first reads
+    return f
+
+
+@pytest.fixture(scope="module")
+def baseline(front):
+    """The probes alone: what this box gives them now."""
+    with front.beside() as alone:
+        time.sleep(8)
+    print(f"\nbaseline (probes alone): {alone.report.line()}")
+    assert alone.report.normal and all(c == 200 for c, _ in alone.report.normal)
+    return alone.report
+
+
+def checked(name: str, front, baseline, ingress_mb: float, seconds: float = SECONDS,
+            normal_s: float = NORMAL_S) -> dict:
+    outcome, report = stall.run_class(front, name, seconds)
+    print(f"\n{name}: {outcome}\n  beside it: {report.line()}")
+    assert report.healthz_codes and set(report.healthz_codes) == {200}
+    assert report.healthz_p99_ms < HEALTHZ_P99_MS + baseline.healthz_p99_ms, report.line()
+    assert report.normal and all(c == 200 for c, _ in report.normal), report.normal
+    assert report.normal_worst_s < normal_s + baseline.normal_worst_s, report.line()
+    assert report.ingress_growth_mb < ingress_mb, report.line()
+    return outcome
+
+
+# Beside a heavy image or page in the model process, a normal request's
+# detection can wait for one detector call of it (a call is not
+# interrupted): ~1 s on an idle box, 2-3 s on this shared one. Its bound
+# there is the issue's 2 s plus that one call.
+ONE_DETECTOR_CALL_S = 2.0
+
+
+def test_sixteen_readers_of_a_large_result_as_hocr_share_one_render_and_a_paced_stream(front, baseline):
+    """16 readers of a 60-page job's hOCR (8 MB) in a loop: the ingress grew
+    ~1 GB and /healthz took seconds when each read rendered it again in an
+    ingress thread; now it is written once in a render child, kept, and
+    streamed at the ingress's pace, a few readers at a time."""
+    outcome = checked("readers", front, baseline, ingress_mb=100)
+    codes = outcome["codes"]
+    assert set(codes) <= {200, 503} and codes.get(200, 0) >= 8, codes
+
+
+def test_readyz_answers_from_the_last_probe_while_the_pipeline_is_busy(front, baseline):
+    outcome = checked("probes", front, baseline, ingress_mb=50, seconds=10)
+    assert set(outcome["codes"]) == {200}
+    assert outcome["readyz_p99_ms"] < HEALTHZ_P99_MS + baseline.healthz_p99_ms
+
+
+def test_large_png_submits_and_a_client_rotating_tokens_are_served_a_few_at_a_time(front, baseline):
+    """4 clients submitting 19 MB PNGs of 250 chunks back to back, one
+    fetching a result with a different named token each time: the large
+    submits beyond their places are a 503 with Retry-After before the body
+    is read; the ingress holds at most a few such bodies."""
+    outcome = checked("submits", front, baseline, ingress_mb=2 * 4 * 19 + 100)
+    codes = outcome["codes"]
+    assert set(codes) <= {200, 202, 503} and codes.get(202, 0) > 0 and codes.get(200, 0) > 0, codes
+
+
+def test_a_page_of_a_thousand_lone_letters_is_read_and_takes_only_its_share(front, baseline):
+    """Two clients reading a page whose 1,600 lone letters made the layout
+    step more than quadratic and, priced from its pixels, collapsed the
+    drain rate: another client's word got 503 for 30 s. Now it is read
+    (its 978 lines are what engine.limits.max_crops lets through) and the
+    other client is answered 200 throughout, its classification between
+    the page's parts and its detection before the page's further tiles."""
+    outcome = checked("layout", front, baseline, ingress_mb=50, seconds=25, normal_s=NORMAL_S + ONE_DETECTOR_CALL_S)
+    assert outcome["codes"].get(200, 0) >= 1 and outcome["lines"] and max(outcome["lines"]) > 500, outcome
+
+
+def test_a_render_bomb_and_a_hundred_queued_tiff_jobs_leave_the_front_answering(front, baseline):
+    """Last: the service works on these for minutes after the test."""
+    outcome = checked("documents", front, baseline, ingress_mb=50, seconds=20,
+                      normal_s=NORMAL_S + ONE_DETECTOR_CALL_S)
+    assert outcome["codes"].get(202, 0) >= 100, outcome
