@@ -17,16 +17,17 @@ from typing import Any, Awaitable, Callable, Optional, Union
 
 import numpy as np
 
-from serve_app.core.engine_config import EngineConfig, ImageLimits, PipelineOptions
+from serve_app.core.engine_config import EngineConfig, ImageLimits
 from serve_app.flow.documents import PdfFile, open_document_async
 from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
 from serve_app.core.lanes import BULK, PriorityGate
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import (
-    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, Visualization, WordBox,
+    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, WordBox,
 )
 from serve_app.ocr.crop import char_quad, crop_quad, is_vertical
+from serve_app.ocr.visualize import draw_result
 from serve_app.ocr.db_postprocess import order_clockwise
 from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image, frame_count
 from serve_app.ocr.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
@@ -128,7 +129,7 @@ class Pipeline:
         picture = None
         if options.visualize:
             t = time.perf_counter()
-            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline, options.visualize)
+            picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline, options.visualize)  # ocr.visualize
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
@@ -372,18 +373,6 @@ def read_file(path: Path, limits: ImageLimits) -> bytes:
         raise BadImage(f"{path}: no such file")
     limits.check_bytes(path.stat().st_size, str(path))
     return path.read_bytes()
-
-
-def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: PipelineOptions,
-                style: Union[bool, str] = True) -> Visualization:
-    """The `visualize` picture of one read image (serve_app.ocr.visualize), from
-    the image the pipeline decoded: "boxes" is PaddleX's ocrImage, else the
-    two panels."""
-    from serve_app.ocr.visualize import find_font, render, render_boxes
-
-    if style == "boxes":
-        return render_boxes(img, lines)
-    return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
 
 
 def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -31,7 +31,7 @@ import math
 import os
 from dataclasses import replace
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import cv2
 import numpy as np
@@ -196,3 +196,13 @@ def _tag(draw: ImageDraw.ImageDraw, number: str, at: tuple[float, float], font_p
     pad = max(1, size // 6)
     draw.rectangle((x0 - pad, y0 - pad, x1 + pad, y1 + pad), fill=color)
     draw.text(at, number, fill="white", font=font)
+
+
+def draw_result(img: np.ndarray, lines: tuple[TextLine, ...], opts: Any,
+                style: Union[bool, str] = True) -> Visualization:
+    """The `visualize` picture of one read image (`opts`: PipelineOptions), from
+    the image the pipeline decoded: "boxes" is PaddleX's ocrImage, else the
+    two panels."""
+    if style == "boxes":
+        return render_boxes(img, lines)
+    return render(img, lines, opts.visualize_max_side, find_font(opts.visualize_font))
