@@ -54,12 +54,14 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "pdf": "load_tests.bench_pdf",
         "bilevel": "load_tests.bilevel",
     }),
-    "hostile": ("hostile and overload traffic: costly requests, admission, priority lanes, duplicates, work per image", {
+    "hostile": ("hostile and overload traffic: costly requests, admission, priority lanes, duplicates, work per image, "
+                "the front beside heavy work", {
         "costs": "load_tests.hostile_costs",
         "admission": "load_tests.bench_admission",
         "priority": "load_tests.bench_priority",
         "dedupe": "load_tests.bench_dedupe",
         "bounded-work": "load_tests.bounded_work",
+        "front": "load_tests.front_stall",
     }),
     "jobs": ("the job books: Redis against SQLite per submit and poll", {"backends": "load_tests.bench_job_backends"}),
     "soak": ("the service under open-loop load for a long time: errors and memory growth",

@@ -148,7 +148,7 @@ class IngressArgs(_Args):
     large_result_bytes: int = Field(4 * 1024 * 1024, ge=1, description="(see render_workers)")
     max_large_reads: int = Field(2, ge=1, description="(see render_workers)")
     max_large_submits: int = Field(
-        2, ge=1,
+        1, ge=1,
         description="Job submits whose Content-Length is at least large_result_bytes read at once (more: 503 with "
         "Retry-After before the body is read).")
     answer_cache_bytes: int = Field(
@@ -157,7 +157,7 @@ class IngressArgs(_Args):
         "recently used go first): made once however many read them, each reader streamed the one copy "
         "(serve_app/http/policies/answers.py); 0: made for every read, still once for readers at the same time.")
     answer_bytes_per_s: int = Field(
-        32 * 1024 * 1024, ge=0,
+        16 * 1024 * 1024, ge=0,
         description="Job results over 256 KiB are streamed at most this many bytes a second, all readers together, so "
         "that sending them is a bounded share of the ingress's CPU and memory (0: unpaced).")
     admission: AdmissionArgs = Field(

@@ -240,7 +240,8 @@ class Front:
         """What one HTTP request holds of this front while it is served,
         taken in this order and all given back on leaving: its deadline
         (X-Request-Timeout; a job submit has none), its media type (else
-        415), its body, read within ingress.body_timeout_s (or what is left
+        415), for a job submit of a large body (by Content-Length) one of
+        ingress.max_large_submits (else 503), its body, read within ingress.body_timeout_s (or what is left
         of the deadline) else 408, under the size limit else 413 and within
         the ingress's budget of body bytes else 503, then an in-flight slot
         (ingress.max_in_flight; a job submit: max_submits_in_flight) else

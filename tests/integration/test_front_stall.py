@@ -91,7 +91,7 @@ def test_large_png_submits_and_a_client_rotating_tokens_are_served_a_few_at_a_ti
     fetching a result with a different named token each time: the large
     submits beyond their places are a 503 with Retry-After before the body
     is read; the ingress holds at most a few such bodies."""
-    outcome = checked("submits", front, baseline, ingress_mb=2 * 4 * 19 + 100)
+    outcome = checked("submits", front, baseline, ingress_mb=2 * 4 * 19 + 100)  # a few bodies (max_large_submits) and their copies
     codes = outcome["codes"]
     assert set(codes) <= {200, 202, 503} and codes.get(202, 0) > 0 and codes.get(200, 0) > 0, codes
 
