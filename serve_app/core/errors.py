@@ -86,16 +86,19 @@ class Overloaded(Retryable):
     code = "overloaded"
 
 
-class ModelLoading(Retryable):
+class ModelLoading(Overloaded):
     """The request's model set is being loaded (its first request, or after
-    it was unloaded); retry after Retry-After."""
+    it was unloaded); retry after Retry-After. An Overloaded: a job that
+    meets it waits and tries again (serve_app.jobs.book), as for a full
+    service."""
 
     code = "model_loading"
 
 
-class ModelUnavailable(Retryable):
+class ModelUnavailable(Overloaded):
     """The request's model set failed to load (the reason is in the
-    service's log); the default set still serves."""
+    service's log); the default set still serves. A job retries it within
+    jobs.overloaded_wait_s."""
 
     code = "model_unavailable"
 

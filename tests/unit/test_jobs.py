@@ -240,15 +240,15 @@ class _Busy:
     """Overloaded `busy` times (as Ray delivers it: a task error whose
     `cause` is the replica's exception), then reads the image."""
 
-    def __init__(self, busy: int, retry_after_s: int = 1):
-        self.busy, self.retry_after_s, self.calls = busy, retry_after_s, 0
+    def __init__(self, busy: int, retry_after_s: int = 1, error=Overloaded):
+        self.busy, self.retry_after_s, self.calls, self.error = busy, retry_after_s, 0, error
 
     async def run(self, image, options, progress=None):
         self.calls += 1
         if self.busy > 0:
             self.busy -= 1
             err = RuntimeError("ray task error")
-            err.cause = Overloaded("both PDF workers are busy; retry later", retry_after_s=self.retry_after_s)
+            err.cause = self.error("both PDF workers are busy; retry later", retry_after_s=self.retry_after_s)
             raise err
         return {"results": [{"text": bytes(image).decode()}]}
 
@@ -279,6 +279,24 @@ def test_a_job_that_meets_overloaded_is_tried_again_after_growing_pauses_then_su
     assert done["status"] == "succeeded" and done["results"] == [{"text": "page"}]
     assert calls == 10  # nine busy answers did not use up the four attempts
     assert pauses == [5.0, 5.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0, 60.0]  # Retry-After while longer
+
+
+def test_a_job_whose_model_set_is_loading_waits_for_it():
+    """A job naming a catalogued set that is not loaded yet meets 503 model_loading
+    (serve_app/serving/set_cache.py): it waits for the load's Retry-After, it does not fail."""
+    from serve_app.core.errors import ModelLoading
+
+    async def go():
+        busy = _Busy(2, retry_after_s=12, error=ModelLoading)
+        book, pauses = await _busy_book(busy)
+        job = await book.submit(b"page", OcrOptions(model="ppocrv6_tiny"))
+        done = (await settle(book, [job["job_id"]]))[job["job_id"]]
+        book.close()
+        return done, pauses
+
+    done, pauses = run(go())
+    assert done["status"] == "succeeded" and done["results"] == [{"text": "page"}]
+    assert pauses == [12.0, 12.0]
 
 
 def test_a_job_still_overloaded_after_overloaded_wait_s_fails_overloaded():
