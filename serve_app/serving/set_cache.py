@@ -37,6 +37,7 @@ log = logging.getLogger("ray.serve")
 # A first load's expected time, before any load of the set was timed here (seconds;
 # v6 tiny and v4 took 8-15 s on 2 shared cores: python -m load_tests footprint).
 FIRST_LOAD_GUESS_S = 20.0
+ANSWERED_S = 30.0  # DeploymentSets: how long a start's answer counts as "running" before Serve's status says so
 
 
 class SetCache:
@@ -214,16 +215,23 @@ class DeploymentSets:
         self._seen: dict[str, bool] = {}
         self._seen_at = -1e9
         self._loads: dict[str, tuple[float, asyncio.Future]] = {}
+        self._answered: dict[str, float] = {}  # set -> when its stages last answered a start
         self.load_s: dict[str, float] = {}
 
     async def refresh(self) -> dict[str, bool]:
         if self._clock() - self._seen_at >= 1.0:
             self._seen_at = self._clock()
             try:
-                self._seen = await asyncio.to_thread(self._running)
+                seen = await asyncio.to_thread(self._running)
             except Exception as e:  # Serve's status unreadable: nothing is known to be up
                 log.warning("model sets: Serve's status could not be read: %s", e)
-                self._seen = {}
+                seen = {}
+            # Serve's status names a replica RUNNING a moment after it has answered: a set whose stages
+            # answered within the last ANSWERED_S is loaded whatever the status says yet.
+            for name, at in self._answered.items():
+                if self._clock() - at < ANSWERED_S:
+                    seen[name] = True
+            self._seen = seen
         return self._seen
 
     def loaded(self, name: str) -> bool:
@@ -267,4 +275,5 @@ class DeploymentSets:
             return
         self.load_s[name] = self._clock() - started
         self._seen[name] = True
+        self._answered[name] = self._clock()
         log.info("model set %s: its stages answered after %.1f s", name, self.load_s[name])

@@ -21,6 +21,7 @@ from serve_app.inference.runners import DirectionClassifier, TextDetector, TextR
 from serve_app.ocr.recognition import load_charset
 from serve_app.inference.weights import dictionary_path, model_files
 
+V4 = "ppocrv4_mobile"  # the stages run here are the carrier's v4 files (model_files(stage)), with v4's values
 FP32 = PredictorOptions(enable_openvino_engine=True, openvino_precision="fp32", cpu_math_library_num_threads=2)
 
 
@@ -47,20 +48,20 @@ def run_stage(stage, make):
 
 
 def test_the_detector_finds_the_recorded_boxes(recorded):
-    names, pages, boxes = run_stage("det", lambda p: TextDetector(p, EngineConfig().det).detect)
+    names, pages, boxes = run_stage("det", lambda p: TextDetector(p, EngineConfig(model=V4).det).detect)
     line, a, warning = check("det", "fp32", names, pages, lambda _: recorded["boxes"], lambda _: boxes)
     assert a.total == sum(len(b) for b in recorded["boxes"]) == 165 and a.fraction == 1.0, a.differing
     assert warning is None and a.mean_iou > 0.99 and "165/165 boxes matched to fp32's at IoU >= 0.9" in line
 
 
 def test_the_classifier_and_recogniser_answer_the_recorded_angles_and_texts(recorded):
-    names, crops, dirs = run_stage("cls", lambda p: DirectionClassifier(p, EngineConfig().cls).classify)
+    names, crops, dirs = run_stage("cls", lambda p: DirectionClassifier(p, EngineConfig(model=V4).cls).classify)
     assert len(dirs) == 2 * 174  # upright (165 line crops, 9 words), then turned
     line, a, _ = check("cls", "fp32", names[:165], crops[:165], lambda _: recorded["directions"],
                        lambda _: dirs[:165])
     assert a.fraction == 1.0 and "165/165 angle decisions identical to fp32" in line, a.differing
-    rec = EngineConfig().rec
-    charset = load_charset(dictionary_path(EngineConfig().rec_dict), rec.use_space_char)
+    rec = EngineConfig(model=V4).rec
+    charset = load_charset(dictionary_path(EngineConfig(model=V4).rec_dict), rec.use_space_char)
     names, crops, texts = run_stage("rec", lambda p: TextRecognizer(p, rec, charset).recognize)
     line, a, _ = check("rec", "fp32", names[:165], crops[:165], lambda _: recorded["texts"],
                        lambda _: [t.text for t in texts[:165]])

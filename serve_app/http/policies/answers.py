@@ -14,6 +14,7 @@ bytes when they are kept. No Ray import."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import weakref
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
@@ -155,7 +156,10 @@ async def job_answer(front: Any, job_id: str, fmt: str, downstream: Callable) ->
 
     place = await front.renders.read_place(size)
     try:
-        content, media = await front.answers.get(f"{job_id}|{head.get('finished_at')}|{fmt}", make)
+        # JSON carries the status fields, which change after the job ends (its callback's delivery): a
+        # changed head is another answer. The rendered formats carry the result alone.
+        fields = json.dumps(head, sort_keys=True) if fmt == "json" else ""
+        content, media = await front.answers.get(f"{job_id}|{head.get('finished_at')}|{fmt}|{fields}", make)
     except BaseException:
         place.release()
         raise
