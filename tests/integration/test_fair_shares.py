@@ -22,7 +22,7 @@ from harness.pdfs import sized_pdf
 from harness.peer import PEER
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 from test_hostile_clients import PeakRss, ingress_and_proxy_pids
-from test_hostile_costs import SourceAddressAdapter
+from harness.stall import SourceAddressAdapter
 
 TOKEN = "fair-shares-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

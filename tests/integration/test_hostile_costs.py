@@ -19,11 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from requests.adapters import HTTPAdapter
 
 from harness.hostile import CASES, Case
 from harness.peer import PEER
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
+from harness.stall import SourceAddressAdapter
 from test_hostile_clients import PeakRss, ingress_and_proxy_pids
 
 TOKEN = "hostile-costs-token"
@@ -165,18 +165,6 @@ def test_a_500_page_blank_pdf_is_refused_at_the_door_naming_jobs_and_others_are_
     _, seconds = check_case(service, "blank PDF of 500", names_jobs)
     r = post(service, DENSE, "image/jpeg")  # the ledger was not taken: a dense page is read, not refused
     assert r.status_code == 200 and len(r.json()["results"]) > 40
-
-
-class SourceAddressAdapter(HTTPAdapter):
-    """requests from another loopback address (127.0.0.2): another client."""
-
-    def __init__(self, address: str, **kw):
-        self.address = address
-        super().__init__(**kw)
-
-    def init_poolmanager(self, *args, **kw):
-        kw["source_address"] = (self.address, 0)
-        super().init_poolmanager(*args, **kw)
 
 
 def test_one_client_cannot_take_every_slot(service):

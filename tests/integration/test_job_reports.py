@@ -24,7 +24,7 @@ from harness.pdfs import text_pdf
 from harness.peer import PEER
 from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
 from harness.webhooks import SECRET, Receiver
-from test_hostile_costs import SourceAddressAdapter
+from harness.stall import SourceAddressAdapter
 
 WORD = "mmocr_word_1036169.jpg"
 CALLBACKS = {"allow": ["127.0.0.0/8"], "retry_s": [0.5] * 600, "timeout_s": 5.0}
