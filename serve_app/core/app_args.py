@@ -83,6 +83,12 @@ class DetectorArgs(ModelArgs):
         description="Detector input shapes (h, w) warmed before the replica is ready when engine.det's sizing is an "
         "open mode (\"max\"/\"min\"); with the default \"ladder\" every input shape of its closed set is warmed "
         "instead.")
+    warm: Literal["full", "core"] = Field(
+        "core",
+        description="Which detector input shapes a replica runs before it is ready. \"full\": every one (21 "
+        "with the default ladder). \"core\": the largest only (its buffers are the heap's high-water mark, "
+        "which every later shape fits in); each other shape's first run is then a request's, ~40 ms slower "
+        "than its next ones. Not with TensorRT, which builds an engine per shape: every shape is warmed.")
     beside_recognizer: bool = Field(
         False,
         description="true: no TextDetector deployment; each recogniser replica also runs the detector "

@@ -59,14 +59,20 @@ class TextDetector:
                     self.on_batch(len(idx), time.perf_counter() - t0)
         return out
 
-    def warm_calls(self, open_shapes: list[tuple[int, int]]) -> list[tuple[Callable, list]]:
+    def warm_calls(self, open_shapes: list[tuple[int, int]], core: bool = False) -> list[tuple[Callable, list]]:
         """A call for every input the detector can be given: each batch size
         at each shape of the closed set (or, in the open "max"/"min" modes,
         at `open_shapes`), largest first: each later, smaller shape's buffers
         fit in what the first one freed, instead of the heap growing shape by
-        shape (297 MB less at ready in one process, python -m load_tests memory replica)."""
+        shape (297 MB less at ready in one process, python -m load_tests memory replica).
+        core: the largest shape only (its buffers are the heap's high-water
+        mark, which every later shape fits in); each other shape's first run
+        is then an image's, ~40 ms more than its next ones (the engine
+        compiles for open sizes once, at load: python -m load_tests startup cold)."""
         shapes = sorted(det_input_shapes(self.opts) or [tuple(s) for s in open_shapes],
                         key=lambda hw: hw[0] * hw[1], reverse=True)
+        if core:
+            shapes = shapes[:1]
         return [(self.detect, [np.full((h, w, 3), 255, np.uint8)] * n)
                 for h, w in shapes for n in range(1, self.opts.batch_size + 1)]
 

@@ -79,9 +79,9 @@ class TextDetectorDeployment(_Replica):
         self.replica.check_precision(lambda p: TextDetector(p, engine.det).detect)  # fp16/int8: boxes as fp32's
         self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
                            args.canary_interval_s)
-        # Every input it can be given, warmed: memory stays flat in service
-        # and the first image of any size is as fast as the next.
-        self.replica.warm(self.detector.warm_calls(args.warm_shapes))
+        # detector.warm "core": the largest input before ready; "full", or TensorRT (engine per shape): all.
+        trt_on = (getattr(self.replica.predictor, "tensorrt_status", None) or {}).get("on")
+        self.replica.warm(self.detector.warm_calls(args.warm_shapes, core=args.warm == "core" and not trt_on))
         self.detector.on_batch = lambda n, seconds: self.replica.record(n, n, seconds)  # served batches only
 
     def reconfigure(self, user_config: dict) -> None:

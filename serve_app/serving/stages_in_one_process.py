@@ -14,9 +14,10 @@ the `TextRecognizer` block of the Serve config) and also answers `classify`
 and `detect`. Their predictors run on the recogniser's cores (their blocks'
 `cpu_cores`, `threads` and `malloc_*` settings are not used: a process
 has one affinity and one malloc). Every predictor is loaded and warmed
-before the replica is ready, the detector on a thread of its own beside
-the other two (ready 1-2 s sooner on 2 cores, `python -m load_tests startup serve-run`): every
-detector and classifier shape, and the recogniser's per `recognizer.warm`.
+before the replica is ready, the detector and then the classifier on a
+thread of their own beside the recogniser (`python -m load_tests startup
+serve-run` times it): the shapes of `detector.warm`, every classifier
+shape, and the recogniser's per `recognizer.warm`.
 Each keeps its own batch queue, lanes,
 metrics and canary (serve_app.serving.deployments), and its own thread:
 Paddle's predictors are called from one thread each. The classifier takes
@@ -61,19 +62,21 @@ class RecognizerWithParts(_Recognizer):
         same = {k: getattr(rec_args, k) for k in ModelArgs.model_fields
                 if k in ("cpu_cores", "threads") or k.startswith("malloc_")}
         self.parts: dict[str, Any] = {}
-        # The detector is loaded and warmed on a thread of its own while the
-        # classifier and the recogniser are, here: each predictor runs on its
-        # own thread anyway (serve_app.inference.predictor), and a shape's
-        # first run is mostly the engine compiling it on one core, so on two
-        # cores the detector's 21 shapes overlap the others' instead of
-        # following them. The replica is ready only once all have warmed.
+        # The detector, then the classifier, are loaded and warmed on a thread
+        # of their own while the recogniser is, here: each predictor runs on
+        # its own thread anyway (serve_app.inference.predictor), and a
+        # predictor's load and warm-up use about one core, so on two cores
+        # they overlap instead of following one another. The replica is
+        # ready only once all have warmed.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="build-det") as pool:
-            det = None
+            det = cls = None
             if det_args is not None:
                 det = pool.submit(_Detector, engine, det_args.model_copy(update=same), lanes)
             if cls_args is not None:
-                self.parts["cls"] = _Classifier(engine, cls_args.model_copy(update=same), lanes)
+                cls = pool.submit(_Classifier, engine, cls_args.model_copy(update=same), lanes)
             super().__init__(engine, rec_args, lanes)
+            if cls is not None:
+                self.parts["cls"] = cls.result()
             if det is not None:
                 self.parts["det"] = det.result()
 

@@ -120,8 +120,8 @@ def test_one_recogniser_process_holds_the_three_stages(light):
     # Every predictor on both cores (building the classifier's first once narrowed the process to core 0).
     assert rec["cpu_affinity"] == cls["cpu_affinity"] == det["cpu_affinity"] == [0, 1]
     assert rec["ready_at"] and cls["ready_at"] and det["ready_at"]
-    # The detector was built beside the others, not before them: its warm-up
-    # (21 shapes, seconds) overlapped the recogniser's build.
+    # The detector was built beside the recogniser, not before it: its load
+    # and warm-up overlapped the recogniser's.
     assert det["started_at"] < rec["ready_at"] and rec["started_at"] < det["ready_at"]
 
 
@@ -304,3 +304,33 @@ def test_the_default_reads_accents_and_spaces_and_further_sets_load_on_their_fir
     bad = requests.post(f"{url}/v1/ocr", json={"image": image, "options": {"model": "ppocrv5_mobile"}}, timeout=30)
     assert bad.status_code == 400
     assert "served: ppocrv6_small, ppocrv4_mobile, ppocrv6_tiny" in bad.json()["error"]["message"]
+
+
+def test_plain_english_and_accented_lines_are_read_with_their_spaces_through_the_service(light, engine):
+    """What a new user of `make serve` sends first: one printed line, no
+    options. Through the service the default set reads each English line
+    (three sizes, 120 images) and each accented Latin line (60 at 26 px)
+    as the in-process engine does, and at least 95% of the English lines
+    exactly, spaces and punctuation included."""
+    import cv2
+
+    from harness.eval_sets import accented_latin, english, score_lines
+
+    url, _ = light
+    items = english() + accented_latin(sizes=(26,))
+
+    def read(item) -> str:
+        png = cv2.imencode(".png", item.image)[1].tobytes()
+        r = requests.post(f"{url}/v1/ocr", files={"file": (f"{item.name}.png", png)}, timeout=120,
+                          headers={"Cache-Control": "no-cache"})
+        assert r.status_code == 200, (item.name, r.text)
+        return " ".join(line["text"] for line in r.json()["results"])
+
+    with ThreadPoolExecutor(4) as pool:
+        served = list(pool.map(read, items))
+    in_process = [" ".join(line.text for line in engine.read(item.image).lines) for item in items]
+    differ = [(item.name, s, e) for item, s, e in zip(items, served, in_process) if s != e]
+    assert not differ, differ[:5]
+    n_en = len(english())
+    n, _, exact, errors, chars = score_lines(tuple(i.truth[0] for i in items[:n_en]), served[:n_en])
+    assert exact >= 0.95 * n, (exact, n, errors / chars)

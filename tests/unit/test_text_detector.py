@@ -102,3 +102,19 @@ def test_a_lower_limit_side_len_picks_a_smaller_warmed_shape_and_separates_the_b
     image = np.zeros((720, 1280, 3), np.uint8)
     det.detect([image, image, image], [DetParams(), DetParams(limit_side_len=700), DetParams(box_thresh=0.9)])
     assert sorted(pred.batches) == [(1, 3, 480, 640), (2, 3, 960, 1280)]
+
+
+def test_a_core_warm_up_runs_the_largest_input_only_and_full_runs_every_one_largest_first():
+    from serve_app.ocr.det_preprocess import det_input_shapes
+
+    opts = DetOptions(batch_size=2)
+    every = det_input_shapes(opts)
+    for core, expected in ((False, len(every) * 2), (True, 2)):
+        pred = ProbPredictor((0, 0, 0, 0))
+        det = TextDetector(pred, opts)
+        for fn, arg in det.warm_calls([], core=core):
+            fn(arg)
+        assert len(pred.batches) == expected
+        sizes = [b[2] * b[3] for b in pred.batches]
+        assert sizes[0] == max(h * w for h, w in every)  # the largest first: the heap's high-water mark
+        assert sorted({b[0] for b in pred.batches}) == [1, 2]  # every batch size at that shape
