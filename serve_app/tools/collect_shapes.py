@@ -2,6 +2,7 @@
 
     python -m serve_app.tools.collect_shapes                       # print min/opt/max per stage
     python -m serve_app.tools.collect_shapes --out DIR [--stage rec]   # also collect tuned files
+    python -m serve_app.tools.collect_shapes --model ppocrv4_mobile    # another catalogued set (default: the first)
 
 Every input a stage can be given comes from a closed set (the detector's
 ladder shapes x batch 1..det.batch_size, the classifier's crop x batch sizes,
@@ -33,6 +34,24 @@ def load_args(config: Path):
     return AppArgs.model_validate(cfg["applications"][0].get("args") or {})
 
 
+def set_engine(a, name=None):
+    """The engine config the app builder gives the replicas of the profile's
+    set `name` (None: its default, the first of `models`): that set's files,
+    pre-processing (hence shape set) and predictor options."""
+    engines = a.engines()
+    name = name or a.models[0]
+    if name not in engines:
+        raise SystemExit(f"--model {name}: the profile serves {', '.join(engines)}")
+    return engines[name]
+
+
+def stage_files(engine, stage: str):
+    """The stage's model files for that set, as its replica resolves them."""
+    from serve_app.inference.weights import model_files
+
+    return model_files(stage, getattr(engine, f"{stage}_model"), engine.model)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m serve_app.tools.collect_shapes", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -40,29 +59,28 @@ def main(argv=None) -> int:
     p.add_argument("--stage", choices=["det", "cls", "rec"], action="append",
                    help="stage(s) to report (default: all)")
     p.add_argument("--out", type=Path, help="directory to write tuned shape-range files into")
+    p.add_argument("--model", help="a model set of the profile's `models` (default: its first, the default set)")
     args = p.parse_args(argv)
 
     from serve_app.inference.shape_ranges import describe, stage_shapes
 
-    a = load_args(args.config)
+    engine = set_engine(load_args(args.config), args.model)
     stages = args.stage or ["det", "cls", "rec"]
-    shapes = {s: stage_shapes(s, a.engine.det, a.engine.cls, a.engine.rec) for s in stages}
+    shapes = {s: stage_shapes(s, engine.det, engine.cls, engine.rec) for s in stages}
     for s in stages:
-        print(describe(s, shapes[s]))
+        print(f"{engine.model} {describe(s, shapes[s])}")
     if not args.out:
         return 0
 
     from serve_app.core.engine_config import PredictorOptions
     from serve_app.inference.predictor import collect_shape_ranges, gpu_available
-    from serve_app.inference.weights import model_files
-
     device = "gpu" if gpu_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
-    models = {"det": a.engine.det_model, "cls": a.engine.cls_model, "rec": a.engine.rec_model}
+    options = PredictorOptions(device=device, enable_mkldnn=False,
+                               enable_memory_optim=engine.predictor.enable_memory_optim)  # the set's own need
     for s in stages:
         out = args.out / f"{s}_shape_range.pbtxt"
-        collect_shape_ranges(model_files(s, models[s]), PredictorOptions(device=device, enable_mkldnn=False),
-                             shapes[s], str(out))
+        collect_shape_ranges(stage_files(engine, s), options, shapes[s], str(out))
         print(f"wrote {out} ({device}, {len(shapes[s])} shapes)")
     return 0
 

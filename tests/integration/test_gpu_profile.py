@@ -206,3 +206,31 @@ def test_tuned_shape_ranges_are_collected_over_the_shape_set(tmp_path):
     # #29 item 5: the optimum Paddle recorded is the served one (largest batch), not the most frequent batch.
     assert dims["opt_shape"] == [3, 3, 48, 640] == list(range_of(shapes).opt), block
     assert not list(tmp_path.glob("*.tmp"))  # written under a temporary name, then renamed
+
+
+def test_the_default_sets_ranges_are_collected_on_its_own_files(tmp_path):
+    """The profile's default set is ppocrv6_small: the offline tools
+    (collect_shapes --out, calibrate_int8) resolve its converted files, as
+    its replicas do, and the collection pass runs that program (input `x`,
+    height 48 like v4's) over shapes of the set's own closed rec set."""
+    from serve_app.core.engine_config import PredictorOptions
+    from serve_app.inference.predictor import collect_shape_ranges
+    from serve_app.inference.weights import converted_dir
+    from serve_app.tools.collect_shapes import load_args, set_engine, stage_files
+
+    engine = set_engine(load_args(REPO / "deployments.gpu.yaml"))
+    assert engine.model == "ppocrv6_small" and engine.rec.image_height == 48
+    files = stage_files(engine, "rec")
+    assert files.program == converted_dir("ppocrv6_small", "rec") / "inference.pdmodel"
+    served = rec_shapes(engine.rec)
+    shapes = [served[0], served[len(served) // 2], served[-1]]
+    out = tmp_path / "rec.pbtxt"
+    collect_shape_ranges(files, PredictorOptions(enable_mkldnn=False,
+                                                 enable_memory_optim=engine.predictor.enable_memory_optim),
+                         shapes, str(out))
+    text = out.read_text()
+    block = text[text.index('name: "x"'):].split("}")[0]
+    dims = {k: [int(v) for v in [line.split(":")[1] for line in block.splitlines() if line.strip().startswith(k)]]
+            for k in ("min_shape", "max_shape")}
+    r = range_of(shapes)
+    assert dims["min_shape"] == list(r.min) and dims["max_shape"] == list(r.max), (block, r)

@@ -262,16 +262,23 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return out
 
 
-def _base_image() -> str:
+def _stage_bases() -> list[str]:
+    """The base image of every stage, in order (the last is the image's)."""
     args: dict[str, str] = {}
+    bases = []
     for word, rest in _dockerfile_instructions():
         if word == "ARG" and "=" in rest:
             name, _, default = rest.partition("=")
             args[name.strip()] = default.strip().strip('"')
         if word == "FROM":
             image = rest.split()[0]
-            return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
-    raise AssertionError("no FROM in the Dockerfile")
+            bases.append(re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), image))
+    assert bases, "no FROM in the Dockerfile"
+    return bases
+
+
+def _base_image() -> str:
+    return _stage_bases()[-1]
 
 
 # The python3 each Ubuntu release ships (what `apt-get install python3` gives
@@ -299,6 +306,10 @@ def test_dockerfile_base_has_a_python_the_package_accepts():
     args = _dockerfile_args()
     assert PADDLE_CUDA[args["CUDA"]] == cuda, (args["CUDA"], image)
     assert args["PADDLE_GPU_VERSION"] == "3.3.1"
+    # The converter stage (`models`, CPU only) on the same Ubuntu: its conversions are made by the Python the
+    # image's is (its build step checks 3.11 or 3.12 too).
+    for base in _stage_bases()[:-1]:
+        assert re.fullmatch(rf"ubuntu:{re.escape(ubuntu)}", base), (base, image)
     # (What the build steps check, the Python version included, is run by
     # tests/integration/test_docker_build_steps.py.)
 
@@ -314,11 +325,17 @@ def test_dockerfile_runs_as_a_non_root_user_with_the_ports_exposed():
 
 
 def test_dockerfile_copies_paths_that_exist():
+    """Each COPY source exists and the build context's allow-list
+    (.dockerignore: `*`, then `!path`) lets it in."""
+    allowed = [line[1:].rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.startswith("!")]
     for word, rest in _dockerfile_instructions():
         if word == "COPY" and "--from" not in rest:
             *sources, _dest = [a for a in shlex.split(rest) if not a.startswith("--")]
             for s in sources:
                 assert (REPO / s).exists(), f"COPY {s}: no such path in the repository"
+                assert any(s.rstrip("/") == a or s.startswith(a + "/") for a in allowed), (
+                    f"COPY {s}: not in .dockerignore's allow-list (add !{s})")
 
 
 def test_service_token_comes_from_a_secret_in_every_ray_container(cluster, embedded):

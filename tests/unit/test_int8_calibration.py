@@ -234,13 +234,36 @@ def test_the_offline_command_plans_what_each_replica_would_feed(capsys):
 
     assert calibrate_int8.main(["--plan", "--precision", "int8"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out == ["det: 2 batches of [8, 3, 640, 640] (16 inputs from the packaged real images) -> an entry under "
-                   "/tmp/ocr_trt_cache/det",
-                   "cls: skipped: no tensorrt in this stage's predictor",
-                   "rec: 9 batches of [16, 3, 48, 320] (144 inputs from the packaged real images) -> an entry under "
-                   "/tmp/ocr_trt_cache/rec"]
+    plan = ["det: 2 batches of [8, 3, 640, 640] (16 inputs from the packaged real images) -> an entry under "
+            "/tmp/ocr_trt_cache/det",
+            "cls: skipped: no tensorrt in this stage's predictor",
+            "rec: 9 batches of [16, 3, 48, 320] (144 inputs from the packaged real images) -> an entry under "
+            "/tmp/ocr_trt_cache/rec"]
+    assert out == ["model set ppocrv6_small"] + plan  # the profile's default set, whose replicas calibrate
     assert calibrate_int8.main(["--plan", "--stage", "rec"]) == 0  # the profile as shipped: rec fp16
-    assert capsys.readouterr().out.strip() == "rec: skipped: tensorrt.precision fp16: nothing to calibrate"
+    assert capsys.readouterr().out.splitlines()[1] == "rec: skipped: tensorrt.precision fp16: nothing to calibrate"
+    # A further set of the catalogue: its own pre-processing, the same closed shapes.
+    assert calibrate_int8.main(["--plan", "--precision", "int8", "--model", "ppocrv4_mobile"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["model set ppocrv4_mobile"] + plan
+    with pytest.raises(SystemExit, match="the profile serves ppocrv6_small, ppocrv4_mobile, ppocrv6_tiny"):
+        calibrate_int8.main(["--plan", "--model", "nope"])
+
+
+def test_the_offline_command_calibrates_on_the_sets_own_inputs():
+    """The default set's detector (v6 small) is calibrated on inputs
+    normalised as its replicas normalise them (ImageNet mean/std), not as
+    v4's (its files: tests/integration/test_gpu_profile.py)."""
+    from serve_app.inference.int8_calibration import stage_inputs
+    from serve_app.tools.calibrate_int8 import stage_plan
+    from serve_app.tools.collect_shapes import REPO, load_args, set_engine
+
+    app_args = load_args(REPO / "deployments.gpu.yaml")
+    small, v4 = set_engine(app_args), set_engine(app_args, "ppocrv4_mobile")
+    assert (small.model, v4.model) == ("ppocrv6_small", "ppocrv4_mobile")
+    plan = stage_plan(app_args, "det", "int8")
+    batch = stage_inputs("det", small)(plan["opt"])[0]
+    v4_batch = stage_inputs("det", v4)(plan["opt"])[0]
+    assert batch.shape == v4_batch.shape == tuple(plan["opt"]) and not np.allclose(batch, v4_batch)
 
 
 def test_a_failed_run_destroys_the_predictor_before_its_folder_goes(tmp_path):
