@@ -188,14 +188,18 @@ def table(engine: dict, runs: list[dict]) -> str:
 # -- the engine (child process) ----------------------------------------------------
 
 
-def engine_child(names: list[str], lines: list[str], passes: int) -> dict:
+def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     from harness.peer import PEER
 
-    from serve_app.engine import OcrEngine
+    from serve_app.engine import OcrEngine, default_engine_config
 
     data = {n: (PEER / n).read_bytes() for n in names}
     ms_peer, ms_lines, reads = [], [], {}
-    with OcrEngine() as eng:
+    config = default_engine_config()
+    if precision:
+        config = config.model_copy(update={"predictor": config.predictor.model_copy(
+            update={"openvino_precision": precision})})
+    with OcrEngine(config) as eng:
         eng.warm()
         for n in names:
             t = time.perf_counter()
@@ -212,8 +216,9 @@ def engine_child(names: list[str], lines: list[str], passes: int) -> dict:
     return {"ms_peer": ms_peer, "ms_lines": ms_lines, "reads": reads}
 
 
-def run_engine(names: list[str], lines: list[str], passes: int) -> dict:
-    cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-child", json.dumps([names, lines, passes])]
+def run_engine(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
+    cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-child",
+           json.dumps([names, lines, passes, precision])]
     out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
                          capture_output=True, text=True, timeout=600, cwd=str(ROOT))
     if out.returncode != 0:
@@ -487,6 +492,10 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--line-passes", type=int, default=2, help="extra passes over the text-line images")
     ap.add_argument("--ready-timeout", type=float, default=240)
     ap.add_argument("--json", type=Path, help="also write every figure here")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default=None,
+                    help="OpenVINO's precision for the engine and every config (default: each one's, `auto`: bf16 "
+                    "on a CPU with native bf16); fp32 on such a CPU is what `auto` picks on one without it (the "
+                    "cores' other instructions stay this CPU's)")
     ap.add_argument("--engine-child", help=argparse.SUPPRESS)
 
 
@@ -503,13 +512,15 @@ def main(args: argparse.Namespace) -> int:
     configs = []
     for spec in a.configs.split(","):
         path, overrides = parse_config(spec)
+        if a.precision:  # the service's predictors as the engine's
+            overrides.append((["engine", "predictor", "openvino_precision"], a.precision))
         if not (ROOT / path).is_file():
             sys.exit(f"config {path} not found")
         configs.append((spec.strip(), ROOT / path, overrides))
     started, load0 = time.time(), os.getloadavg()
     engines, runs = [], []
     for rnd in range(a.rounds):
-        eng = run_engine(names, lines, a.line_passes)
+        eng = run_engine(names, lines, a.line_passes, a.precision)
         eng["reading"] = reading(eng["reads"], eng["reads"], labels)
         engines.append(eng)
         print(f"round {rnd}: engine p50 {eng['p50_peer']:.0f} ms (peer), {eng['p50_lines']:.0f} ms (lines)",
@@ -524,7 +535,8 @@ def main(args: argparse.Namespace) -> int:
                   f"{r['rate_8']:.2f} img/s, lines {r['reading']['lines']}", flush=True)
     print(f"\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s; "
           f"load average at start {tuple(round(x, 2) for x in load0)}, at end "
-          f"{tuple(round(x, 2) for x in os.getloadavg())}; {len(names)} peer images, {len(lines)} text-line "
+          f"{tuple(round(x, 2) for x in os.getloadavg())}; OpenVINO precision {a.precision or 'auto'}; "
+          f"{len(names)} peer images, {len(lines)} text-line "
           f"images; engine per round: " + ", ".join(
               f"p50 {e['p50_peer']:.0f} / {e['p50_lines']:.0f} ms" for e in engines) + "\n")
     for rnd in range(a.rounds):
