@@ -7,12 +7,15 @@ FLOPs floor (GFLOP per image over the GFLOP/s this engine reaches on one
 large convolution on this CPU) beside the img/s it gets. Ratios against
 ppocrv4_mobile measured in the same run.
 
-Each model runs in its own child process (its peak RSS is its own; Paddle
-keeps an engine's memory after close), one after another, on the same
-images: first an untimed pass (its texts are the ones scored; it also
-builds every input shape these images use), then `--repeats` timed
-passes, one image at a time (`OcrEngine.read`: one thread per stage,
-`--threads` inference threads each).
+Each model reads in its own child process (its peak RSS is its own;
+Paddle keeps an engine's memory after close), one after another, on the
+same images: one untimed pass (its texts are the ones scored; it also
+builds every input shape these images use). The img/s come from one more
+child that loads every model and reads `--repeats` timed passes one
+image at a time, interleaved (image by image, the models' order rotated
+each pass; `OcrEngine.read`: one thread per stage, `--threads` inference
+threads each), so load from other work on a shared machine falls on every
+model alike: the `x v4` ratios are the figures to read there.
 
     python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
     python -m load_tests engine tiers --smoke  # two images, ppocrv4_mobile (seconds)
@@ -43,7 +46,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=list(SETS))
     parser.add_argument("--sample", type=int, default=0,
                         help="at most this many images of each set, evenly spread (0: all)")
-    parser.add_argument("--repeats", type=int, default=1, help="timed passes after the untimed one")
+    parser.add_argument("--repeats", type=int, default=1, help="timed passes (all models interleaved) after the untimed one")
     parser.add_argument("--threads", type=int, default=1, help="inference threads per predictor")
     parser.add_argument("--memory-optim", choices=("auto", "on", "off"), default="auto",
                         help="Paddle's enable_memory_optim; auto: off for the PP-OCRv6 sets (their converted "
@@ -103,9 +106,8 @@ def engine_config(model: str, threads: int, memory_optim: str = "auto"):
         update={"cpu_math_library_num_threads": threads, "enable_memory_optim": optim})})
 
 
-def measure(model: str, set_names: list[str], sample: int, repeats: int, threads: int,
-            memory_optim: str = "auto") -> dict:
-    """In a child: read every set with `model`; texts, boxes, times, memory."""
+def measure(model: str, set_names: list[str], sample: int, threads: int, memory_optim: str = "auto") -> dict:
+    """In a child: read every set with `model` once; texts, boxes, memory."""
     from harness.eval_sets import build, score_item
     from serve_app.engine import OcrEngine
     from serve_app.flow.pipeline import load_image
@@ -133,18 +135,43 @@ def measure(model: str, set_names: list[str], sample: int, repeats: int, threads
                 crops = [(_side(ln.box, 0), _side(ln.box, 1)) for ln in res.lines]
                 per.append({"name": it.name, "score": score_item(name, it.truth, it.boxes, lines),
                             "det_hw": det_hw, "crops_wh": crops, "texts": [t for t, _ in lines][:8]})
-            walls = []
-            for _ in range(repeats):
-                for it in items:
-                    t = time.perf_counter()
-                    eng.read(it.image)
-                    walls.append(time.perf_counter() - t)
-            out["sets"][name] = {"items": per, "walls": walls}
+            out["sets"][name] = {"items": per, "walls": []}  # filled by timed_interleaved
         out["rss_end_mb"] = _rss_mb()
         out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     finally:
         eng.close()
     return out
+
+
+def timed_interleaved(models: list[str], set_names: list[str], sample: int, repeats: int, threads: int,
+                      memory_optim: str = "auto") -> dict[str, dict[str, list[float]]]:
+    """In a child: every model's engine loaded, one untimed pass (builds the
+    shapes), then `repeats` timed passes, image by image, each image read by
+    every model in turn (the order rotated each pass); model -> set -> the
+    wall seconds of each read."""
+    from harness.eval_sets import build
+    from serve_app.engine import OcrEngine
+
+    sets = {n: _sampled(build(n), sample) for n in set_names}
+    engines = {m: OcrEngine(engine_config(m, threads, memory_optim), model=m) for m in models}
+    walls: dict[str, dict[str, list[float]]] = {m: {n: [] for n in sets} for m in models}
+    try:
+        for eng in engines.values():
+            for items in sets.values():
+                for it in items:
+                    eng.read(it.image)
+        for r in range(repeats):
+            order = models[r % len(models):] + models[:r % len(models)]
+            for name, items in sets.items():
+                for it in items:
+                    for m in order:
+                        t = time.perf_counter()
+                        engines[m].read(it.image)
+                        walls[m][name].append(time.perf_counter() - t)
+    finally:
+        for eng in engines.values():
+            eng.close()
+    return walls
 
 
 def _side(box, axis: int) -> float:
@@ -237,7 +264,8 @@ def summarise(run: dict, figures) -> dict:
     return out
 
 
-def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str, wall_s: float) -> str:
+def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str, wall_s: float,
+           loads: str = "") -> str:
     from harness.eval_sets import SETS
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
@@ -249,7 +277,8 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     w.append(f"- {machine()}")
     opts = "; ".join(f"{m} {r['options']}" for m, r in runs.items())
     w.append(f"- engine in process, one image at a time, one predictor thread per stage; predictor options: {opts}; "
-             f"{args.repeats} timed pass(es) after an untimed one (whose texts are scored)")
+             f"texts scored from an untimed pass, one child per model; img/s from {args.repeats} timed pass(es) in one "
+             f"child with every model loaded, interleaved image by image; load average (1 min) at start and end: {loads}")
     if args.sample:
         w.append(f"- sampled: at most {args.sample} images per set, evenly spread")
     if conv:
@@ -282,6 +311,10 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     return "\n".join(w) + "\n"
 
 
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def _f(x) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -309,6 +342,7 @@ def run(args: argparse.Namespace) -> dict:
     from harness.in_child import call_in_child
 
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
+    load0 = _load()
     t0 = time.perf_counter()
     figures = gflop_figures()
     conv = call_in_child(conv_gflops, args.threads)
@@ -317,13 +351,20 @@ def run(args: argparse.Namespace) -> dict:
     for m in args.models:
         print(f"{m}: reading {', '.join(args.sets)} ...", file=sys.stderr, flush=True)
         try:
-            runs[m] = call_in_child(measure, m, args.sets, args.sample, args.repeats, args.threads, args.memory_optim)
+            runs[m] = call_in_child(measure, m, args.sets, args.sample, args.threads, args.memory_optim)
         except Exception as e:  # noqa: BLE001 (one model failing leaves the others' table)
             failed[m] = f"{type(e).__name__}: {str(e)[:300]}"
             print(f"{m} failed: {failed[m]}", file=sys.stderr, flush=True)
         if args.out:  # what is measured so far survives a later model's failure
             args.out.write_text(render(args, runs, conv, figures, started, time.perf_counter() - t0))
-    report = render(args, runs, conv, figures, started, time.perf_counter() - t0)
+    if runs and args.repeats > 0:
+        print(f"timing {', '.join(runs)} interleaved, {args.repeats} pass(es) ...", file=sys.stderr, flush=True)
+        walls = call_in_child(timed_interleaved, list(runs), args.sets, args.sample, args.repeats, args.threads,
+                              args.memory_optim, timeout_s=3600)
+        for m, per_set in walls.items():
+            for name, w in per_set.items():
+                runs[m]["sets"][name]["walls"] = w
+    report = render(args, runs, conv, figures, started, time.perf_counter() - t0, f"{load0} -> {_load()}")
     report += "".join(f"\n- {m} FAILED: {err}\n" for m, err in failed.items())
     print(report)
     if args.out:

@@ -77,8 +77,9 @@ class Cost:
     GFLOP: per detector input of 960x960 and per recogniser crop of
     48x320, counted from the models' ONNX files (load_tests/model_flops.py;
     None where not counted); relative: img/s of ppocrv4_mobile over this
-    set's on the peer images, in-process engine (`python -m load_tests
-    engine tiers`, the README's model table: 8.46 / 6.24 / 11.63 img/s).
+    set's on the peer images, in-process engine, sets interleaved (`python
+    -m load_tests engine tiers --sample 40 --repeats 3`, 2026-12-05, the
+    README's model table: 6.20 / 4.68 / 12.55 img/s).
     A set's cost model starts from the default set's prior scaled by it
     (serve_app.http.policies.admission, Admission.model_for)."""
 
@@ -150,7 +151,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv6_small", title="PP-OCRv6 small",
         det="PP-OCRv6_small_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_small_rec",
         dictionary=Dictionary("ppocrv6_dict.txt", 18708), languages=("zh", "zh-Hant", "en", "ja", *_LATIN),
-        cost=Cost(19.50, 2.18, 1.4),
+        cost=Cost(19.50, 2.18, 1.3),
         # box_thresh 0.3, not its inference.yml's 0.45: that value goes with PaddleOCR's sizing (short side
         # scaled up to 736), under which small text is large; the service's closed ladder (long side at most
         # 1280) shows the detector small text at its own size, where this detector's box scores fall under
@@ -164,7 +165,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         name="ppocrv6_tiny", title="PP-OCRv6 tiny",
         det="PP-OCRv6_tiny_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_tiny_rec",
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
-        cost=Cost(5.96, 0.37, 0.7),
+        cost=Cost(5.96, 0.37, 0.5),
         det_options={**_V6_DET, "box_thresh": 0.4, "min_side": 128}, trt_shapes=_V6_TRT,
         predictor_options={"enable_memory_optim": False},
     ),
