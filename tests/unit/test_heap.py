@@ -162,3 +162,36 @@ def test_every_call_on_a_predictors_thread_counts_as_work_while_it_runs():
     assert seen == [1] and t.active == 0 and t.dirty  # counted while it ran; done now
     clock.t += 1
     assert t.step() is True
+
+
+def test_threads_put_in_sched_idle_pass_it_to_threads_they_start_and_leave_the_others_alone():
+    """A model replica's predictor threads (serve_app.serving.replica): the
+    threads that appeared while it was built are put in SCHED_IDLE; what they
+    start later inherits it; the process's other threads keep their policy."""
+    import os
+    import threading
+
+    from serve_app.serving.heap import idle_threads, thread_ids
+
+    policies, go, done = {}, threading.Event(), threading.Event()
+
+    def child():
+        policies["child"] = os.sched_getscheduler(0)
+
+    def worker():
+        go.wait(10)
+        t = threading.Thread(target=child)
+        t.start()
+        t.join()
+        policies["worker"] = os.sched_getscheduler(0)
+        done.set()
+
+    before = thread_ids()
+    w = threading.Thread(target=worker)
+    w.start()
+    assert idle_threads(thread_ids() - before) == 1
+    go.set()
+    assert done.wait(10)
+    w.join()
+    assert policies == {"child": os.SCHED_IDLE, "worker": os.SCHED_IDLE}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this (the loop's) thread: untouched
