@@ -22,7 +22,8 @@ per megapixel.
 The ledger holds the cost of requests admitted here and not finished. The
 drain rate is the cost of requests that finished with an answer (re-priced
 from what was detected: the lines read over or under those its pixels were
-priced for, CostModel.read_cost), per second
+priced for, CostModel.read_cost), and of requests still running past their
+expected finish as they run (Admission.running_work), per second
 of the time the ledger was not empty, over a sliding window: the service's
 throughput in the same units, whatever their scale. A new request is
 expected to finish after
@@ -191,7 +192,7 @@ class Admission:
         """A Ticket for the request, or Overloaded (503) with Retry-After."""
         now = self.clock()
         cost = self.model_for(size.model).estimate(size)
-        rate = self.meter.rate(now)
+        rate = self.rate(now)
         slowdown = self.calibration.factor
         self.note_client(client)
         if self.args.enabled:
@@ -253,6 +254,31 @@ class Admission:
             ahead += cost * max(0.0, 1.0 - done)
         return ahead
 
+    def running_work(self, now: float) -> float:
+        """Work done within the drain window by requests still running past
+        their expected finish, re-priced as they run: each is credited at
+        the pace it was expected to go (its cost over its expected seconds)
+        for every second it runs past that. A page whose detected lines cost
+        far more than its pixels said (or any request the service is slow
+        on) is work being done: without this the drain rate, which credits
+        a request only when it ends, fell toward zero while one ran for
+        minutes, and a one-word request beside it was refused as expected
+        to take ~170-200 s (seen with load average 9-17 here, 2026-12-05)."""
+        start = now - self.meter.window_s
+        work = 0.0
+        for seq, cost in self.held.items():
+            t = self.tickets.get(seq)
+            if t is None:
+                continue
+            due = t.admitted_at + max(t.expected_s, 0.01)
+            if now > due:
+                work += cost / max(t.expected_s, 0.01) * (now - max(due, start))
+        return work
+
+    def rate(self, now: float) -> Optional[float]:
+        """The drain rate (DrainMeter) with running_work credited."""
+        return self.meter.rate(now, self.running_work(now))
+
     def join(self, ticket: Ticket, client: Optional[str]) -> None:
         """A request (of `client`) waits on the computation `ticket` pays
         for. The ledger charges a ticket to its first waiter still waiting:
@@ -312,13 +338,13 @@ class Admission:
         if self.metrics is not None:
             self.metrics.queued_cost.set(self.queued_s)
             self.metrics.slowdown.set(self.calibration.factor)
-            rate = self.meter.rate(now)
+            rate = self.rate(now)
             if rate is not None:
                 self.metrics.drain_rate.set(rate)
 
     def snapshot(self) -> dict[str, Any]:
         """For /v1/stats: the ledger, the rate, the model."""
-        rate = self.meter.rate(self.clock())
+        rate = self.rate(self.clock())
         return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
                 "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
                 "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),
