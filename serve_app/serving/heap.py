@@ -2,7 +2,7 @@
 (rising) mmap threshold, and the heap trimmed after warm-up and whenever
 the process has been idle a moment (`malloc_trim`); and its threads'
 CPU priority: niceness a step over the front's (yield_to_front), and a CPU
-predictor's threads in SCHED_IDLE (idle_threads).
+predictor's threads in SCHED_IDLE (idle_on_cpu).
 
 Why (the heap_settings benchmark, deleted once it had decided this; commit 4adefb1 has it): with a fixed mmap threshold
 of 128 KiB every image-sized buffer (the decoded image, the detector's
@@ -190,9 +190,14 @@ def yield_to_front(step: int = MODEL_NICE_STEP) -> None:
             pass
 
 
-def thread_ids() -> set[int]:
-    """This process's threads now (kernel thread ids)."""
-    return {int(t) for t in os.listdir("/proc/self/task")}
+def idle_on_cpu(predictor: Any) -> bool:
+    """A predictor's thread_init (serve_app.inference.predictor): on the
+    CPU, its thread in SCHED_IDLE before the engine is built, so that the
+    engine's threads it starts inherit it (idle_threads); on a GPU its
+    threads feed the device and keep their priority. True if set."""
+    if predictor.options.device != "cpu":
+        return False
+    return idle_threads({threading.get_native_id()}) == 1
 
 
 def idle_threads(tids: set[int]) -> int:
@@ -202,8 +207,8 @@ def idle_threads(tids: set[int]) -> int:
     takes the core from them at once. Linux lets a process do this to its
     own threads unprivileged; niceness alone left a model thread at nice 19
     with ~1/2.4 of a nice-15 front thread's weight, and /healthz at
-    150-280 ms p99 beside a busy model here. Returns how many were set (0
-    off Linux)."""
+    120-280 ms p99 beside a busy model here (`python -m load_tests hostile
+    front`, docs/operations.md). Returns how many were set (0 off Linux)."""
     policy = getattr(os, "SCHED_IDLE", None)
     if policy is None:
         return 0
