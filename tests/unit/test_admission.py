@@ -868,20 +868,20 @@ def test_a_request_running_far_past_its_estimate_is_credited_as_it_runs_and_a_sm
         clock.t += 3  # slow beside the page
         a.finish(t, RESULT)
     assert refused == 0
-    assert a.running_work(clock.t) == pytest.approx(10.0)  # the window's 10 s at 1 s of work per second
+    assert a.running_work(clock.t) == pytest.approx(10.0)  # the window's 10 s at its 1 s of work per second
     clock.t += 1
     a.finish(page, RESULT)  # its answer: credited once, no longer as it runs
     assert a.running_work(clock.t) == 0 and a.queued_s == 0
 
 
-def test_requests_within_their_estimates_are_credited_only_when_they_end():
+def test_running_requests_are_credited_at_their_expected_pace_and_at_their_price_once_they_end():
     clock = Clock()
     a = Admission(args(), None, clock)
     held = [a.admit(ONE, None) for _ in range(3)]  # each expected in its own 1 s (no rate yet)
-    clock.t += 0.5  # before any is due
-    assert a.running_work(clock.t) == 0 and a.rate(clock.t) is None
-    clock.t += 1.0  # each 0.5 s past its expected finish
-    assert a.running_work(clock.t) == pytest.approx(1.5)
+    clock.t += 0.5
+    assert a.running_work(clock.t) == pytest.approx(1.5)  # half of each
+    clock.t += 1.0  # each 0.5 s past its expected finish: still worked on
+    assert a.running_work(clock.t) == pytest.approx(4.5)
     for t in held:
         a.finish(t, RESULT)
-    assert a.running_work(clock.t) == 0 and a.meter.rate(clock.t) == pytest.approx(3.0 / 1.5)
+    assert a.running_work(clock.t) == 0 and a.rate(clock.t) == pytest.approx(3.0 / 1.5)

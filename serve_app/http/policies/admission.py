@@ -22,8 +22,8 @@ per megapixel.
 The ledger holds the cost of requests admitted here and not finished. The
 drain rate is the cost of requests that finished with an answer (re-priced
 from what was detected: the lines read over or under those its pixels were
-priced for, CostModel.read_cost), and of requests still running past their
-expected finish as they run (Admission.running_work), per second
+priced for, CostModel.read_cost), and of requests still running as they
+run, at their expected pace (Admission.running_work), per second
 of the time the ledger was not empty, over a sliding window: the service's
 throughput in the same units, whatever their scale. A new request is
 expected to finish after
@@ -255,24 +255,23 @@ class Admission:
         return ahead
 
     def running_work(self, now: float) -> float:
-        """Work done within the drain window by requests still running past
-        their expected finish, re-priced as they run: each is credited at
-        the pace it was expected to go (its cost over its expected seconds)
-        for every second it runs past that. A page whose detected lines cost
-        far more than its pixels said (or any request the service is slow
-        on) is work being done: without this the drain rate, which credits
-        a request only when it ends, fell toward zero while one ran for
-        minutes, and a one-word request beside it was refused as expected
-        to take ~170-200 s (seen with load average 9-17 here, 2026-12-05)."""
+        """Work done within the drain window by requests still running,
+        re-priced as they run: each is credited at the pace it was expected
+        to go (its cost over its expected seconds: what ahead_s takes off
+        it) for every second it has run in the window, past its expected
+        finish too; once it ends, its answer's price (CostModel.read_cost)
+        is credited instead. A page whose detected lines cost far more than
+        its pixels said is work being done: when the rate credited a request
+        only once it ended, it fell toward zero while such a page ran longer
+        than the window, and a one-word request beside it was refused as
+        expected to take 100-200 s (python -m load_tests hostile front,
+        `layout`, 2026-12-05)."""
         start = now - self.meter.window_s
         work = 0.0
         for seq, cost in self.held.items():
             t = self.tickets.get(seq)
-            if t is None:
-                continue
-            due = t.admitted_at + max(t.expected_s, 0.01)
-            if now > due:
-                work += cost / max(t.expected_s, 0.01) * (now - max(due, start))
+            if t is not None:
+                work += cost / max(t.expected_s, 0.01) * max(0.0, now - max(t.admitted_at, start))
         return work
 
     def rate(self, now: float) -> Optional[float]:
