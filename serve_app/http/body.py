@@ -189,9 +189,9 @@ async def multipart_image(request: Request) -> tuple[bytes, Optional[dict]]:
     except Exception:
         raise BadRequest("malformed multipart body; send the image in a field named `file`") from None
     files = [v for k, v in fields if k == "file"]
-    if not files or isinstance(files[0], str):
+    if not files or isinstance(files[-1], str):  # the last, as Starlette's form.get gives it
         raise BadRequest("multipart body has no file field named `file`")
-    data = files[0]
+    data = files[-1]
     raw = request._form.get("options")
     options = _json_object(raw, "multipart field `options`") if isinstance(raw, str) and raw else None
     return data, options
