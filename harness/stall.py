@@ -73,6 +73,7 @@ class BesideReport:
     healthz_ms: list[float] = field(default_factory=list)
     healthz_codes: list[int] = field(default_factory=list)
     normal: list[tuple[int, float]] = field(default_factory=list)  # (status, seconds)
+    refusals: list[str] = field(default_factory=list)  # the normal request's error bodies (why it was not a 200)
     ingress_growth_mb: float = 0.0
     service_growth_mb: float = 0.0
 
@@ -88,7 +89,8 @@ class BesideReport:
         codes = sorted({c for c, _ in self.normal})
         return (f"/healthz p99 {self.healthz_p99_ms:.0f} ms (max {max(self.healthz_ms, default=math.nan):.0f}, "
                 f"n {len(self.healthz_ms)}); normal {len(self.normal)} x {codes} worst {self.normal_worst_s:.2f} s; "
-                f"ingress PSS +{self.ingress_growth_mb:.0f} MB, service +{self.service_growth_mb:.0f} MB")
+                f"ingress PSS +{self.ingress_growth_mb:.0f} MB, service +{self.service_growth_mb:.0f} MB"
+                + (f"; refused: {self.refusals[:3]}" if self.refusals else ""))
 
 
 class Beside:
@@ -123,11 +125,15 @@ class Beside:
         while not self._stop.is_set():
             t = time.perf_counter()
             try:
-                code = s.post(f"{self.url}/v1/ocr", data=self.small,
-                              headers={"Content-Type": "image/jpeg", "Cache-Control": "no-cache", **self.headers},
-                              timeout=120).status_code
-            except Exception:
+                r = s.post(f"{self.url}/v1/ocr", data=self.small,
+                           headers={"Content-Type": "image/jpeg", "Cache-Control": "no-cache", **self.headers},
+                           timeout=120)
+                code = r.status_code
+                if code != 200:
+                    self.report.refusals.append(f"{code}: {r.text[:300]}")
+            except Exception as e:
                 code = 0
+                self.report.refusals.append(f"0: {e!r}"[:300])
             self.report.normal.append((code, time.perf_counter() - t))
             self._stop.wait(self.normal_every_s)
 

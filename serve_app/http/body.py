@@ -12,6 +12,8 @@ import json
 from typing import Any, Mapping, Optional, Union
 
 from pydantic import ValidationError
+from starlette.datastructures import FormData, Headers
+from starlette.formparsers import MultiPartParser
 from starlette.requests import Request
 
 from serve_app.core.engine_config import ImageLimits
@@ -183,16 +185,44 @@ async def multipart_image(request: Request) -> tuple[bytes, Optional[dict]]:
     """Field `file` (the image) and optional field `options` (JSON), parsed
     from the body `read_body` has already read under the limit."""
     try:
-        form = await request.form(max_files=1, max_fields=4)
+        fields = await form_fields(request, max_files=1, max_fields=4)
     except Exception:
         raise BadRequest("malformed multipart body; send the image in a field named `file`") from None
-    upload = form.get("file")
-    if upload is None or isinstance(upload, str):
+    files = [v for k, v in fields if k == "file"]
+    if not files or isinstance(files[-1], str):  # the last, as Starlette's form.get gives it
         raise BadRequest("multipart body has no file field named `file`")
-    data = await upload.read()
-    raw = form.get("options")
+    data = files[-1]
+    raw = request._form.get("options")
     options = _json_object(raw, "multipart field `options`") if isinstance(raw, str) and raw else None
     return data, options
+
+
+def _parse_form(headers: Headers, body: bytes, max_files: int, max_fields: int) -> list[tuple[str, Union[str, bytes]]]:
+    """A multipart body's fields in order, each file's bytes read, on the
+    calling thread (its own event loop: Starlette's parser is async)."""
+    async def one_chunk():
+        yield body
+
+    async def parse() -> list[tuple[str, Union[str, bytes]]]:
+        form = await MultiPartParser(headers, one_chunk(), max_files=max_files, max_fields=max_fields).parse()
+        try:
+            return [(k, v if isinstance(v, str) else await v.read()) for k, v in form.multi_items()]
+        finally:
+            await form.close()
+
+    return asyncio.run(parse())
+
+
+async def form_fields(request: Request, max_files: int, max_fields: int) -> list[tuple[str, Union[str, bytes]]]:
+    """The multipart body `read_body` has read, parsed in a worker thread
+    (parsing scans every byte, and spools files over 1 MiB to disk: ~30-70
+    ms for a 19 MB body here, which would stall every other request's
+    answer, /healthz too, when done on the event loop). The text fields are
+    left as the request's form (`request.form()` then answers them, as
+    Starlette caches it)."""
+    fields = await asyncio.to_thread(_parse_form, request.headers, await request.body(), max_files, max_fields)
+    request._form = FormData([(k, v) for k, v in fields if isinstance(v, str)])
+    return fields
 
 
 # The schema's JSON holds at most a few objects and no arrays; a body with
@@ -275,18 +305,17 @@ async def batch_items(request: Request, body: bytes, limits: ImageLimits,
 
 async def multipart_items(request: Request, max_items: int) -> tuple[list[Item], Optional[dict]]:
     try:
-        form = await request.form(max_files=max_items + 1, max_fields=max_items + 4)
+        fields = await form_fields(request, max_files=max_items + 1, max_fields=max_items + 4)
     except Exception as e:
         if "Too many files" in str(e):
             raise TooLarge(f"the batch has more than {max_items} files, over the limit") from None
         raise BadRequest("malformed multipart body; send each image in a field named `file`") from None
     items: list[Item] = []
-    for upload in form.getlist("file"):
-        if isinstance(upload, str):
-            items.append(BadRequest("this `file` field is text, not a file"))
-        else:
-            items.append(await upload.read())
-    raw = form.get("options")
+    for key, value in fields:
+        if key != "file":
+            continue
+        items.append(BadRequest("this `file` field is text, not a file") if isinstance(value, str) else value)
+    raw = request._form.get("options")
     options = _json_object(raw, "multipart field `options`") if isinstance(raw, str) and raw else None
     return items, options
 

@@ -263,7 +263,11 @@ class PaddlePredictor:
     """One Paddle Inference predictor, run only on its own thread."""
 
     def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None,
-                 int8_inputs: Optional[Callable[[tuple], list]] = None):
+                 int8_inputs: Optional[Callable[[tuple], list]] = None,
+                 thread_init: Optional[Callable[["PaddlePredictor"], None]] = None):
+        """thread_init: run on the predictor's own thread before the build
+        (the engine's threads, started from it, inherit what it sets there:
+        a serving replica's CPU priority, serve_app.serving.heap)."""
         self.name = name or files.name
         self._int8_inputs = int8_inputs  # TensorRT int8: real calibration batches (serve_app/inference/int8_calibration.py)
         self.int8_calibration: Optional[dict[str, Any]] = None
@@ -286,7 +290,8 @@ class PaddlePredictor:
         # whether it was already there (hit), whether this one published it.
         self.cache: Optional[dict[str, Any]] = None
         self._build_lock: Optional[ExitStack] = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"paddle-{self.name}",
+                                            initializer=thread_init, initargs=(self,))
         self._closed = False
         self._files = files
         t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Optional, Sequence
 from serve_app.serving.canary import Canary, CanaryResult
 from serve_app.core.engine_config import PredictorOptions
 from serve_app.serving.isolation import run_isolated
-from serve_app.serving.heap import counted_calls, process_trimmer, set_mmap_threshold, trim, yield_to_front
+from serve_app.serving.heap import counted_calls, idle_on_cpu, process_trimmer, set_mmap_threshold, trim, yield_to_front
 from serve_app.core.lanes import PriorityGate, _Null  # _Null: metrics stand-in outside a Serve replica
 from serve_app.inference.predictor import Predictor
 from serve_app.core.app_args import BatchKnobs, ModelArgs
@@ -124,7 +124,8 @@ class ModelReplica:
         set_mmap_threshold(args.malloc_mmap_threshold)
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
-        predictor = PaddlePredictor(model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs)
+        predictor = PaddlePredictor(model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs,
+                                    thread_init=idle_on_cpu)
         yield_to_front()  # serve_app/serving/heap.py: the model's threads nicer than the front's
         trt = predictor.options.tensorrt
         if trt is not None:  # TensorRT on: below fp32 only where it is checked (serve_app/inference/precision_check.py)

@@ -57,7 +57,7 @@ def checked(name: str, front, baseline, ingress_mb: float, seconds: float = SECO
     print(f"\n{name}: {outcome}\n  beside it: {report.line()}")
     assert report.healthz_codes and set(report.healthz_codes) == {200}
     assert report.healthz_p99_ms < HEALTHZ_P99_MS + baseline.healthz_p99_ms, report.line()
-    assert report.normal and all(c == 200 for c, _ in report.normal), report.normal
+    assert report.normal and all(c == 200 for c, _ in report.normal), report.line()  # names a refusal's reason
     assert report.normal_worst_s < normal_s + baseline.normal_worst_s, report.line()
     assert report.ingress_growth_mb < ingress_mb, report.line()
     return outcome
@@ -96,9 +96,10 @@ def test_large_png_submits_and_a_client_rotating_tokens_are_served_a_few_at_a_ti
     assert set(codes) <= {200, 202, 503} and codes.get(202, 0) > 0 and codes.get(200, 0) > 0, codes
 
 
-@pytest.mark.xfail(strict=False, reason="issue 49 item 2 is open: a ticket is not re-priced while it runs, so a "
-                   "normal request beside the 1,600-letter page can still get 503 (seen in the merged suite, "
-                   "2026-12-05); this test tells when it is fixed")
+@pytest.mark.xfail(strict=False, reason="issue 49: beside the 1,600-letter page a normal request is answered 200 "
+                   "(the 503s of a drain rate that credited only finished work are gone: Admission.running_work) but "
+                   "one can still take 8-10 s on this shared 2-core box (9.4 s and 9.7 s seen 2026-12-05, load 2-7), "
+                   "over the 4 s bound; not yet explained")
 def test_a_page_of_a_thousand_lone_letters_is_read_and_takes_only_its_share(front, baseline):
     """Two clients reading a page whose 1,600 lone letters made the layout
     step more than quadratic and, priced from its pixels, collapsed the

@@ -845,3 +845,43 @@ def test_a_request_past_its_estimate_stops_counting_ahead_of_others_and_drains_w
     drained = a.meter.done[-1][1]
     expected_lines = a.model.lines_per_mp() * 4.0
     assert drained == pytest.approx(big.cost_s + 0.01 * (1000 - expected_lines), rel=0.05) and drained > 4 * big.cost_s
+
+
+def test_a_request_running_far_past_its_estimate_is_credited_as_it_runs_and_a_small_one_beside_it_is_admitted():
+    """A page priced from its pixels at 1 s whose detected lines keep the
+    service busy for minutes (the 1,600 lone letters of test_front_stall):
+    credited only when it ended, the drain rate fell to the small requests
+    finishing beside it, and each of them was refused as expected past its
+    deadline. Re-priced as it runs, it counts as work done at its expected
+    pace; the small requests, each 3 s beside it, are all admitted."""
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    page = a.admit(ONE, None)  # to an empty ledger: expected in its own 1 s
+    refused = 0
+    for _ in range(40):  # two minutes of small requests with a 6 s deadline (without the credit: 37 refused)
+        try:
+            t = a.admit(ONE, 6.0)
+        except Overloaded:
+            refused += 1
+            clock.t += 1
+            continue
+        clock.t += 3  # slow beside the page
+        a.finish(t, RESULT)
+    assert refused == 0
+    assert a.running_work(clock.t) == pytest.approx(10.0)  # the window's 10 s at its 1 s of work per second
+    clock.t += 1
+    a.finish(page, RESULT)  # its answer: credited once, no longer as it runs
+    assert a.running_work(clock.t) == 0 and a.queued_s == 0
+
+
+def test_running_requests_are_credited_at_their_expected_pace_and_at_their_price_once_they_end():
+    clock = Clock()
+    a = Admission(args(), None, clock)
+    held = [a.admit(ONE, None) for _ in range(3)]  # each expected in its own 1 s (no rate yet)
+    clock.t += 0.5
+    assert a.running_work(clock.t) == pytest.approx(1.5)  # half of each
+    clock.t += 1.0  # each 0.5 s past its expected finish: still worked on
+    assert a.running_work(clock.t) == pytest.approx(4.5)
+    for t in held:
+        a.finish(t, RESULT)
+    assert a.running_work(clock.t) == 0 and a.rate(clock.t) == pytest.approx(3.0 / 1.5)

@@ -162,3 +162,54 @@ def test_every_call_on_a_predictors_thread_counts_as_work_while_it_runs():
     assert seen == [1] and t.active == 0 and t.dirty  # counted while it ran; done now
     clock.t += 1
     assert t.step() is True
+
+
+def test_threads_put_in_sched_idle_pass_it_to_threads_they_start_and_leave_the_others_alone():
+    """A model replica's predictor thread (serve_app.serving.replica) is put
+    in SCHED_IDLE; the threads it starts later (the engine's) inherit it;
+    the process's other threads keep their policy."""
+    import os
+    import threading
+
+    from serve_app.serving.heap import idle_threads
+
+    policies, go, done = {}, threading.Event(), threading.Event()
+
+    def child():
+        policies["child"] = os.sched_getscheduler(0)
+
+    def worker():
+        go.wait(10)
+        t = threading.Thread(target=child)
+        t.start()
+        t.join()
+        policies["worker"] = os.sched_getscheduler(0)
+        done.set()
+
+    w = threading.Thread(target=worker)
+    w.start()
+    assert idle_threads({w.native_id}) == 1
+    go.set()
+    assert done.wait(10)
+    w.join()
+    assert policies == {"child": os.SCHED_IDLE, "worker": os.SCHED_IDLE}
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this (the loop's) thread: untouched
+
+
+def test_a_predictor_on_the_gpu_keeps_its_threads_priority_and_one_on_the_cpu_yields():
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    from serve_app.serving.heap import idle_on_cpu
+
+    got = {}
+
+    def on_thread(device):
+        got[device] = (idle_on_cpu(SimpleNamespace(options=SimpleNamespace(device=device))), os.sched_getscheduler(0))
+
+    for device in ("gpu", "cpu"):
+        t = threading.Thread(target=on_thread, args=(device,))
+        t.start()
+        t.join()
+    assert got == {"gpu": (False, os.SCHED_OTHER), "cpu": (True, os.SCHED_IDLE)}

@@ -22,7 +22,8 @@ per megapixel.
 The ledger holds the cost of requests admitted here and not finished. The
 drain rate is the cost of requests that finished with an answer (re-priced
 from what was detected: the lines read over or under those its pixels were
-priced for, CostModel.read_cost), per second
+priced for, CostModel.read_cost), and of requests still running as they
+run, at their expected pace (Admission.running_work), per second
 of the time the ledger was not empty, over a sliding window: the service's
 throughput in the same units, whatever their scale. A new request is
 expected to finish after
@@ -191,7 +192,7 @@ class Admission:
         """A Ticket for the request, or Overloaded (503) with Retry-After."""
         now = self.clock()
         cost = self.model_for(size.model).estimate(size)
-        rate = self.meter.rate(now)
+        rate = self.rate(now)
         slowdown = self.calibration.factor
         self.note_client(client)
         if self.args.enabled:
@@ -253,6 +254,30 @@ class Admission:
             ahead += cost * max(0.0, 1.0 - done)
         return ahead
 
+    def running_work(self, now: float) -> float:
+        """Work done within the drain window by requests still running,
+        re-priced as they run: each is credited at the pace it was expected
+        to go (its cost over its expected seconds: what ahead_s takes off
+        it) for every second it has run in the window, past its expected
+        finish too; once it ends, its answer's price (CostModel.read_cost)
+        is credited instead. A page whose detected lines cost far more than
+        its pixels said is work being done: when the rate credited a request
+        only once it ended, it fell toward zero while such a page ran longer
+        than the window, and a one-word request beside it was refused as
+        expected to take 100-200 s (python -m load_tests hostile front,
+        `layout`, 2026-12-05)."""
+        start = now - self.meter.window_s
+        work = 0.0
+        for seq, cost in self.held.items():
+            t = self.tickets.get(seq)
+            if t is not None:
+                work += cost / max(t.expected_s, 0.01) * max(0.0, now - max(t.admitted_at, start))
+        return work
+
+    def rate(self, now: float) -> Optional[float]:
+        """The drain rate (DrainMeter) with running_work credited."""
+        return self.meter.rate(now, self.running_work(now))
+
     def join(self, ticket: Ticket, client: Optional[str]) -> None:
         """A request (of `client`) waits on the computation `ticket` pays
         for. The ledger charges a ticket to its first waiter still waiting:
@@ -312,13 +337,13 @@ class Admission:
         if self.metrics is not None:
             self.metrics.queued_cost.set(self.queued_s)
             self.metrics.slowdown.set(self.calibration.factor)
-            rate = self.meter.rate(now)
+            rate = self.rate(now)
             if rate is not None:
                 self.metrics.drain_rate.set(rate)
 
     def snapshot(self) -> dict[str, Any]:
         """For /v1/stats: the ledger, the rate, the model."""
-        rate = self.meter.rate(self.clock())
+        rate = self.rate(self.clock())
         return {"enabled": self.args.enabled, "queued_cost_s": round(self.queued_s, 3),
                 "requests": len(self.held), "drain_rate": None if rate is None else round(rate, 3),
                 "slowdown": round(self.calibration.factor, 3), "refused": dict(self.refused),

@@ -310,11 +310,13 @@ class DrainMeter:
         spans = list(self.spans) + ([(self.busy_since, now)] if self.busy_since is not None else [])
         return sum(max(0.0, e - max(s, start)) for s, e in spans)
 
-    def rate(self, now: float) -> Optional[float]:
+    def rate(self, now: float, running: float = 0.0) -> Optional[float]:
+        """`running`: work credited to requests still running within the
+        window (Admission.running_work), counted as done."""
         self._trim(now)
         busy = self.busy_seconds(now)
-        if len(self.done) >= self.min_done and busy >= self.min_busy_s:
-            self.last = sum(c for _, c in self.done) / busy
+        if (len(self.done) >= self.min_done or running > 0) and busy >= self.min_busy_s:
+            self.last = (sum(c for _, c in self.done) + running) / busy
         return self.last
 
 
