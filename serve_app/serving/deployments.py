@@ -80,8 +80,8 @@ class TextDetectorDeployment(_Replica):
         self.replica.watch(detector_probe(TextDetector(self.replica.predictor, engine.det), engine.pipeline),
                            args.canary_interval_s)
         # detector.warm "core": the largest input before ready; "full", or TensorRT (engine per shape): all.
-        trt_on = (getattr(self.replica.predictor, "tensorrt_status", None) or {}).get("on")
-        self.replica.warm(self.detector.warm_calls(args.warm_shapes, core=args.warm == "core" and not trt_on))
+        self.replica.warm(self.detector.warm_calls(args.warm_shapes,
+                                                   core=args.warm == "core" and not self.replica.tensorrt_on))
         self.detector.on_batch = lambda n, seconds: self.replica.record(n, n, seconds)  # served batches only
 
     def reconfigure(self, user_config: dict) -> None:
@@ -199,8 +199,7 @@ class TextRecognizerDeployment(_Replica):
         # else batch_max padding: a crop's reading depends on its batch; keep the engine's batches.
         self.replica.watch(recognizer_probe(self.recognizer), args.canary_interval_s)
         shapes = self.recognizer.warm_shapes(args.warm_widths)
-        trt_on = (getattr(self.replica.predictor, "tensorrt_status", None) or {}).get("on")
-        split = self.scheduler is not None and not trt_on  # TensorRT: engines per shape, all now
+        split = self.scheduler is not None and not self.replica.tensorrt_on  # TensorRT: engines per shape, all now
         if split and args.batch_sizes is not None:  # only these sizes (and each width's largest), ever
             shapes = kept_shapes(shapes, args.batch_sizes)
         if split and (args.warm == "core" or args.batch_sizes is not None):

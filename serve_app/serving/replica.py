@@ -200,6 +200,11 @@ class ModelReplica:
     def _canary_result(self, ok: bool) -> None:
         self.metrics.canary_runs.inc(tags={"result": "pass" if ok else "fail"})
 
+    @property
+    def tensorrt_on(self) -> bool:
+        """Whether the predictor runs under TensorRT (which builds an engine per input shape)."""
+        return bool((getattr(self.predictor, "tensorrt_status", None) or {}).get("on"))
+
     def warm(self, calls: Sequence[tuple[Callable, Any]]) -> None:
         """Run every (fn, arg) once (each an input shape the replica will
         meet), then the canary, if any; the replica is ready after it."""
