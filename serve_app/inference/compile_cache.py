@@ -23,7 +23,7 @@ private temporary folder and renamed into place when complete: a reader
 sees no folder or a whole one, and when two replicas build the same entry
 the first rename wins and the other's copy is dropped. (TensorRT writes
 engines while the replica warms, so its folder is guarded by a per-folder
-file lock instead: serve_app.inference.predictor.file_lock.)
+file lock instead: file_lock below.)
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -165,3 +166,20 @@ def sweep_stale(root: str, older_than_s: float = STALE_TMP_S) -> list[str]:
         except FileNotFoundError:
             pass
     return removed
+
+
+@contextmanager
+def file_lock(path: str):
+    """An exclusive flock on `path` (created if missing): one holder per node
+    at a time. Released when the process dies, so a crashed builder never
+    blocks the others."""
+    import fcntl
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

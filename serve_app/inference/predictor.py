@@ -1,6 +1,6 @@
 """The one seam to Paddle Inference: with serve_app/inference/gpu.py (what a
-GPU process settles before its first predictor), the only module that
-imports `paddle`.
+GPU process settles before its first predictor) and ov_slots.py (which
+program file each CPU predictor loads), the only module that imports `paddle`.
 
 A `PaddlePredictor` owns one Paddle predictor and one thread. The predictor
 is built on that thread and every run happens on it: Paddle predictors are
@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
@@ -26,7 +26,8 @@ import numpy as np
 from serve_app.core.engine_config import PredictorOptions, TensorRTOptions
 from serve_app.core.errors import ConfigError, ModelError
 from serve_app.inference.weights import ModelFiles, model_digest
-from serve_app.inference import compile_cache
+from serve_app.inference import compile_cache, ov_slots
+from serve_app.inference.compile_cache import file_lock
 from serve_app.inference.int8_calibration import set_digest
 from serve_app.inference.gpu import (GpuMemoryBound, _gpu_missing_message, _process_limiter, device_total_mb,  # noqa: F401
                                      gpu_available, gpu_status, library_versions, resolve_tensorrt, tensorrt_fallback)
@@ -110,23 +111,6 @@ def resolve_device(options: PredictorOptions) -> PredictorOptions:
 
 
 # --- TensorRT shape ranges ---------------------------------------------------------------
-
-
-@contextmanager
-def file_lock(path: str):
-    """An exclusive flock on `path` (created if missing): one holder per node
-    at a time. Released when the process dies, so a crashed builder never
-    blocks the others."""
-    import fcntl
-
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def tuned_shape_file(files: ModelFiles, trt: TensorRTOptions) -> Optional[str]:
@@ -294,6 +278,7 @@ class PaddlePredictor:
                                             initializer=thread_init, initargs=(self,))
         self._closed = False
         self._files = files
+        self._slot: Optional[ov_slots.Slot] = None
         t0 = time.perf_counter()
         try:
             try:
@@ -357,6 +342,10 @@ class PaddlePredictor:
                         update={"tensorrt": opts.tensorrt.model_copy(update={"cache_dir": trt_dir})})
                     self.cache = {"dir": trt_dir, "hit": os.path.isdir(trt_dir), "published": False}
                 self._prepare_tensorrt(files, opts.tensorrt)
+        self._release_slot()
+        if opts.enable_openvino_engine and opts.device != "gpu":  # a key of its own (serve_app/inference/ov_slots.py)
+            self._slot = ov_slots.acquire(files, opts.openvino_precision)
+            files = self._slot.files
         cache = openvino_cache_plan(files, opts, self.name) if opts.enable_openvino_engine else None
         try:
             self._predictor = inference.create_predictor(
@@ -364,6 +353,7 @@ class PaddlePredictor:
         except BaseException:
             if cache is not None:
                 cache.abandon()
+            self._release_slot()
             raise
         if cache is not None:
             self.cache = cache.finish()
@@ -434,13 +424,19 @@ class PaddlePredictor:
             raise RuntimeError(f"predictor {self.name} is closed")
         return await asyncio.wrap_future(self._executor.submit(fn, *args))
 
+    def _release_slot(self) -> None:
+        slot, self._slot = getattr(self, "_slot", None), None
+        slot and slot.release()
+
     def close(self) -> None:
         self._closed = True
         self._executor.shutdown(wait=True)
         self.release_build_lock()
+        self._release_slot()
 
     def __del__(self):  # best effort; close() is the contract
         try:
             self._executor.shutdown(wait=False)
+            self._release_slot()
         except Exception:
             pass
