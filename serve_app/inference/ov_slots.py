@@ -151,10 +151,3 @@ def acquire(files: ModelFiles, precision: str) -> Slot:
              files.name, index, renamed, folder)
     return Slot(key, index, ModelFiles(files.name, program, params), folder)
 
-
-def live(files: ModelFiles, precision: str) -> set[int]:
-    """The slots taken for this program and precision (for tests and stats)."""
-    sig = signature(files)
-    with _lock:
-        return set(_taken.get(f"{sig}|{precision}", set())) if sig else set()
-
