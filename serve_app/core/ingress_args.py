@@ -149,8 +149,13 @@ class IngressArgs(_Args):
     max_large_reads: int = Field(2, ge=1, description="(see render_workers)")
     max_large_submits: int = Field(
         1, ge=1,
-        description="Job submits whose Content-Length is at least large_result_bytes read at once (more: 503 with "
-        "Retry-After before the body is read).")
+        description="Job submits whose Content-Length is at least large_result_bytes (or not given) read at once "
+        "(more: 503 with Retry-After before the body is read).")
+    submit_bytes_per_s: int = Field(
+        16 * 1024 * 1024, ge=0,
+        description="The bytes of such large job submits taken per second, all clients together: one is taken when "
+        "the ones before it are paid for at this rate, else 503 with Retry-After before its body is read (each "
+        "costs the proxy, the ingress and the job store copies of it; 0: unpaced).")
     answer_cache_bytes: int = Field(
         64 * 1024 * 1024, ge=0,
         description="Job results as sent (JSON, text, hOCR, ALTO) kept in the ingress, at most this many bytes (least "

@@ -9,7 +9,8 @@ import asyncio
 import base64
 import binascii
 import json
-from typing import Any, Mapping, Optional, Union
+import time
+from typing import Any, Callable, Mapping, Optional, Union
 
 from pydantic import ValidationError
 from starlette.datastructures import FormData, Headers
@@ -78,6 +79,36 @@ class BodyBudget:
         return BodyHold(self)
 
 
+class BytePace:
+    """Large job bodies taken at most `rate` bytes a second, all clients
+    together (0: unpaced): a body is taken when the bytes before it are paid
+    for at that rate, else refused with the seconds until they are (the
+    caller's 503 Retry-After). Each such body costs the proxy, the ingress
+    and the job store copies of it and the door's walk of it: four clients
+    submitting 19 MB PNGs back to back (44 MB/s) held /healthz at 120-160
+    ms p99. `clock`: time.monotonic (a test passes its own)."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic):
+        self.rate = rate
+        self.clock = clock
+        self.paid_until = 0.0  # when the bytes taken so far are paid for at `rate`
+
+    def take(self, n: int) -> Optional[float]:
+        """None if taken (paced from now), else the seconds to wait."""
+        if self.rate <= 0:
+            return None
+        now = self.clock()
+        if self.paid_until > now:
+            return self.paid_until - now
+        self.paid_until = now + n / self.rate
+        return None
+
+    def pay(self, n: int) -> None:
+        """`n` bytes more of a body already taken (one whose length was not declared)."""
+        if self.rate > 0 and n > 0:
+            self.paid_until = max(self.paid_until, self.clock()) + n / self.rate
+
+
 class BodyHold:
     """The bytes of the budget one request holds: taken as its body
     streams in, all given back at once when the request is done."""
@@ -93,6 +124,9 @@ class BodyHold:
     def release(self) -> None:
         self.budget.give(self.bytes)
         self.bytes = 0
+
+
+JOIN_OFF_LOOP_BYTES = 1024 * 1024
 
 
 async def read_body(request: Request, limit: int, timeout_s: Optional[float] = None,
@@ -132,7 +166,9 @@ async def read_body(request: Request, limit: int, timeout_s: Optional[float] = N
                               retry_after_s=1) from None
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s "
                              f"({size} bytes received); send it at once") from None
-    body = b"".join(chunks)
+    # bytes.join copies without the GIL from 1 MiB on: a large body's copy
+    # (~20 ms for 19 MB here) off the event loop, a small one's in place.
+    body = b"".join(chunks) if size < JOIN_OFF_LOOP_BYTES else await asyncio.to_thread(b"".join, chunks)
     chunks.clear()
     request._body = body  # Starlette's own cache: stream(), body() and form() read it from here
     return body

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 import uuid
@@ -38,7 +39,7 @@ from serve_app.flow.upload import Upload, upload_of
 from serve_app.http import paddlex
 from serve_app.http.clients import ClientIdentity
 from serve_app.http.body import (
-    OCR_TYPES, BodyBudget, BodyHold, body_limit, check_media_type, content_length, read_body,
+    OCR_TYPES, BodyBudget, BodyHold, BytePace, body_limit, check_media_type, content_length, read_body,
 )
 from serve_app.http.headers import deadline_s
 from serve_app.ocr.image_header import check_structure
@@ -75,6 +76,11 @@ async def downstream(call):
         if task is not None and task.cancelling():
             raise
         raise Unavailable("a replica serving this request stopped; retry shortly") from None
+
+
+# A handle call's argument from this size on is put into the object store
+# off the event loop (Front.handle_arg).
+LARGE_ARG_BYTES = 1024 * 1024
 
 
 class CachedCall:
@@ -133,7 +139,7 @@ class Front:
                  paddlex_defaults: Optional[paddlex.PaddleXDefaults] = None, cache: CacheArgs = CacheArgs(),
                  model_id: str = "", lanes: LaneArgs = LaneArgs(), *, metrics: Any, cluster: Any,
                  admission_metrics: Any = None, cache_metrics: Any = None, errors: HandleErrors = HandleErrors(),
-                 models: tuple = (DEFAULT_MODEL,)):
+                 models: tuple = (DEFAULT_MODEL,), put: Optional[Callable[[Any], Any]] = None):
         # The OcrPipeline deployment serves every read (sync, jobs) and
         # answers readiness and stats: one placement, one bulk gate per
         # pipeline replica (docs/architecture.md).
@@ -146,12 +152,14 @@ class Front:
         self.paddlex = paddlex_defaults or paddlex.PaddleXDefaults({}, 0.5, True)
         self.cluster = cluster
         self.errors = errors
+        self.put = put  # ray.put in the ingress (handle_arg)
         self.in_flight = 0
         self.bulk_in_flight = 0  # of in_flight, bulk-lane requests (capped by lanes.bulk_max_in_flight)
         self.lanes = lanes
         self.submitting = 0
         self.large_submits = 0  # of those, submits with a large body (ingress.max_large_submits)
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
+        self.submit_pace = BytePace(args.submit_bytes_per_s)
         self.metrics = metrics
         # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
         self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
@@ -250,10 +258,13 @@ class Front:
         lease = Lease(self, self.bodies.hold(), timeout)
         try:
             check_media_type(request.headers, media)
-            if submit and (content_length(request.headers) or 0) >= self.args.large_result_bytes:
-                lease.large = self._take_large_submit()  # before its body is read
+            declared = content_length(request.headers)
+            if submit and (declared is None or declared >= self.args.large_result_bytes):
+                lease.large = self._take_large_submit(declared or 0)  # before its body is read
             wait = self.args.body_timeout_s if timeout is None else min(self.args.body_timeout_s, timeout)
             lease.body = await read_body(request, body_limit(self.limits), wait, lease.hold)
+            if lease.large:
+                self.submit_pace.pay(len(lease.body) - (declared or 0))  # a body of undeclared length
             if submit:
                 self._take_submit_slot()
             else:
@@ -288,15 +299,21 @@ class Front:
         self.bulk_in_flight += 1
         return True
 
-    def _take_large_submit(self) -> bool:
+    def _take_large_submit(self, declared: int) -> bool:
         """A job submit whose Content-Length is at least
-        ingress.large_result_bytes also takes one of max_large_submits: its
-        body's transfer and checks (a 19 MB PNG of 250 chunks) are
-        tens of ms of CPU in the proxy, here and in the job store, and four
-        clients sending such bodies back to back took /healthz to 0.3 s."""
+        ingress.large_result_bytes (or not given: a chunked body) also takes
+        one of max_large_submits, and its bytes are paced at
+        submit_bytes_per_s: its body's transfer and checks (a 19 MB PNG of
+        250 chunks) are tens of ms of CPU in the proxy, here and in the job
+        store, and four clients sending such bodies back to back took
+        /healthz to 0.3 s one at a time, 120-160 ms unpaced."""
         if self.large_submits >= self.args.max_large_submits:
             raise Overloaded(f"{self.large_submits} large job submits are being read here; retry shortly",
                              retry_after_s=max(self.args.retry_after_s, 2))
+        wait = self.submit_pace.take(declared)
+        if wait is not None:
+            raise Overloaded(f"large job submits are taken at {self.args.submit_bytes_per_s} bytes a second, all "
+                             "clients together; retry shortly", retry_after_s=max(1, math.ceil(wait)))
         self.large_submits += 1
         return True
 
@@ -305,6 +322,15 @@ class Front:
             raise Overloaded(f"{self.submitting} job submits in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.submitting += 1
+
+    async def handle_arg(self, data: Any) -> Any:
+        """`data` as a handle call's argument: a body of LARGE_ARG_BYTES or
+        more is put into Ray's object store by a worker thread first (`put`),
+        and the call carries its reference. Serialised by the call itself,
+        on the event loop, a 19 MB job body held the loop ~20 ms per submit."""
+        if self.put is None or not isinstance(data, (bytes, bytearray)) or len(data) < LARGE_ARG_BYTES:
+            return data
+        return await asyncio.to_thread(self.put, data)
 
     @property
     def models(self) -> tuple[str, ...]:

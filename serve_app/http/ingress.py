@@ -6,6 +6,7 @@ app built over it (serve_app/http/app.py) and the handle API
 
 from typing import Any, Optional
 
+import ray
 from fastapi import FastAPI
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
@@ -70,7 +71,7 @@ class OcrIngress:
         self.front = Front(pipeline, jobs, limits, args, documents, paddlex_defaults, cache, model_id, lanes,
                            metrics=RequestMetrics(), admission_metrics=AdmissionMetrics(),
                            cache_metrics=CacheMetrics(), errors=RAY_ERRORS, cluster=ServeCluster(),
-                           models=models)
+                           models=models, put=ray.put)
         check_exposure(_serve_host(), self.front.clients.requires_token(self.front.token), args.allow_anonymous)
 
     def __serve_build_asgi_app__(self) -> FastAPI:

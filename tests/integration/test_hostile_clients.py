@@ -257,6 +257,55 @@ def test_1100_junk_job_submits_then_a_real_job_is_accepted_and_done(service):
     assert view["status"] == "succeeded" and view["results"]
 
 
+def padded_png(image: bytes, pad_bytes: int) -> tuple[bytes, bytes]:
+    """(the image as a PNG, the same PNG with a private chunk of
+    `pad_bytes` before its image data): read alike, one of them large."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.open(io.BytesIO(image)).save(buf, "PNG")
+    png = buf.getvalue()
+    data = os.urandom(pad_bytes)
+    chunk = struct.pack(">I", len(data)) + b"prVt" + data + struct.pack(">I", zlib.crc32(b"prVt" + data))
+    return png, png[:33] + chunk + png[33:]
+
+
+def test_a_large_job_body_declared_or_chunked_is_read_as_the_same_image_sent_small(service):
+    """A job body of 3 MB goes to the job store through Ray's object store
+    (put off the ingress's loop); one sent chunked, without a Content-Length,
+    takes a large submit's place and pace as a declared one does. Each job
+    reads what a sync request of the small PNG reads."""
+    url = service
+    png, big = padded_png(DENSE, 3 * 1024 * 1024)
+    want = [line["text"] for line in ocr(url, png, "image/png").json()["results"]]
+    assert len(want) > 5
+
+    def submit(body) -> str:
+        for _ in range(20):  # large submits are paced (ingress.submit_bytes_per_s): follow Retry-After
+            r = requests.post(f"{url}/v1/ocr/jobs", data=body() if callable(body) else body,
+                              headers={"Content-Type": "image/png", **AUTH}, timeout=60)
+            if r.status_code != 503:
+                break
+            time.sleep(float(r.headers["retry-after"]))
+        assert r.status_code == 202, r.text
+        return r.json()["job_id"]
+
+    jobs = [submit(big), submit(lambda: iter([big[k:k + 65536] for k in range(0, len(big), 65536)]))]
+    for job_id in jobs:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            view = requests.get(f"{url}/v1/ocr/jobs/{job_id}", headers=AUTH, timeout=30).json()
+            if view["status"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.5)
+        assert view["status"] == "succeeded", view
+        assert [line["text"] for line in view["results"]] == want
+
+
 def test_an_idempotency_key_stands_for_its_payload(service):
     url = service
 

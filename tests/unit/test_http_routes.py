@@ -830,3 +830,55 @@ def test_large_job_submits_past_their_places_are_a_503_before_the_body_is_read(a
     front.large_submits = 0
     assert client.post("/v1/ocr/jobs", content=big, headers={"Content-Type": "image/png"}).status_code == 202
     assert front.large_submits == 0  # given back
+
+
+def test_large_job_submits_are_paced_in_bytes_a_second_and_a_chunked_one_counts_as_large(app):
+    """Four clients sending 19 MB PNG jobs back to back held /healthz at
+    120-160 ms p99 one at a time: large bodies are also taken at
+    ingress.submit_bytes_per_s, all clients together (a fake clock here)."""
+    from serve_app.http.body import BytePace
+
+    client, front = app
+    now = [100.0]
+    front.args = front.args.model_copy(update={"large_result_bytes": 1000, "submit_bytes_per_s": 1000})
+    front.submit_pace = BytePace(1000, clock=lambda: now[0])
+    big = PNG + b"\0" * 2900  # ~3 s of the pace
+    job = {"Content-Type": "image/png"}
+    assert client.post("/v1/ocr/jobs", content=big, headers=job).status_code == 202
+    r = client.post("/v1/ocr/jobs", content=big, headers=job)
+    assert r.status_code == 503 and r.headers["retry-after"] == str(-(-len(big) // 1000)) and "bytes a second" in r.text
+    assert client.post("/v1/ocr/jobs", content=PNG, headers=job).status_code == 202  # a small one is not paced
+    now[0] += len(big) / 1000
+    assert client.post("/v1/ocr/jobs", content=big, headers=job).status_code == 202
+    assert front.large_submits == 0
+    # A body without a Content-Length (chunked) takes a large place before it is read, and pays for its bytes after.
+    now[0] += 10
+    front.large_submits = front.args.max_large_submits
+    chunked = lambda: iter([PNG, b"\0" * 100])  # noqa: E731
+    assert client.post("/v1/ocr/jobs", content=chunked(), headers=job).status_code == 503
+    front.large_submits = 0
+    assert client.post("/v1/ocr/jobs", content=chunked(), headers=job).status_code == 202
+    assert front.submit_pace.paid_until == pytest.approx(now[0] + (len(PNG) + 100) / 1000)
+
+
+def test_a_large_job_body_reaches_the_job_store_through_the_object_store_put_off_the_loop(app):
+    client, front = app
+    puts = []
+
+    def put(data):
+        try:
+            asyncio.get_running_loop()
+            off_loop = False
+        except RuntimeError:  # a worker thread: no event loop runs here
+            off_loop = True
+        puts.append((len(data), off_loop))
+        return ("ref", len(data))
+
+    front.put = put
+    big = PNG + b"\0" * (1024 * 1024)
+    job = {"Content-Type": "image/png"}
+    assert client.post("/v1/ocr/jobs", content=PNG, headers=job).status_code == 202
+    assert Fake.calls[-1][0] == PNG and puts == []  # a small one as it is
+    front.args = front.args.model_copy(update={"large_result_bytes": 64 * 1024 * 1024})
+    assert client.post("/v1/ocr/jobs", content=big, headers=job).status_code == 202
+    assert Fake.calls[-1][0] == ("ref", len(big)) and puts == [(len(big), True)]

@@ -57,7 +57,8 @@ async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = N
         # Junk is a 400 now, not a failed job later (header only, off
         # the loop); a document is opened, its pages counted, none rendered.
         await asyncio.to_thread(check_upload, upload, front.limits, front.documents)
-        job = await downstream(front.jobs.submit.remote(upload.data, opts, key, current_client() or "addr:?",
+        image = await front.handle_arg(upload.data)  # a large one put into the object store off the loop
+        job = await downstream(front.jobs.submit.remote(image, opts, key, current_client() or "addr:?",
                                                         callback or in_body, str(request.base_url)))
     return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                         headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
