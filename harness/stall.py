@@ -74,6 +74,7 @@ class BesideReport:
     healthz_codes: list[int] = field(default_factory=list)
     normal: list[tuple[int, float]] = field(default_factory=list)  # (status, seconds)
     refusals: list[str] = field(default_factory=list)  # the normal request's error bodies (why it was not a 200)
+    slowest: Optional[tuple[float, dict]] = None  # the slowest 200's seconds and its answer's timings_ms (where it waited)
     ingress_growth_mb: float = 0.0
     service_growth_mb: float = 0.0
 
@@ -90,7 +91,8 @@ class BesideReport:
         return (f"/healthz p99 {self.healthz_p99_ms:.0f} ms (max {max(self.healthz_ms, default=math.nan):.0f}, "
                 f"n {len(self.healthz_ms)}); normal {len(self.normal)} x {codes} worst {self.normal_worst_s:.2f} s; "
                 f"ingress PSS +{self.ingress_growth_mb:.0f} MB, service +{self.service_growth_mb:.0f} MB"
-                + (f"; refused: {self.refusals[:3]}" if self.refusals else ""))
+                + (f"; refused: {self.refusals[:3]}" if self.refusals else "")
+                + (f"; slowest 200's timings_ms: {self.slowest[1]}" if self.slowest and self.slowest[0] > 1 else ""))
 
 
 class Beside:
@@ -134,7 +136,10 @@ class Beside:
             except Exception as e:
                 code = 0
                 self.report.refusals.append(f"0: {e!r}"[:300])
-            self.report.normal.append((code, time.perf_counter() - t))
+            took = time.perf_counter() - t
+            self.report.normal.append((code, took))
+            if code == 200 and (self.report.slowest is None or took > self.report.slowest[0]):
+                self.report.slowest = (took, r.json().get("timings_ms", {}))
             self._stop.wait(self.normal_every_s)
 
     def _memory(self) -> None:
