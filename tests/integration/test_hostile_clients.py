@@ -21,6 +21,7 @@ import requests
 
 from harness.peer import PEER
 from harness.service import replica_pids
+from harness.stall import wait_job
 from harness.service import HARDENED, HARDENED_LIMITS, HARDENED_TOKEN, hardened_config, wait_shapes_built
 
 TOKEN = HARDENED_TOKEN
@@ -247,13 +248,7 @@ def test_1100_junk_job_submits_then_a_real_job_is_accepted_and_done(service):
     assert {r.status_code for r in accepted} <= {202, 503}
     real = submit(SMALL)
     assert real.status_code == 202
-    job_id = real.json()["job_id"]
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        view = requests.get(f"{url}/v1/ocr/jobs/{job_id}", headers=AUTH, timeout=30).json()
-        if view["status"] in ("succeeded", "failed"):
-            break
-        time.sleep(0.5)
+    view = wait_job(url, real.json()["job_id"], AUTH)
     assert view["status"] == "succeeded" and view["results"]
 
 
@@ -296,12 +291,7 @@ def test_a_large_job_body_declared_or_chunked_is_read_as_the_same_image_sent_sma
 
     jobs = [submit(big), submit(lambda: iter([big[k:k + 65536] for k in range(0, len(big), 65536)]))]
     for job_id in jobs:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            view = requests.get(f"{url}/v1/ocr/jobs/{job_id}", headers=AUTH, timeout=30).json()
-            if view["status"] in ("succeeded", "failed"):
-                break
-            time.sleep(0.5)
+        view = wait_job(url, job_id, AUTH)
         assert view["status"] == "succeeded", view
         assert [line["text"] for line in view["results"]] == want
 
