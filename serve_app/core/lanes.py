@@ -59,8 +59,13 @@ class PriorityGate:
     alone). Waiters are admitted interactive first (oldest first), then bulk
     (oldest first); a bulk waiter that has waited `max_wait_s` ranks as
     interactive from then on (by its arrival: an aged bulk item precedes
-    interactive items that came after it). No waiter overtakes a better
-    ranked one that does not fit yet. When the bulk lane's turn comes, the
+    interactive items that came after it), but aged bulk and interactive
+    waiters then take turns: after an aged bulk item is let through, the
+    next place goes to an interactive waiter if one waits. Bulk never
+    starves, and an interactive item waits behind at most one aged bulk
+    item per place (two clients' pages had their 8 tiles, aged in the
+    detector's queue, all go before a one-word image: 6-10 s). No waiter
+    overtakes a better ranked one that does not fit yet. When the bulk lane's turn comes, the
     places go to owners (say, a document being read: its pages) in turn:
     the bulk waiter whose owner has been given the fewest goes first (a new
     owner counts one less than the least served, so it is next), then the
@@ -92,6 +97,7 @@ class PriorityGate:
         self.held: dict[Any, int] = {}  # owner -> places it holds (owners given)
         self.given: dict[Any, int] = {}  # owner -> places given it while it holds or waits (its turn's count)
         self.promoted = 0
+        self._aged_last = False  # the last place went to an aged bulk waiter ahead of interactive ones
         self._seq = itertools.count()
 
     def queued(self, lane: str) -> int:
@@ -107,7 +113,8 @@ class PriorityGate:
         bulk = [w for w in self.waiters if w.lane == BULK]
         if bulk:
             oldest = min(bulk, key=lambda w: (w.since, w.seq))
-            if first is None or (now - oldest.since >= self.max_wait_s and oldest.since <= first.since):
+            if first is None or (now - oldest.since >= self.max_wait_s and oldest.since <= first.since
+                                 and not self._aged_last):
                 return min(bulk, key=lambda w: (self.given.get(w.owner, 0), w.since, w.seq))
         return first
 
@@ -139,12 +146,14 @@ class PriorityGate:
                 self.given[best.owner] = self.given.get(best.owner, 0) + 1
             if best.lane == BULK:
                 self.bulk_used += best.weight
+            self._aged_last = False
             if self.lanes and best.lane == BULK:
                 waited = now - best.since
                 self.metrics.bulk_wait.observe(waited * 1000)
                 if waited >= self.max_wait_s and any(w.lane != BULK for w in self.waiters):
                     self.promoted += 1  # it went ahead of interactive work because of its age
                     self.metrics.promotions.inc()
+                    self._aged_last = True  # the next place: interactive work's, if any waits
             best.future.set_result(None)
         self._report()
 

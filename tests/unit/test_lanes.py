@@ -74,6 +74,19 @@ def test_bulk_that_waited_the_bound_goes_ahead_of_later_interactive_work():
     assert gate.promoted == 1  # b1 (b2 went when no interactive work waited)
 
 
+def test_aged_bulk_and_interactive_work_take_turns():
+    """Two pages' tiles (bulk) aged in the detector's queue all went ahead
+    of a one-word image that came after them (6-10 s beside two such
+    pages): once aged, bulk items and interactive ones alternate, so an
+    interactive item waits behind one aged bulk item per place, and bulk
+    still gets every other place."""
+    clock = Clock()
+    gate = PriorityGate(1, max_wait_s=5.0, clock=clock)
+    arrivals = [("b1", BULK), ("b2", BULK), ("b3", BULK), ("i1", INTERACTIVE), ("i2", INTERACTIVE)]
+    assert asyncio.run(admitted_order(gate, arrivals, clock, age_s=6.0)) == ["b1", "i1", "b2", "i2", "b3"]
+    assert gate.promoted == 2  # b1 and b2 went ahead of interactive work; b3 when none waited
+
+
 def test_gate_lets_capacity_weight_through_and_a_heavy_item_alone():
     async def go():
         gate = PriorityGate(4, max_wait_s=5.0)
