@@ -345,11 +345,13 @@ class Front:
 
     # -- readiness and the live figures ------------------------------------------
     READY_IDLE_S = 60.0  # the background probes stop this long after the last /readyz (and start again with the next)
+    NOT_READY_PROBE_S = 0.1  # after a probe that found a stage not ready (a start), the next comes this soon
 
     async def ready(self) -> dict:
         """The stages' readiness as last probed, at once: a background task
         probes every ingress.ready_cache_s while /readyz is asked (one probe
-        at a time, each within ready_timeout_s), so a call never waits on a
+        at a time, each within ready_timeout_s; every NOT_READY_PROBE_S while
+        a stage is not ready, so a start is seen at once), so a call never waits on a
         probe or a busy pipeline, only the first (or one after the probes
         have idled past READY_IDLE_S) waits for a probe."""
         now = time.monotonic()
@@ -370,7 +372,8 @@ class Front:
             self._ready_state = (time.monotonic(), stages)
             if time.monotonic() - self._ready_asked > self.READY_IDLE_S:
                 return
-            await asyncio.sleep(max(self.args.ready_cache_s, 0.01))
+            ready = bool(stages) and all(stages.values())
+            await asyncio.sleep(max(self.args.ready_cache_s, 0.01) if ready else self.NOT_READY_PROBE_S)
 
     async def stats(self) -> dict:
         """The live figures: one gathering at a time, its answer reused for

@@ -284,6 +284,39 @@ def test_readyz_is_open_and_probes_the_stages_at_most_once_per_cache_period(app)
     assert len(probes) == 1
 
 
+def test_readyz_probes_again_soon_while_a_stage_is_not_ready():
+    """A start: the first probe finds the recogniser still warming (or times
+    out before its replica is up); the next probe comes within
+    NOT_READY_PROBE_S, not after ingress.ready_cache_s, so /readyz turns 200
+    as soon as the stages are ready (a start waited up to a whole cache
+    period more)."""
+    from harness.front import stand_in_front
+
+    async def go():
+        front = stand_in_front()
+        front.args = IngressArgs(ready_cache_s=60, ready_timeout_s=30)
+        probes = []
+
+        async def ready():
+            probes.append(1)
+            return {"det": True, "rec": len(probes) > 1}
+
+        front.pipeline.ready = Method(ready)
+        first = await front.ready()
+        for _ in range(500):  # up to 5 s (the old wait: the 60 s cache period)
+            if len(probes) > 1:
+                break
+            await asyncio.sleep(0.01)
+        after = await front.ready()
+        front._ready_task.cancel()
+        front.renders.close()
+        return first, after, len(probes)
+
+    first, after, n = asyncio.run(go())
+    assert first == {"det": True, "rec": False}
+    assert after == {"det": True, "rec": True} and n == 2  # once ready, the cache period holds again
+
+
 def test_readyz_answers_from_the_last_probe_at_once_while_a_probe_is_slow():
     """The probes run in a background task (Front.ready): after the first,
     a call never waits on one, however long the pipeline takes to answer."""
