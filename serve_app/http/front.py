@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -46,7 +47,7 @@ from serve_app.ocr.image_header import check_structure
 from serve_app.http.policies.admission import Admission, Gate, current_client
 from serve_app.http.policies.answers import Answers
 from serve_app.http.policies.live_stats import RollingHistory, deployment_summary, stage_summary
-from serve_app.http.policies.result_cache import Dedupe, ResultCache
+from serve_app.http.policies.result_cache import Dedupe, Deferred, ResultCache
 
 log = logging.getLogger("ray.serve")
 
@@ -216,9 +217,11 @@ class Front:
                     await asyncio.to_thread(check_structure, upload.data)
             # Admitted only if it starts a computation (a hit costs nothing; a shared one shares its ticket).
             with Gate(self.admission, upload, left, self.documents, limits=self.limits, options=popts) as gate:
-                result, cache = await self.dedupe.read(
-                    upload.data, popts, left, lambda d: self.pipeline.ocr.remote(upload, popts, ctx.until(d)),
-                    late, fresh, gate=gate)
+                start = lambda d, u=upload: self.pipeline.ocr.remote(u, popts, ctx.until(d))  # noqa: E731
+                if self.put is not None and upload.nbytes >= LARGE_ARG_BYTES:  # its bytes put off the loop first
+                    call = start
+                    start = lambda d: Deferred(self.handle_upload(upload), lambda u: call(d, u))  # noqa: E731
+                result, cache = await self.dedupe.read(upload.data, popts, left, start, late, fresh, gate=gate)
                 gate.done(result)
         except Exception as e:
             raise self.errors.unwrap(e) from None
@@ -331,6 +334,10 @@ class Front:
         if self.put is None or not isinstance(data, (bytes, bytearray)) or len(data) < LARGE_ARG_BYTES:
             return data
         return await asyncio.to_thread(self.put, data)
+
+    async def handle_upload(self, upload: Upload) -> Upload:
+        """`upload` with its bytes as handle_arg makes them (the pipeline awaits a reference: arrived())."""
+        return dataclasses.replace(upload, data=await self.handle_arg(upload.data))
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -27,7 +27,7 @@ from serve_app.inference.int8_calibration import stage_inputs
 from serve_app.core.lanes import INTERACTIVE, PriorityGate, lane_of
 from serve_app.serving.metrics import LaneMetrics, LaneRequestMetrics
 from serve_app.core.request_options import DetParams, OcrOptions, parse_options
-from serve_app.serving.payloads import sized
+from serve_app.serving.payloads import arrived, sized
 from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
@@ -383,7 +383,7 @@ class OcrPipeline:
         a decoded image does."""
         opts = self._options(options)
         async with self._set(opts.model) as pipeline:
-            return (await pipeline.read_any(image, opts, ctx)).to_dict()
+            return (await pipeline.read_any(await arrived(image), opts, ctx)).to_dict()
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
@@ -399,7 +399,8 @@ class OcrPipeline:
 
         opts = self._options(options)
         async with self._set(opts.model) as pipeline:
-            task = asyncio.ensure_future(pipeline.read_any(image, opts, ctx, progress, lambda p: finished.append(p.to_dict())))
+            task = asyncio.ensure_future(pipeline.read_any(await arrived(image), opts, ctx, progress,
+                                                           lambda p: finished.append(p.to_dict())))
             try:
                 while not task.done():
                     waiter = asyncio.ensure_future(changed.wait())

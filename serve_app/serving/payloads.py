@@ -15,6 +15,7 @@ and nothing changes. No Ray import: the handle is passed in.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -39,3 +40,15 @@ def sized(handle: Any, payload: Any, limit: int = BY_REFERENCE_BYTES) -> Any:
     if payload_bytes(payload) > limit:
         return handle.options(_by_reference=True)
     return handle
+
+
+async def arrived(upload: Any) -> Any:
+    """An Upload (serve_app.flow.upload) whose bytes came as an object
+    reference (the ingress puts a large body into the object store off its
+    event loop: Front.handle_upload), with its bytes; anything else as it is."""
+    from ray import ObjectRef
+
+    data = getattr(upload, "data", None)
+    if not isinstance(data, ObjectRef):
+        return upload
+    return dataclasses.replace(upload, data=await data)

@@ -271,7 +271,8 @@ def padded_png(image: bytes, pad_bytes: int) -> tuple[bytes, bytes]:
 
 def test_a_large_job_body_declared_or_chunked_is_read_as_the_same_image_sent_small(service):
     """A job body of 3 MB goes to the job store through Ray's object store
-    (put off the ingress's loop); one sent chunked, without a Content-Length,
+    (put off the ingress's loop), as the same body sent to POST /v1/ocr goes
+    to the pipeline; one sent chunked, without a Content-Length,
     takes a large submit's place and pace as a declared one does. Each job
     reads what a sync request of the small PNG reads."""
     url = service
@@ -289,6 +290,9 @@ def test_a_large_job_body_declared_or_chunked_is_read_as_the_same_image_sent_sma
         assert r.status_code == 202, r.text
         return r.json()["job_id"]
 
+    # The same body read at once: it goes to the pipeline through the object store too (Front.handle_upload).
+    r = ocr(url, big, "image/png", headers={"Cache-Control": "no-cache", **AUTH})
+    assert r.status_code == 200 and [line["text"] for line in r.json()["results"]] == want
     jobs = [submit(big), submit(lambda: iter([big[k:k + 65536] for k in range(0, len(big), 65536)]))]
     for job_id in jobs:
         view = wait_job(url, job_id, AUTH)

@@ -915,3 +915,33 @@ def test_a_large_job_body_reaches_the_job_store_through_the_object_store_put_off
     front.args = front.args.model_copy(update={"large_result_bytes": 64 * 1024 * 1024})
     assert client.post("/v1/ocr/jobs", content=big, headers=job).status_code == 202
     assert Fake.calls[-1][0] == ("ref", len(big)) and puts == [(len(big), True)]
+
+
+def test_a_large_sync_body_reaches_the_pipeline_through_the_object_store_put_off_the_loop_once_it_starts(app):
+    """POST /v1/ocr of a body of LARGE_ARG_BYTES or more: its bytes are put
+    into the object store by a worker thread when its computation starts
+    (serialised by the handle call, a 19 MB body held the ingress's loop),
+    and the pipeline gets the reference; a small body goes as it is, and a
+    refused one is never put."""
+    client, front = app
+    puts = []
+
+    def put(data):
+        try:
+            asyncio.get_running_loop()
+            off_loop = False
+        except RuntimeError:  # a worker thread: no event loop runs here
+            off_loop = True
+        puts.append((len(data), off_loop))
+        return b"put:%d" % len(data)  # the stand-in pipeline reads an image's bytes as its text
+
+    front.put = put
+    big = PNG + b"\0" * (1024 * 1024)
+    headers = {"Content-Type": "image/png"}
+    r = client.post("/v1/ocr", content=b"small", headers=headers)
+    assert r.status_code == 200 and r.json()["results"][0]["text"] == "small" and puts == []  # a small one as it is
+    r = client.post("/v1/ocr", content=big, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["text"] == f"put:{len(big)}" and puts == [(len(big), True)]
+    front.in_flight = front.args.max_in_flight  # refused at the door: nothing put
+    assert client.post("/v1/ocr", content=big, headers=headers).status_code == 503 and len(puts) == 1

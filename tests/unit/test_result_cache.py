@@ -13,7 +13,7 @@ import pytest
 from serve_app.core.engine_config import EngineConfig, PipelineOptions
 from serve_app.core.errors import BadImage, DeadlineExceeded
 from serve_app.core.request_options import OcrOptions
-from serve_app.http.policies.result_cache import Dedupe, ResultCache, content_key, model_identity, result_size
+from serve_app.http.policies.result_cache import Dedupe, Deferred, ResultCache, content_key, model_identity, result_size
 
 
 def test_key_depends_on_bytes_options_and_model():
@@ -195,6 +195,41 @@ def test_the_computation_is_cancelled_when_its_last_waiter_leaves():
     runs, (a, b), d = run(go())
     assert isinstance(a, DeadlineExceeded) and isinstance(b, asyncio.CancelledError)
     assert runs[0].cancelled and not d.flights and len(d.cache) == 0
+
+
+def test_a_deferred_start_makes_its_argument_then_the_call_and_its_cancellation_reaches_either():
+    """Deferred (a large body put off the loop, then the handle call): a
+    flight abandoned while the argument is made never makes the call; one
+    abandoned after cancels the call; one not abandoned answers."""
+    async def go():
+        runs: list = []
+        made = asyncio.Event()
+
+        async def make(wait: bool):
+            if wait:
+                await made.wait()  # the put, still running (an explicit step releases it)
+            return "ref"
+
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True)
+        early = asyncio.ensure_future(d.read(b"a", OcrOptions(), None, lambda _: Deferred(make(True), lambda a: FakeCall(runs, 5))))
+        await asyncio.sleep(0.01)
+        early.cancel()  # its client left while the body was being put
+        late_start = lambda _: Deferred(make(False), lambda a: FakeCall(runs, 5))  # noqa: E731
+        late = asyncio.ensure_future(d.read(b"b", OcrOptions(), None, late_start))
+        for _ in range(100):
+            if runs:
+                break
+            await asyncio.sleep(0.01)
+        late.cancel()  # its client left during the call
+        made.set()
+        answered = await d.read(b"c", OcrOptions(), None, lambda _: Deferred(make(False), lambda a: FakeCall(runs, 0)))
+        await asyncio.gather(early, late, return_exceptions=True)
+        await asyncio.sleep(0)
+        return runs, answered
+
+    runs, (result, how) = run(go())
+    assert len(runs) == 2 and runs[0].cancelled and not runs[1].cancelled  # the early one never called
+    assert result["results"][0]["text"] == "TEST" and how == "miss"
 
 
 def test_without_sharing_each_request_gets_its_own_deadline():

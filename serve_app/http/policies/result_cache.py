@@ -324,6 +324,34 @@ class Dedupe:
                 "bytes": self.cache.bytes if self.cache is not None else 0}
 
 
+class Deferred:
+    """A computation's start (Dedupe's `start`) whose argument is made
+    first, then the call made with it: `make` (awaited: a large body put
+    into the object store off the loop) then `call(arg)` (a handle call).
+    Awaitable, and with .cancel() as a handle's response has: cancelled
+    before the call, the call is never made; after, the call is cancelled.
+    So the argument is made only for a computation that starts (not for a
+    cache hit, a shared flight or a refusal)."""
+
+    def __init__(self, make: Awaitable[Any], call: Callable[[Any], Any]):
+        self.call = call
+        self.response: Any = None
+        self.task = asyncio.ensure_future(self._run(make))
+
+    async def _run(self, make: Awaitable[Any]) -> Any:
+        arg = await make
+        self.response = self.call(arg)
+        return await self.response
+
+    def cancel(self) -> None:
+        if self.response is not None:
+            _cancel(self.response)
+        self.task.cancel()
+
+    def __await__(self):
+        return self.task.__await__()
+
+
 def has_page_errors(result: Any) -> bool:
     """A document's answer with a page that was not read (over its budget,
     its worker busy): not kept, so the next request for it reads that page
