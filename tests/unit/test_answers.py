@@ -117,3 +117,53 @@ def test_large_reads_past_their_places_wait_for_one_then_get_a_503():
     full, held, after, waiters = asyncio.run(go())
     assert full.status == 503 and full.retry_after_s >= 1
     assert held == 1 and after == 0 and waiters == []
+
+
+def test_an_ended_jobs_head_is_asked_of_the_job_store_once_per_keep_period_and_a_running_ones_every_read():
+    """A client reading one result in a loop (a new token each time) made a
+    job store call from the ingress's loop per read: an ended job's head is
+    kept HEAD_KEEP_S (fake clock), a running job's is asked every time."""
+    import types
+
+    from serve_app.http.policies.answers import HEAD_KEEP_S, job_answer
+
+    heads = []
+    views = {"done": ({"job_id": "done", "status": "succeeded", "finished_at": 1.0}, 2),
+             "busy": ({"job_id": "busy", "status": "running"}, None)}
+
+    async def head(job_id):
+        heads.append(job_id)
+        return views.get(job_id)
+
+    async def get_raw(job_id):
+        return views[job_id][0], b"{}"
+
+    class Call:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def remote(self, *a):
+            return self.fn(*a)
+
+    now = [0.0]
+    front = types.SimpleNamespace(jobs=types.SimpleNamespace(head=Call(head), get_raw=Call(get_raw)),
+                                  answers=Answers(max_bytes=1000),
+                                  renders=RenderPool(1, 1, 1 << 20, 1, renderer=render_here, read_wait_s=0))
+    front.answers.clock = lambda: now[0]
+
+    async def go():
+        async def downstream(call):
+            return await call
+
+        codes = []
+        for _ in range(5):
+            codes.append((await job_answer(front, "done", "json", downstream)).status_code)
+            codes.append((await job_answer(front, "busy", "json", downstream)).status_code)
+        now[0] += HEAD_KEEP_S
+        codes.append((await job_answer(front, "done", "json", downstream)).status_code)
+        return codes
+
+    codes = asyncio.run(go())
+    front.renders.close()
+    assert set(codes) == {200}
+    assert heads.count("done") == 2 and heads.count("busy") == 5

@@ -7,9 +7,10 @@ copy, in chunks. Readers that come while it is being made wait on that one
 making; the bytes are fetched from the job store only then. So sixteen
 readers of one large result cost one fetch, one render and one copy, not
 sixteen (they took ~1 GB of the ingress and /healthz 4.7 s). A succeeded
-job's result never changes; the job store is still asked for its status on
-every read (an expired job is a 404 whatever is kept here), never for its
-bytes when they are kept. No Ray import."""
+job's result never changes; the job store is asked for its status
+(JobStore.head) at most once per HEAD_KEEP_S per ended job and ingress
+replica (an expired job is a 404 within that), never for its bytes when
+they are kept. No Ray import."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import asyncio
 import json
 import time
 import weakref
+from collections import OrderedDict
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -28,6 +30,10 @@ from serve_app.http.policies.result_cache import ResultCache
 from serve_app.jobs.state import job_body
 
 CHUNK_BYTES = 256 * 1024  # a streamed answer is sent in pieces of this size (each copied once, then dropped)
+# An ended job's head (its status, the result's size) is kept this long per ingress replica: a client reading one
+# result in a loop (with a new token each time) made a job store call from the ingress's loop per read.
+HEAD_KEEP_S = 1.0
+MAX_HEADS = 1024  # heads kept at most (least recently kept go first)
 
 
 class Answers:
@@ -40,6 +46,19 @@ class Answers:
         self.made = 0  # answers made (not found kept, not joined)
         self.joined = 0  # reads that waited on another read's making
         self.hits = 0
+        self.heads: OrderedDict[str, tuple[float, Any]] = OrderedDict()  # job id -> (when kept, head)
+        self.clock = time.monotonic
+
+    def head(self, job_id: str) -> Any:
+        """An ended job's head as kept within HEAD_KEEP_S, else None."""
+        kept = self.heads.get(job_id)
+        return kept[1] if kept is not None and self.clock() - kept[0] < HEAD_KEEP_S else None
+
+    def keep_head(self, job_id: str, found: Any) -> None:
+        self.heads[job_id] = (self.clock(), found)
+        self.heads.move_to_end(job_id)
+        while len(self.heads) > MAX_HEADS:
+            self.heads.popitem(last=False)
 
     async def get(self, key: str, make: Callable[[], Awaitable[tuple[bytes, str]]]) -> tuple[bytes, str]:
         """(bytes, media type) kept under `key`, or made by `make()` (once,
@@ -138,10 +157,14 @@ async def job_answer(front: Any, job_id: str, fmt: str, downstream: Callable) ->
     stored bytes only to make an answer not kept. A large result's read
     (its making, or waiting on it, and its sending) holds one of the render
     pool's read places (RenderPool.read_place: a few at once, a few more
-    waiting briefly, else 503)."""
-    found = await downstream(front.jobs.head.remote(job_id))
+    waiting briefly, else 503). An ended job's head is kept HEAD_KEEP_S."""
+    found = front.answers.head(job_id)
     if found is None:
-        raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
+        found = await downstream(front.jobs.head.remote(job_id))
+        if found is None:
+            raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
+        if found[0].get("status") in ("succeeded", "failed"):  # ended: it changes no more (but its delivery)
+            front.answers.keep_head(job_id, found)
     head, size = found
     if head.get("status") != "succeeded" or size is None:
         return JSONResponse(head)
