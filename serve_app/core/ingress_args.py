@@ -116,7 +116,8 @@ class IngressArgs(_Args):
     ready_cache_s: float = Field(
         1.0, ge=0,
         description="/readyz answers at once from the last probe of the stages, which a background task repeats "
-        "every this many seconds while /readyz is asked.")
+        "every this many seconds while /readyz is asked (every 0.1 s while a stage is not ready, so a start is "
+        "seen at once).")
     ready_timeout_s: float = Field(
         3.0, gt=0,
         description="A probe of the stages not answered within this many seconds counts as not ready (503): with no "

@@ -52,28 +52,16 @@ def baseline(front):
 
 
 def checked(name: str, front, baseline, ingress_mb: float, seconds: float = SECONDS,
-            normal_s: float = NORMAL_S, healthz_gap: str = "") -> dict:
-    """The class's outcome, every bound checked. healthz_gap: the open gap
-    that lets this class's /healthz p99 exceed its bound; then the outcome's
-    "healthz_over" says by how much and the test ends with `gap_stands`,
-    after its other checks."""
+            normal_s: float = NORMAL_S) -> dict:
+    """The class's outcome, every bound checked."""
     outcome, report = stall.run_class(front, name, seconds)
     print(f"\n{name}: {outcome}\n  beside it: {report.line()}")
     assert report.healthz_codes and set(report.healthz_codes) == {200}
-    if report.healthz_p99_ms >= HEALTHZ_P99_MS + baseline.healthz_p99_ms:
-        assert healthz_gap, report.line()
-        outcome["healthz_over"] = f"{healthz_gap}; this run: {report.line()} (baseline p99 {baseline.healthz_p99_ms:.0f} ms)"
+    assert report.healthz_p99_ms < HEALTHZ_P99_MS + baseline.healthz_p99_ms, report.line()
     assert report.normal and all(c == 200 for c, _ in report.normal), report.line()  # names a refusal's reason
     assert report.normal_worst_s < normal_s + baseline.normal_worst_s, report.line()
     assert report.ingress_growth_mb < ingress_mb, report.line()
     return outcome
-
-
-def gap_stands(outcome: dict) -> None:
-    """Last in a test whose class has a known /healthz gap: xfail naming it
-    where this run exceeded the bound (everything else was checked)."""
-    if outcome.get("healthz_over"):
-        pytest.xfail(outcome["healthz_over"])
 
 
 # Beside a heavy image or page in the model process, a normal request's
@@ -99,24 +87,18 @@ def test_readyz_answers_from_the_last_probe_while_the_pipeline_is_busy(front, ba
     assert outcome["readyz_p99_ms"] < HEALTHZ_P99_MS + baseline.healthz_p99_ms
 
 
-# Open in issue 49: the proxy, the ingress and the job store (all at Ray's
-# nice 15) move the 19 MB bodies (one at a time, at ingress.submit_bytes_per_s)
-# and the reader's results on the same two cores as the probes.
-SUBMITS_GAP = ("issue 49: /healthz p99 beside 4 submitters of 19 MB PNGs and a reader rotating tokens is over its "
-               "bound now and then on this shared 2-core box (91 ms against a 56 ms baseline in this test and 152 "
-               "ms in the docs/operations.md table, both 2026-12-05 with large submits paced)")
-
-
 def test_large_png_submits_and_a_client_rotating_tokens_are_served_a_few_at_a_time(front, baseline):
     """4 clients submitting 19 MB PNGs of 250 chunks back to back, one
     fetching a result with a different named token each time: the large
-    submits beyond their places are a 503 with Retry-After before the body
-    is read; the ingress holds at most a few such bodies."""
-    outcome = checked("submits", front, baseline, ingress_mb=2 * 4 * 19 + 100,  # a few bodies (max_large_submits) and their copies
-                      healthz_gap=SUBMITS_GAP)
+    submits beyond their places and their pace are a 503 with Retry-After
+    before the body is read; the ingress holds at most a few such bodies.
+    The bodies and the results cross the proxy and the ingress (Python,
+    on the probes' two cores): at 16 MiB/s each way /healthz p99 was 131
+    and 165 ms against baselines of 34-37 ms (11:49-11:51 UTC); at the
+    light profile's 8 MiB/s, 92 and 108 ms against 36-44 ms."""
+    outcome = checked("submits", front, baseline, ingress_mb=2 * 4 * 19 + 100)  # a few bodies (max_large_submits) and their copies
     codes = outcome["codes"]
     assert set(codes) <= {200, 202, 503} and codes.get(202, 0) > 0 and codes.get(200, 0) > 0, codes
-    gap_stands(outcome)
 
 
 def test_a_page_of_a_thousand_lone_letters_is_read_and_takes_only_its_share(front, baseline):
