@@ -74,6 +74,11 @@ def pin_process(cores: Sequence[int]) -> None:
 
 
 def cpu_has_bf16() -> bool:
+    """The cores have native bf16 and oneDNN's cap on instructions (ONEDNN_MAX_CPU_ISA, which OpenVINO's CPU kernels
+    honour too) allows it: `ONEDNN_MAX_CPU_ISA=AVX2` stands in for a CPU without it (`auto`: fp32 then)."""
+    cap = (os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or "ALL").upper()
+    if cap != "ALL" and not any(isa in cap for isa in ("BF16", "AMX", "AVX10")):
+        return False
     try:
         with open("/proc/cpuinfo") as f:
             flags = f.read()

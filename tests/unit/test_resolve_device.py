@@ -164,3 +164,13 @@ def test_cpu_has_bf16_is_false_where_there_is_no_cpuinfo(monkeypatch):
 
     monkeypatch.setattr(predictor, "open", unreadable, raising=False)
     assert cpu_has_bf16() is False
+
+
+@pytest.mark.parametrize("cap, expected", [("AVX2", False), ("avx512_core", False), ("AVX512_CORE_BF16", True),
+                                           ("AVX512_CORE_AMX", True), ("ALL", True), ("", True)])
+def test_cpu_has_bf16_follows_onednns_instruction_cap(monkeypatch, cap, expected):
+    """ONEDNN_MAX_CPU_ISA below bf16's instructions: `auto` is fp32, as on a
+    CPU without them (an AVX2 cap stands in for one: docs/performance.md)."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    monkeypatch.setattr(predictor, "open", lambda *a, **k: io.StringIO(AVX512_CPU + " avx512_bf16\n"), raising=False)
+    assert cpu_has_bf16() is expected
