@@ -894,10 +894,9 @@ def test_large_job_submits_are_paced_in_bytes_a_second_and_a_chunked_one_counts_
     assert front.submit_pace.paid_until == pytest.approx(now[0] + (len(PNG) + 100) / 1000)
 
 
-def test_a_large_job_body_reaches_the_job_store_through_the_object_store_put_off_the_loop(app):
-    client, front = app
-    puts = []
-
+def recording_put(puts: list, ref):
+    """A stand-in for ray.put: records (bytes, whether it ran off an event
+    loop) and returns ref(data)."""
     def put(data):
         try:
             asyncio.get_running_loop()
@@ -905,9 +904,15 @@ def test_a_large_job_body_reaches_the_job_store_through_the_object_store_put_off
         except RuntimeError:  # a worker thread: no event loop runs here
             off_loop = True
         puts.append((len(data), off_loop))
-        return ("ref", len(data))
+        return ref(data)
 
-    front.put = put
+    return put
+
+
+def test_a_large_job_body_reaches_the_job_store_through_the_object_store_put_off_the_loop(app):
+    client, front = app
+    puts = []
+    front.put = recording_put(puts, lambda data: ("ref", len(data)))
     big = PNG + b"\0" * (1024 * 1024)
     job = {"Content-Type": "image/png"}
     assert client.post("/v1/ocr/jobs", content=PNG, headers=job).status_code == 202
@@ -925,17 +930,7 @@ def test_a_large_sync_body_reaches_the_pipeline_through_the_object_store_put_off
     refused one is never put."""
     client, front = app
     puts = []
-
-    def put(data):
-        try:
-            asyncio.get_running_loop()
-            off_loop = False
-        except RuntimeError:  # a worker thread: no event loop runs here
-            off_loop = True
-        puts.append((len(data), off_loop))
-        return b"put:%d" % len(data)  # the stand-in pipeline reads an image's bytes as its text
-
-    front.put = put
+    front.put = recording_put(puts, lambda data: b"put:%d" % len(data))  # the stand-in pipeline reads bytes as text
     big = PNG + b"\0" * (1024 * 1024)
     headers = {"Content-Type": "image/png"}
     r = client.post("/v1/ocr", content=b"small", headers=headers)
