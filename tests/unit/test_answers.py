@@ -149,7 +149,7 @@ def test_an_ended_jobs_head_is_asked_of_the_job_store_once_per_keep_period_and_a
     front = types.SimpleNamespace(jobs=types.SimpleNamespace(head=Call(head), get_raw=Call(get_raw)),
                                   answers=Answers(max_bytes=1000),
                                   renders=RenderPool(1, 1, 1 << 20, 1, renderer=render_here, read_wait_s=0))
-    front.answers.clock = lambda: now[0]
+    front.answers.heads.clock = lambda: now[0]
 
     async def go():
         async def downstream(call):

@@ -18,7 +18,6 @@ import asyncio
 import json
 import time
 import weakref
-from collections import OrderedDict
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -33,7 +32,7 @@ CHUNK_BYTES = 256 * 1024  # a streamed answer is sent in pieces of this size (ea
 # An ended job's head (its status, the result's size) is kept this long per ingress replica: a client reading one
 # result in a loop (with a new token each time) made a job store call from the ingress's loop per read.
 HEAD_KEEP_S = 1.0
-MAX_HEADS = 1024  # heads kept at most (least recently kept go first)
+MAX_HEADS = 1024  # heads kept at most (least recently used go first)
 
 
 class Answers:
@@ -46,19 +45,14 @@ class Answers:
         self.made = 0  # answers made (not found kept, not joined)
         self.joined = 0  # reads that waited on another read's making
         self.hits = 0
-        self.heads: OrderedDict[str, tuple[float, Any]] = OrderedDict()  # job id -> (when kept, head)
-        self.clock = time.monotonic
+        self.heads = ResultCache(MAX_HEADS, HEAD_KEEP_S)  # job id -> an ended job's head (each counts 1)
 
     def head(self, job_id: str) -> Any:
         """An ended job's head as kept within HEAD_KEEP_S, else None."""
-        kept = self.heads.get(job_id)
-        return kept[1] if kept is not None and self.clock() - kept[0] < HEAD_KEEP_S else None
+        return self.heads.get(job_id)
 
     def keep_head(self, job_id: str, found: Any) -> None:
-        self.heads[job_id] = (self.clock(), found)
-        self.heads.move_to_end(job_id)
-        while len(self.heads) > MAX_HEADS:
-            self.heads.popitem(last=False)
+        self.heads.put(job_id, found, 1)
 
     async def get(self, key: str, make: Callable[[], Awaitable[tuple[bytes, str]]]) -> tuple[bytes, str]:
         """(bytes, media type) kept under `key`, or made by `make()` (once,
