@@ -8,18 +8,21 @@ deployment (serve_app/http/ingress.py) builds it over its front."""
 from __future__ import annotations
 
 import time
+from typing import Optional
 from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from serve_app.core.errors import BadRequest, Forbidden, OcrError, Unauthorized
 from serve_app.http import paddlex
 from serve_app.http.front import Front
 from serve_app.http.routes import jobs, paddlex as paddlex_routes, page, v1
-from serve_app.http.routes.deps import log, request_id
+from serve_app.http.routes.deps import assign_request_id, log
 from serve_app.http.policies.admission import set_client
 
 DOC_PATHS = ("/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
@@ -41,8 +44,11 @@ def build_app(front: Front) -> FastAPI:
         app.add_exception_handler(exc, domain_error)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(HTTPException, http_error)
-    app.middleware("http")(docs_behind_token)
-    app.middleware("http")(count_outcomes)  # outermost: it sees every answer, the middleware's own refusals too
+    # Plain ASGI middleware, not @app.middleware("http") (Starlette's
+    # BaseHTTPMiddleware runs the rest of the app in a task of its own and
+    # streams the answer through a queue, for each layer, on every request).
+    app.add_middleware(DocsBehindToken)
+    app.add_middleware(CountOutcomes)  # outermost: it sees every answer, the middleware's own refusals too
     return app
 
 
@@ -61,7 +67,7 @@ def error_response(e: OcrError, request_id: str) -> JSONResponse:
 
 
 def _request_id_of(request: Request) -> str:
-    return getattr(request.state, "request_id", None) or request_id(request, request.headers.get("x-request-id"))
+    return getattr(request.state, "request_id", None) or assign_request_id(request, request.headers.get("x-request-id"))
 
 
 async def domain_error(request: Request, exc: Exception) -> JSONResponse:
@@ -104,21 +110,35 @@ def app_path(request: Request) -> str:
     return path[len(root):] or "/" if root and path.startswith(root) else path
 
 
-async def docs_behind_token(request: Request, call_next):
+class DocsBehindToken:
     """With a token, the API docs (/docs, /openapi.json) need it too,
     whatever route prefix the app is mounted under. Without a token (an
     anonymous local service), a browser's POST from another site's page
     (its Origin is not this service) is refused: a page elsewhere must not
     be able to drive the service through its visitor's browser."""
-    front = _front(request)
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            request = Request(scope, receive)
+            refusal = docs_refusal(request, _front(request))
+            if refusal is not None:
+                await (await domain_error(request, refusal))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def docs_refusal(request: Request, front: Front) -> Optional[OcrError]:
     if app_path(request) in DOC_PATHS:
         if not front.clients.authorized(request.headers.get("authorization"), front.token):
-            return await domain_error(request, Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+            return Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
     elif not front.clients.requires_token(front.token) and request.method == "POST" and cross_origin(request):
-        return await domain_error(request, Forbidden(
+        return Forbidden(
             f"a POST from the page of another origin ({request.headers['origin']}) is refused by a service "
-            "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls"))
-    return await call_next(request)
+            "without a token; give the service a token (ingress.auth_token_env) to take cross-origin calls")
+    return None
 
 
 def cross_origin(request: Request) -> bool:
@@ -129,30 +149,55 @@ def cross_origin(request: Request) -> bool:
     return urlsplit(origin).netloc.lower() != (request.headers.get("host") or "").lower()
 
 
-async def count_outcomes(request: Request, call_next):
+class CountOutcomes:
     """Every /v1 request's status, error code and latency, counted in one
     place; an exception no handler took becomes a 500 JSON error."""
-    t0 = time.perf_counter()
-    # The client, for its fair shares (admission, jobs): its named token, else its address as the connection
-    # (or a trusted proxy) says, never an unchecked header (serve_app/http/clients.py). Set here, it reaches
-    # the route's task.
-    set_client(_front(request).clients.of(request.client.host if request.client else None, request.headers))
-    try:
-        response = await call_next(request)
-    except Exception as exc:
-        response = await domain_error(request, exc)
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        t0 = time.perf_counter()
+        request = Request(scope, receive)
+        # The client, for its fair shares (admission, jobs): its named token, else its address as the connection
+        # (or a trusted proxy) says, never an unchecked header (serve_app/http/clients.py). Set here, it reaches
+        # the route, which runs in this task.
+        set_client(_front(request).clients.of(request.client.host if request.client else None, request.headers))
+        started = False
+
+        async def counted(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start" and not started:
+                started = True
+                _count(request, message, t0)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        except Exception as exc:
+            if started:  # the answer is under way: nothing else can be sent
+                raise
+            await (await domain_error(request, exc))(scope, receive, counted)
+
+
+def _count(request: Request, start: Message, t0: float) -> None:
+    """At the answer's start: the route's counts and latency, and the
+    Server-Timing header (this replica's own time on the request)."""
     path = getattr(request.scope.get("route"), "path", "")
-    if path.startswith("/v1/") or path == "/ocr":
-        front = _front(request)
-        metrics = front.metrics
-        if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
-            front.history.record(time.time(), response.status_code, (time.perf_counter() - t0) * 1000,
-                                 getattr(request.state, "timings_ms", None))
-        metrics.requests.inc(tags={"route": path, "code": str(response.status_code)})
-        code = getattr(request.state, "error_code", None)
-        if code is not None:
-            metrics.errors.inc(tags={"code": code})
-        ms = (time.perf_counter() - t0) * 1000
-        metrics.latency.observe(ms, tags={"route": path})
-        response.headers["Server-Timing"] = f"ingress;dur={ms:.3f}"  # this replica's own time on the request
-    return response
+    if not (path.startswith("/v1/") or path == "/ocr"):
+        return
+    front, status = _front(request), start["status"]
+    metrics = front.metrics
+    if path == "/v1/ocr" and request.method == "POST":  # the live view's history: OCR requests only
+        front.history.record(time.time(), status, (time.perf_counter() - t0) * 1000,
+                             getattr(request.state, "timings_ms", None))
+    metrics.requests.inc(tags={"route": path, "code": str(status)})
+    code = getattr(request.state, "error_code", None)
+    if code is not None:
+        metrics.errors.inc(tags={"code": code})
+    ms = (time.perf_counter() - t0) * 1000
+    metrics.latency.observe(ms, tags={"route": path})
+    MutableHeaders(scope=start)["Server-Timing"] = f"ingress;dur={ms:.3f}"

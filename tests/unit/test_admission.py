@@ -258,6 +258,38 @@ def test_drain_rate_is_work_done_per_busy_second_and_keeps_its_last_value():
     assert d.rate(31.0) == pytest.approx(6 / 4)  # too little in the window to measure again
 
 
+def test_drain_rate_kept_as_entries_come_and_go_matches_the_window_summed_afresh():
+    """The window's sums, kept incrementally (constant time an admission),
+    against the same window summed from every event, over a long random run
+    whose spans straddle the window's start."""
+    import random
+
+    rnd = random.Random(7)
+    d = DrainMeter(window_s=5, min_done=1, min_busy_s=0.01)
+    done, spans, since, now = [], [], None, 0.0
+    for _ in range(3000):
+        now += rnd.expovariate(4.0)
+        if rnd.random() < 0.3:
+            is_busy = rnd.random() < 0.5
+            d.busy(now, is_busy)
+            if is_busy and since is None:
+                since = now
+            elif not is_busy and since is not None:
+                spans.append((since, now))
+                since = None
+        else:
+            cost = rnd.uniform(0.01, 2.0)
+            d.finished(now, cost)
+            done.append((now, cost))
+        start = now - 5
+        busy = sum(max(0.0, e - max(s, start)) for s, e in spans) + (now - max(since, start) if since is not None else 0)
+        work = sum(c for t, c in done if t >= start)
+        assert d.busy_seconds(now) == pytest.approx(busy, abs=1e-9)
+        if busy >= 0.01 and work > 0:
+            assert d.rate(now) == pytest.approx(work / busy, rel=1e-9)
+    assert len(d.spans) < len(spans) and len(d.done) < len(done)  # what left the window is gone
+
+
 # -- Retry-After and the decision ------------------------------------------------------------
 
 

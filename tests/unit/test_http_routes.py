@@ -45,7 +45,8 @@ def app():
     """(TestClient of the app, the Front it is built over)."""
     front = stand_in_front(STAND_IN_ERRORS)
     Fake.failures.update({b"wrapped-bad": lambda: HandleFailure(BadImage("not an image, from a replica")),
-                          b"wrapped-bug": lambda: HandleFailure(KeyError("k"))})
+                          b"wrapped-bug": lambda: HandleFailure(KeyError("k")),
+                          b"bare-bug": lambda: KeyError("k")})  # no exception handler takes it: the middleware does
     yield TestClient(build_app(front)), front
 
 
@@ -89,6 +90,7 @@ def test_request_id_from_the_header_or_new(app):
     (b"bad", 400, "bad_image", None),
     (b"wrapped-bad", 400, "bad_image", None),
     (b"wrapped-bug", 500, "internal", None),
+    (b"bare-bug", 500, "internal", None),
     (b"cancelled", 503, "unavailable", "1"),
 ])
 def test_domain_and_handle_errors_become_the_json_error_body(app, body, status, code, retry_after):

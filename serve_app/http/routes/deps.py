@@ -24,7 +24,10 @@ from serve_app.http.headers import priority
 log = logging.getLogger("ray.serve")
 
 
-def current_front(request: Request) -> Front:
+# The dependencies are coroutines: FastAPI runs a plain `def` dependency in its
+# thread pool, a thread hop per dependency per request (three on /v1/ocr) for
+# a few attribute reads.
+async def current_front(request: Request) -> Front:
     """The front the app was built over (serve_app.http.app.build_app)."""
     return request.app.state.front
 
@@ -32,17 +35,21 @@ def current_front(request: Request) -> Front:
 CurrentFront = Annotated[Front, Depends(current_front)]
 
 
-def request_id(request: Request, x_request_id: Annotated[Optional[str], Header()] = None) -> str:
+def assign_request_id(request: Request, x_request_id: Optional[str]) -> str:
     """X-Request-ID, or a new id; kept on request.state for the error
     handlers (the proxy echoes the header)."""
     request.state.request_id = x_request_id or uuid.uuid4().hex
     return request.state.request_id
 
 
+async def request_id(request: Request, x_request_id: Annotated[Optional[str], Header()] = None) -> str:
+    return assign_request_id(request, x_request_id)
+
+
 RequestId = Annotated[str, Depends(request_id)]
 
 
-def authorized(request: Request, _: RequestId, front: CurrentFront) -> None:
+async def authorized(request: Request, _: RequestId, front: CurrentFront) -> None:
     """Bearer-token check for /v1 routes (when ingress.auth_token_env is set)."""
     if not front.clients.authorized(request.headers.get("authorization"), front.token):
         raise Unauthorized("missing or wrong bearer token (Authorization: Bearer TOKEN)")
@@ -51,7 +58,7 @@ def authorized(request: Request, _: RequestId, front: CurrentFront) -> None:
 V1 = [Depends(authorized)]
 
 
-def paddlex_shape(request: Request) -> None:
+async def paddlex_shape(request: Request) -> None:
     """PaddleX's route: its log id, and its error shape for every error of
     the request (the exception handlers read request.state.api)."""
     request.state.api = "paddlex"
