@@ -115,14 +115,26 @@ class RecognizerArgs(ModelArgs):
     warm: Literal["full", "core"] = Field(
         "core",
         description="Which input shapes a replica runs before it is ready. \"full\": all of them (71 by default). "
-        "\"core\": every width of the ladder at batch size 1 (15); the rest are built after ready on the "
-        "predictor's thread, one at a time and only while no batch is queued, and until then a batch at a "
-        "shape not built yet runs as batches of built shapes of its width: the same text, and no request "
-        "waits on the predictor for more than the one build running when it came; but the builds take CPU "
+        "\"core\": every width of the ladder up to warm_core_max_width at batch size 1 (9 of 15 by default); "
+        "the rest are built after ready on the "
+        "predictor's thread, one at a time and only while no batch is queued (the wider widths at batch size "
+        "1 first), and until then a batch at a "
+        "shape not built yet runs as batches of built shapes of its width (a width with none built: as batches "
+        "of 1, the first of which builds it): the same text, and no request "
+        "waits on the predictor for more than the one build running when it came and the one its own batch "
+        "needs; but the builds take CPU "
         "from the other stages, so the first requests after ready are slower "
         "(serve_app/serving/shapes_after_ready.py). Applies with bucket padding unless TensorRT is on (it "
         "builds an engine per shape; a replica on the CPU fallback defers); otherwise every shape is "
         "warmed.")
+    warm_core_max_width: int = Field(
+        1024, ge=1,
+        description="With warm \"core\": the widest crop width (at height 48) warmed before the replica is "
+        "ready. A shape's first run costs about as much again as its next ones, and the wide ones are the "
+        "slowest: warming the 6 widths above 1024 took ~0.7 s of the recogniser's ~1.1 s warm-up here, and "
+        "with them after ready make serve's later starts were ready in a median 11.2 s against 12.1 s in paired "
+        "starts (docs/performance.md). A "
+        "line that wide in the first seconds after ready costs its width's one build (~50-190 ms).")
     batch_sizes: Optional[list[int]] = Field(
         None,
         description="The predictor batch sizes a replica builds at each width, besides the width's largest (a full "

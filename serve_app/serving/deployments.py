@@ -203,9 +203,9 @@ class TextRecognizerDeployment(_Replica):
         if split and args.batch_sizes is not None:  # only these sizes (and each width's largest), ever
             shapes = kept_shapes(shapes, args.batch_sizes)
         if split and (args.warm == "core" or args.batch_sizes is not None):
-            # warm core: every width at batch size 1 now; the rest after ready, between
+            # warm core: the widths up to warm_core_max_width at batch size 1 now; the rest after ready, between
             # batches, split into built shapes meanwhile (serve_app/serving/shapes_after_ready.py).
-            now, later = core_shapes(shapes) if args.warm == "core" else (shapes, [])
+            now, later = core_shapes(shapes, args.warm_core_max_width) if args.warm == "core" else (shapes, [])
             deferred = self.replica.deferred = DeferredShapes(
                 now, [(s, *self.recognizer.warm_call(s)) for s in later])
             self.scheduler.run_batch = deferred.batches(

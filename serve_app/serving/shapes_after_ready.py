@@ -1,9 +1,11 @@
 """The recogniser's input shapes built after it is ready (`recognizer.warm:
 core`), without stalling a request.
 
-With `warm: core` a recogniser replica warms only every width of its ladder
-at batch size 1 before it is ready (15 shapes of 71 by default). The rest
-(each larger batch size at each width) are built after ready, one at a time,
+With `warm: core` a recogniser replica warms only the widths of its ladder
+up to `recognizer.warm_core_max_width` at batch size 1 before it is ready (9
+shapes of 71 by default: widths 320-1024). The rest (the wider widths at
+batch size 1 first, then each larger batch size at each width) are built
+after ready, one at a time,
 on the predictor's own thread (predictors are not thread-safe; the same
 FIFO executor the batches use), and only while the crop scheduler has
 nothing queued or running: a build is handed to the thread only when the
@@ -17,7 +19,8 @@ requests after ready are slower than with `warm: full` (measured there).
 
 Meanwhile a predictor batch of n crops at width w whose shape (n, w) is not
 built yet runs as batches of built shapes of the same width (the largest
-built size that fits, repeatedly: size 1 always is). With bucket padding
+built size that fits, repeatedly; at a width with none built, batches of 1,
+the first of which builds (1, w): a shape a batch has run is built). With bucket padding
 every crop of a batch is padded to its own bucket's width either way, so
 what is read is the same (serve_app.inference.runners.TextRecognizer).
 
@@ -36,9 +39,14 @@ Shape = tuple[int, int]  # (batch size, width)
 log = logging.getLogger("ray.serve")
 
 
-def core_shapes(shapes: Sequence[Shape]) -> tuple[list[Shape], list[Shape]]:
-    """(before ready, after ready): every width at batch size 1, the rest."""
-    return [s for s in shapes if s[0] == 1], [s for s in shapes if s[0] != 1]
+def core_shapes(shapes: Sequence[Shape], max_width: Optional[int] = None) -> tuple[list[Shape], list[Shape]]:
+    """(before ready, after ready): every width up to `max_width` (None:
+    all) at batch size 1; then the wider widths at batch size 1 (a lone
+    crop of any width needs one), then the rest."""
+    def core(s: Shape) -> bool:
+        return s[0] == 1 and (max_width is None or s[1] <= max_width)
+    return ([s for s in shapes if core(s)],
+            [s for s in shapes if s[0] == 1 and not core(s)] + [s for s in shapes if s[0] != 1])
 
 
 def kept_shapes(shapes: Sequence[Shape], sizes: Optional[Sequence[int]]) -> list[Shape]:
@@ -75,7 +83,8 @@ class DeferredShapes:
     def sizes(self, n: int, width: int) -> list[int]:
         """n crops at `width` as predictor batch sizes of built shapes: [n]
         when (n, width) is built, else the largest built size that fits,
-        repeatedly (1 when none is: it is then built by this batch)."""
+        repeatedly (1 when none is: it is then built by this batch, and
+        counted built: run_split)."""
         if (n, width) in self.built:
             return [n]
         out, rest = [], n
@@ -90,19 +99,26 @@ class DeferredShapes:
         built shapes; the answers in the items' order. On the predictor's thread."""
         sizes = self.sizes(len(items), width)
         if len(sizes) == 1:
-            return fn(items)
+            out = fn(items)
+            self.built.add((sizes[0], width))  # run once: built (the background build skips it)
+            return out
         self.split_batches += 1
-        out: list = []
+        out = []
         start = 0
         for m in sizes:
             out += fn(items[start:start + m])
+            self.built.add((m, width))
             start += m
         return out
 
     def build_next(self, busy: Callable[[], bool]) -> bool:
         """On the predictor's thread: build the next shape, unless a batch
         is waiting (busy()); False when it gave way."""
+        while self._left and self._left[0][0] in self.built:  # a batch ran it meanwhile
+            self._left.popleft()
         if not self._left:
+            if self.finished_at is None:
+                self.finished_at = time.time()
             return False
         if busy():
             self.yielded += 1

@@ -142,9 +142,10 @@ def test_it_reads_what_the_engine_reads_under_concurrency(light, engine_reads):
 
 
 def test_the_recogniser_builds_its_other_shapes_after_ready_and_reads_the_same(light, engine_reads):
-    """recognizer.warm: core (the default): ready with every width at batch
-    size 1; the other 36 shapes its `batch_sizes: [1, 2, 4]` keeps (51 of
-    71) are built in the replica's idle moments
+    """recognizer.warm: core (the default): ready with the widths up to
+    1024 at batch size 1 (recognizer.warm_core_max_width); the other 42
+    shapes its `batch_sizes: [1, 2, 4]` keeps (51 of 71) are built in the
+    replica's idle moments
     (serve_app/serving/shapes_after_ready.py), and what it reads is the
     engine's before (the test above), meanwhile and after, a batch of a
     size not kept (3, 5) running as kept ones."""

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from serve_app.core.app_args import RecognizerArgs
 from serve_app.core.engine_config import RecOptions
 from serve_app.inference.runners import TextRecognizer
 from serve_app.ocr.recognition import batch_width, input_shapes
@@ -91,6 +92,33 @@ def test_the_core_set_is_every_width_at_batch_size_one():
     assert len(shapes) == 71 and len(now) == 15 and len(later) == 56
     assert sorted(w for _, w in now) == sorted(RecOptions().width_ladder)
     assert all(n == 1 for n, _ in now) and all(n > 1 for n, _ in later)
+
+
+def test_the_core_set_stops_at_its_widest_width_and_the_wider_lone_crops_are_built_first_after_ready():
+    shapes = input_shapes(RecOptions())
+    now, later = core_shapes(shapes, RecognizerArgs().warm_core_max_width)
+    assert [w for _, w in now] == [w for w in RecOptions().width_ladder if w <= 1024] and len(now) == 9
+    assert later[:6] == [(1, w) for w in RecOptions().width_ladder if w > 1024]
+    assert all(n > 1 for n, _ in later[6:]) and sorted(now + later) == sorted(shapes)
+
+
+def test_a_width_with_nothing_built_runs_its_crops_one_by_one_and_is_built_by_the_first():
+    ran = []
+    d = DeferredShapes([(1, 320)], [((1, 2048), lambda _: ran.append("build"), None),
+                                    ((2, 2048), lambda _: ran.append("build2"), None)])
+    assert d.sizes(3, 2048) == [1, 1, 1]
+    out = d.run_split(lambda items: ran.append(len(items)) or [x * 10 for x in items], [1, 2, 3], 2048)
+    assert out == [10, 20, 30] and ran == [1, 1, 1] and (1, 2048) in d.built
+    assert d.build_next(lambda: False) is True  # (1, 2048) skipped: the batch built it; (2, 2048) built
+    assert ran[-1] == "build2" and d.left == 0 and d.stats()["finished_at"] is not None
+    assert d.sizes(2, 2048) == [2]
+
+
+def test_a_batch_that_fails_leaves_its_shape_unbuilt():
+    d = DeferredShapes([(1, 320)], [((1, 2048), lambda _: None, None)])
+    with pytest.raises(RuntimeError):
+        d.run_split(lambda items: (_ for _ in ()).throw(RuntimeError("boom")), [1], 2048)
+    assert (1, 2048) not in d.built and d.left == 1
 
 
 @pytest.mark.parametrize("built, n, want", [
