@@ -68,16 +68,29 @@ def start_ray(**init_kwargs) -> None:
     # address="local": always a new cluster of our own, never one found running.
     init_kwargs = {"include_dashboard": False, "log_to_driver": False, "object_store_memory": OBJECT_STORE_BYTES,
                    **init_kwargs}
-    try:
-        ray.init(address="local", **init_kwargs)
-    except Exception as e:
-        # On a loaded 2-core machine a new cluster's GCS can miss Ray's start-up
-        # deadline while the previous cluster's processes are still exiting
-        # ("The current node timed out during startup"): once more, after they have.
-        print(f"ray.init failed ({e}); retrying once")
-        ray.shutdown()
-        wait_ray_gone()
-        ray.init(address="local", **init_kwargs)
+    # On a loaded 2-core machine a new cluster's GCS can miss Ray's start-up
+    # deadline while the previous cluster's processes are still exiting
+    # ("The current node timed out during startup"): again, after they have.
+    # In one full run (15:39 UTC, 2026-12-05) two starts in a row found no
+    # raylet registered within Ray's 30 s and the next module's start, 40 s
+    # later, was fine: three tries, each after the last one's processes are gone.
+    tried(lambda: ray.init(address="local", **init_kwargs), lambda: (ray.shutdown(), wait_ray_gone()))
+
+
+START_TRIES = 3
+
+
+def tried(start: Callable[[], object], undo: Callable[[], object], tries: int = START_TRIES) -> None:
+    """start(), up to `tries` times, undo() after each failure but the last (which raises)."""
+    for attempt in range(1, tries + 1):
+        try:
+            start()
+            return
+        except Exception as e:
+            if attempt == tries:
+                raise
+            print(f"ray.init failed ({e}); try {attempt + 1} of {tries}")
+            undo()
 
 
 def wait_ray_gone(timeout_s: float = 30.0) -> None:

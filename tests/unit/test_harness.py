@@ -130,3 +130,21 @@ def test_the_wait_for_ray_to_exit_sees_a_running_raylet_and_not_a_zombie_one():
         running.send_signal(signal.SIGKILL)
         running.wait()
         exiting.wait()
+
+
+def test_a_cluster_start_is_tried_three_times_each_after_the_last_ones_processes_are_gone():
+    from harness.service import tried
+
+    calls, fails = [], [RuntimeError("The current node timed out during startup")] * 2
+
+    def start():
+        calls.append("init")
+        if fails:
+            raise fails.pop()
+
+    tried(start, lambda: calls.append("shutdown, gone"))
+    assert calls == ["init", "shutdown, gone", "init", "shutdown, gone", "init"]
+    fails[:], calls[:] = [RuntimeError("a")] * 3, []
+    with pytest.raises(RuntimeError):  # a start that keeps failing still fails the module
+        tried(start, lambda: calls.append("shutdown, gone"))
+    assert calls.count("init") == 3
