@@ -68,12 +68,10 @@ def start_ray(**init_kwargs) -> None:
     # address="local": always a new cluster of our own, never one found running.
     init_kwargs = {"include_dashboard": False, "log_to_driver": False, "object_store_memory": OBJECT_STORE_BYTES,
                    **init_kwargs}
-    # On a loaded 2-core machine a new cluster's GCS can miss Ray's start-up
-    # deadline while the previous cluster's processes are still exiting
-    # ("The current node timed out during startup"): again, after they have.
-    # In one full run (15:39 UTC, 2026-12-05) two starts in a row found no
-    # raylet registered within Ray's 30 s and the next module's start, 40 s
-    # later, was fine: three tries, each after the last one's processes are gone.
+    # On a loaded 2-core machine a new cluster can miss Ray's start-up deadline
+    # ("The current node timed out during startup": no raylet registered within
+    # 30 s), sometimes twice in a row: up to START_TRIES tries, each after the
+    # last one's processes are gone.
     tried(lambda: ray.init(address="local", **init_kwargs), lambda: (ray.shutdown(), wait_ray_gone()))
 
 

@@ -130,11 +130,10 @@ class RecognizerArgs(ModelArgs):
     warm_core_max_width: int = Field(
         1024, ge=1,
         description="With warm \"core\": the widest crop width (at height 48) warmed before the replica is "
-        "ready. A shape's first run costs about as much again as its next ones, and the wide ones are the "
-        "slowest: warming the 6 widths above 1024 took ~0.7 s of the recogniser's ~1.1 s warm-up here, and "
-        "with them after ready make serve's later starts were ready in a median 11.2 s against 12.1 s in paired "
-        "starts (docs/performance.md). A "
-        "line that wide in the first seconds after ready costs its width's one build (~50-190 ms).")
+        "ready; the wider widths at batch size 1 are the first shapes built after it. A shape's first run "
+        "costs about as much again as its next ones, and the wide ones cost most (docs/performance.md, "
+        "start-up). A line that wide in the first seconds after ready costs its width's one build (~50-190 "
+        "ms here).")
     batch_sizes: Optional[list[int]] = Field(
         None,
         description="The predictor batch sizes a replica builds at each width, besides the width's largest (a full "
