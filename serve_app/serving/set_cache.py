@@ -204,7 +204,8 @@ class DeploymentSets:
     503 (ModelLoading) with the remaining time, as SetCache does; other
     requests for the set join the same wait. `running()`: set -> whether
     both its stages have a running replica (Serve's status, read on a
-    thread, at most once a second)."""
+    thread, at most once a second; `refresh(fresh=True)`, for /readyz and
+    the stats page, reads it now, so that a probe after a set came up sees it)."""
 
     def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, bool]],
                  loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic):
@@ -218,8 +219,8 @@ class DeploymentSets:
         self._answered: dict[str, float] = {}  # set -> when its stages last answered a start
         self.load_s: dict[str, float] = {}
 
-    async def refresh(self) -> dict[str, bool]:
-        if self._clock() - self._seen_at >= 1.0:
+    async def refresh(self, fresh: bool = False) -> dict[str, bool]:
+        if fresh or self._clock() - self._seen_at >= 1.0:
             self._seen_at = self._clock()
             try:
                 seen = await asyncio.to_thread(self._running)

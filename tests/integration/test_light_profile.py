@@ -98,13 +98,22 @@ def test_one_recogniser_process_holds_the_three_stages(light):
     from ray import serve
 
     url, config = light
-    r = requests.get(f"{url}/readyz", timeout=10)
     # The default set's stages; with the pipeline apart, every catalogued set's (deployments of their
     # own, a further set's as "det@SET" and "rec@SET"); beside the pipeline, further sets load on demand.
+    # /readyz is 200 once the default set's stages answer; a further set's stages join its answer once
+    # Serve runs them (the fixture waited for every replica) and the next probe (ready_cache_s) saw them.
     models = models_deployment(config)
     further = {} if models == "OcrPipeline" else {
         f"{stage}@{name}": True for name in ("ppocrv4_mobile", "ppocrv6_tiny") for stage in ("det", "rec")}
-    assert r.status_code == 200 and r.json()["stages"] == {"det": True, "cls": True, "rec": True, **further}
+    want = {"det": True, "cls": True, "rec": True, **further}
+    deadline = time.monotonic() + 15
+    while True:
+        r = requests.get(f"{url}/readyz", timeout=10)
+        assert r.status_code == 200, r.text
+        if r.json()["stages"] == want or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert r.json()["stages"] == want
     deployments = serve.status().applications["ocr"].deployments
     assert "DirectionClassifier" not in deployments and "TextDetector" not in deployments
     assert deployments[models].replica_states == {"RUNNING": 1}

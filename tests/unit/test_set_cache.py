@@ -235,3 +235,22 @@ def test_a_client_naming_the_sets_in_turn_makes_at_most_one_load_per_min_residen
 
     asyncio.run(main())
     assert b.built == ["v4", "tiny"] and b.closed == ["models of v4"]
+
+
+def test_a_fresh_read_of_the_per_stage_sets_sees_a_set_that_came_up_within_the_second():
+    """Serve's status is read at most once a second for requests; /readyz and the stats page read it
+    afresh, so a probe after a further set's replicas came up lists that set's stages."""
+    from serve_app.serving.set_cache import DeploymentSets
+
+    clock = Clock()
+    up = {"v4": False}
+
+    async def main():
+        sets = DeploymentSets(CATALOGUE, lambda name: asyncio.sleep(0), lambda: dict(up), clock=clock)
+        assert await sets.refresh() == {"v4": False}
+        up["v4"] = True
+        clock.t += 0.5
+        assert await sets.refresh() == {"v4": False} and not sets.loaded("v4")  # within the second: as read
+        assert await sets.refresh(fresh=True) == {"v4": True} and sets.loaded("v4")
+
+    asyncio.run(main())
