@@ -220,7 +220,7 @@ class DeploymentSets:
         self.load_s: dict[str, float] = {}
 
     async def refresh(self, fresh: bool = False) -> dict[str, bool]:
-        if fresh or self._clock() - self._seen_at >= 1.0:
+        if len(self.catalogue) > 1 and (fresh or self._clock() - self._seen_at >= 1.0):  # else: no status to read
             self._seen_at = self._clock()
             try:
                 seen = await asyncio.to_thread(self._running)

@@ -253,4 +253,10 @@ def test_a_fresh_read_of_the_per_stage_sets_sees_a_set_that_came_up_within_the_s
         assert await sets.refresh() == {"v4": False} and not sets.loaded("v4")  # within the second: as read
         assert await sets.refresh(fresh=True) == {"v4": True} and sets.loaded("v4")
 
+        def unread() -> dict:
+            raise AssertionError("a catalogue of the default alone has no status to read")
+
+        alone = DeploymentSets(CATALOGUE[:1], lambda name: asyncio.sleep(0), unread, clock=clock)
+        assert await alone.refresh(fresh=True) == {} and alone.loaded(CATALOGUE[0])
+
     asyncio.run(main())
