@@ -26,7 +26,13 @@ done; PSS again; the service is stopped (SIGTERM) and started again with
 the same cache folder: the second start's time to /readyz. The one-client
 pass starts once the recogniser's shapes built after ready are built (the
 engine is timed warmed too); the first request, right after ready, is
-timed on its own. PSS is read
+timed on its own. After the 8 clients the engine is started again in a
+child process beside the running service (warmed on the text-line images),
+and the two read each text-line image in turn, `--line-passes` + 1 times,
+the engine first every other pair: the one-client overhead as the p50 of
+the per-pair differences, both sides on the machine at the same moments
+(the round's engine above ran before the service, without Ray's processes
+beside it). PSS is read
 right after the peer set, again after 3 s idle (past the model processes'
 `malloc_trim_idle_s`: serve_app/serving/heap.py), and right after the 8
 clients. Ready means
@@ -162,6 +168,10 @@ def table(engine: dict, runs: list[dict]) -> str:
          [f"{_f(r['p50_peer'])} ({_f(r['p50_peer'] - engine['p50_peer'], plus=True)})" for r in runs]),
         ("one client p50 ms, text lines (engine " + _f(engine["p50_lines"]) + ")",
          [f"{_f(r['p50_lines'])} ({_f(r['p50_lines'] - engine['p50_lines'], plus=True)})" for r in runs]),
+        ("one client p50 ms, text lines, paired image by image with the engine beside the service (engine p50): "
+         "p50 of the differences", [f"{_f(r['paired']['service_p50'])} ({_f(r['paired']['engine_p50'])}): "
+                                    f"{_f(r['paired']['over_p50'], 1, plus=True)}" if r.get("paired") else "-"
+                                    for r in runs]),
         (f"first request after ready ms ({FIRST_IMAGE}; in the peer pass after it)",
          [f"{_f(r['first_ms'])} ({_f(r['steady_ms'])})" for r in runs]),
         ("recogniser shapes left to build: after the first request / at the PSS reading",
@@ -225,6 +235,65 @@ def run_engine(names: list[str], lines: list[str], passes: int, precision: Optio
         raise RuntimeError(f"engine child failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
     return {**r, "p50_peer": median(r["ms_peer"]), "p50_lines": median(r["ms_lines"])}
+
+
+def engine_server(names: list[str], precision: Optional[str] = None) -> None:
+    """The engine as run_engine's, kept: warmed on `names`, then one read per
+    image name on stdin, its ms on stdout (a line each)."""
+    from harness.peer import PEER
+
+    from serve_app.engine import OcrEngine, default_engine_config
+
+    data = {n: (PEER / n).read_bytes() for n in names}
+    config = default_engine_config()
+    if precision:
+        config = config.model_copy(update={"predictor": config.predictor.model_copy(
+            update={"openvino_precision": precision})})
+    with OcrEngine(config) as eng:
+        eng.warm()
+        for n in names:
+            eng.read(data[n])
+        print("ready", flush=True)
+        for line in sys.stdin:
+            t = time.perf_counter()
+            eng.read(data[line.strip()])
+            print(f"{(time.perf_counter() - t) * 1000:.3f}", flush=True)
+
+
+class EngineBeside:
+    """engine_server in a child process, beside a running service."""
+
+    def __init__(self, names: list[str], precision: Optional[str] = None):
+        cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-server", json.dumps([names, precision])]
+        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, cwd=str(ROOT))
+        if self.proc.stdout.readline().strip() != "ready":
+            self.close()
+            raise RuntimeError("the engine beside the service did not start")
+
+    def read(self, name: str) -> float:
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        return float(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def paired_order(n_pairs: int) -> list[bool]:
+    """Per pair, whether the engine reads first: alternately, so that neither
+    side always follows the other's work."""
+    return [k % 2 == 0 for k in range(n_pairs)]
+
+
+def paired(engine_ms: list[float], service_ms: list[float]) -> dict:
+    """The service's one-client overhead from reads paired image by image:
+    each side's p50 and the p50 of the per-pair differences."""
+    return {"engine_p50": median(engine_ms), "service_p50": median(service_ms),
+            "over_p50": median([s - e for e, s in zip(engine_ms, service_ms)]), "pairs": len(engine_ms)}
 
 
 # -- the service ---------------------------------------------------------------------
@@ -401,9 +470,38 @@ def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, 
 IDLE_S = 3.0  # the idle PSS reading's wait after the peer set
 
 
+def paired_lines(url: str, lines: list[str], data: dict[str, bytes], passes: int,
+                 precision: Optional[str]) -> dict:
+    """The engine (EngineBeside) and the service (one client, no cache) read
+    each text-line image in turn, `passes` times, the engine first every
+    other pair: both on the same machine at the same moments."""
+    import requests
+
+    eng = EngineBeside(lines, precision)
+    engine_ms, service_ms = [], []
+    try:
+        with requests.Session() as s:
+            def served(n: str) -> float:
+                ms, texts = post(s, url, n, data[n])
+                if texts is None:
+                    raise RuntimeError(f"the service failed on {n} in the paired pass")
+                return ms
+
+            for n, engine_first in zip(lines * passes, paired_order(passes * len(lines))):
+                if engine_first:
+                    engine_ms.append(eng.read(n))
+                    service_ms.append(served(n))
+                else:
+                    service_ms.append(served(n))
+                    engine_ms.append(eng.read(n))
+    finally:
+        eng.close()
+    return paired(engine_ms, service_ms)
+
+
 def measure_config(name: str, config: Path, names: list[str], lines: list[str], passes: int,
                    engine: dict, labels: dict, n_clients: int, timeout_s: float,
-                   overrides: Optional[list] = None) -> dict:
+                   overrides: Optional[list] = None, precision: Optional[str] = None) -> dict:
     import requests
 
     from harness.peer import PEER
@@ -445,6 +543,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
         load = clients(svc.url, names, data, n_clients, 2)
         out.update(rate_8=load["rate"], errors_8=load["errors"],
                    pss_total_loaded=sum(p["pss"] for p in svc.processes()))
+        out["paired"] = paired_lines(svc.url, lines, data, passes + 1, precision)
         out["sets"] = further_sets(svc, data[lines[0]])
         svc.stop()
         out["ready_second_s"] = svc.start(timeout_s)
@@ -497,12 +596,16 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
                     "on a CPU with native bf16); fp32 on such a CPU is what `auto` picks on one without it (the "
                     "cores' other instructions stay this CPU's)")
     ap.add_argument("--engine-child", help=argparse.SUPPRESS)
+    ap.add_argument("--engine-server", help=argparse.SUPPRESS)
 
 
 def main(args: argparse.Namespace) -> int:
     a = args
     if a.engine_child:
         print(json.dumps(engine_child(*json.loads(a.engine_child))))
+        return
+    if a.engine_server:
+        engine_server(*json.loads(a.engine_server))
         return
     from harness.peer import expected, peer_names
 
@@ -527,12 +630,14 @@ def main(args: argparse.Namespace) -> int:
               flush=True)
         for name, path, overrides in (configs if rnd % 2 == 0 else configs[::-1]):
             r = measure_config(name, path, names, lines, a.line_passes, eng, labels, a.clients, a.ready_timeout,
-                               overrides)
+                               overrides, a.precision)
             r["round"] = rnd
             runs.append(r)
             print(f"round {rnd} {name}: PSS {r['pss_total']:.0f} MB, ready {r['ready_first_s']:.1f}/"
                   f"{r['ready_second_s']:.1f} s, p50 {r['p50_peer']:.0f}/{r['p50_lines']:.0f} ms, "
-                  f"{r['rate_8']:.2f} img/s, lines {r['reading']['lines']}", flush=True)
+                  f"{r['rate_8']:.2f} img/s, lines {r['reading']['lines']}; paired on text lines "
+                  f"{r['paired']['service_p50']:.0f} ms against the engine's {r['paired']['engine_p50']:.0f}, "
+                  f"differences' p50 {r['paired']['over_p50']:+.1f} ms", flush=True)
     print(f"\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s; "
           f"load average at start {tuple(round(x, 2) for x in load0)}, at end "
           f"{tuple(round(x, 2) for x in os.getloadavg())}; OpenVINO precision {a.precision or 'auto'}; "
@@ -570,6 +675,11 @@ def smoke(args: argparse.Namespace) -> int:
            "ready_first_s": 30.0, "ready_second_s": 20.0, "p50_peer": 250.0, "p50_lines": 120.0, "first_ms": 300.0,
            "steady_ms": 200.0, "rate_8": 3.5, "errors_8": 0,
            "reading": {"lines": 665, "cer": 0.0956, "same_as_engine": 60, "images": 60}}
+    check(paired_order(4) == [True, False, True, False], "the engine reads first every other pair")
+    pr = paired([40.0, 50.0, 45.0], [55.0, 58.0, 70.0])
+    check((pr["engine_p50"], pr["service_p50"], pr["over_p50"], pr["pairs"]) == (45.0, 58.0, 15.0, 3),
+          f"paired: {pr}")
+    run["paired"] = pr
     text = table({"p50_peer": 200.0, "p50_lines": 100.0, "reading": {"lines": 665, "cer": 0.0956}}, [run])
     check(text.splitlines()[0] == "| | deployments.yaml (round 0) |", "the table's header")
     print(text)
