@@ -430,7 +430,7 @@ class OcrPipeline:
             got = await asyncio.gather(*(one(h, name) for _ in range(max(1, calls.get(name, 1)))))
             return list({s["pid"]: s for s in got if s}.values())
 
-        await self.sets.refresh(fresh=True)
+        await self.sets.refresh()
         live = self._live()
         answers = await asyncio.gather(*(stage(n, h) for n, h in live.items()))
         return dict(zip(live, answers))
@@ -444,7 +444,7 @@ class OcrPipeline:
             except Exception:
                 return False
 
-        await self.sets.refresh(fresh=True)
+        await self.sets.refresh()
         live = self._live()
         results = await asyncio.gather(*(one(h) for h in live.values()))
         return dict(zip(live, results))

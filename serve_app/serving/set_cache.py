@@ -204,8 +204,8 @@ class DeploymentSets:
     503 (ModelLoading) with the remaining time, as SetCache does; other
     requests for the set join the same wait. `running()`: set -> whether
     both its stages have a running replica (Serve's status, read on a
-    thread, at most once a second; `refresh(fresh=True)`, for /readyz and
-    the stats page, reads it now, so that a probe after a set came up sees it)."""
+    thread, at most once a second: /readyz and the stats page list a set's
+    stages a second or two after Serve runs them)."""
 
     def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, bool]],
                  loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic):
@@ -219,8 +219,8 @@ class DeploymentSets:
         self._answered: dict[str, float] = {}  # set -> when its stages last answered a start
         self.load_s: dict[str, float] = {}
 
-    async def refresh(self, fresh: bool = False) -> dict[str, bool]:
-        if len(self.catalogue) > 1 and (fresh or self._clock() - self._seen_at >= 1.0):  # else: no status to read
+    async def refresh(self) -> dict[str, bool]:
+        if len(self.catalogue) > 1 and self._clock() - self._seen_at >= 1.0:  # else: no status to read
             self._seen_at = self._clock()
             try:
                 seen = await asyncio.to_thread(self._running)

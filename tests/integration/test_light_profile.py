@@ -100,8 +100,9 @@ def test_one_recogniser_process_holds_the_three_stages(light):
     url, config = light
     # The default set's stages; with the pipeline apart, every catalogued set's (deployments of their
     # own, a further set's as "det@SET" and "rec@SET"); beside the pipeline, further sets load on demand.
-    # /readyz is 200 once the default set's stages answer; a further set's stages join its answer once
-    # Serve runs them (the fixture waited for every replica) and the next probe (ready_cache_s) saw them.
+    # /readyz is 200 once the default set's stages answer; a further set's stages join its answer a
+    # second or two after Serve runs them (the fixture waited for every replica): the pipeline reads
+    # Serve's status at most once a second, and the front reuses a probe's answer for ready_cache_s.
     models = models_deployment(config)
     further = {} if models == "OcrPipeline" else {
         f"{stage}@{name}": True for name in ("ppocrv4_mobile", "ppocrv6_tiny") for stage in ("det", "rec")}

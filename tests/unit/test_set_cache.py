@@ -237,26 +237,33 @@ def test_a_client_naming_the_sets_in_turn_makes_at_most_one_load_per_min_residen
     assert b.built == ["v4", "tiny"] and b.closed == ["models of v4"]
 
 
-def test_a_fresh_read_of_the_per_stage_sets_sees_a_set_that_came_up_within_the_second():
-    """Serve's status is read at most once a second for requests; /readyz and the stats page read it
-    afresh, so a probe after a further set's replicas came up lists that set's stages."""
+def test_the_per_stage_sets_read_serves_status_at_most_once_a_second_and_never_for_the_default_alone():
+    """Serve's status (a call to its controller) is read at most once a second, whoever asks (requests,
+    /readyz's probes, the stats page); a catalogue of the default set alone never reads it."""
     from serve_app.serving.set_cache import DeploymentSets
 
     clock = Clock()
     up = {"v4": False}
+    reads = []
+
+    def running() -> dict:
+        reads.append(clock.t)
+        return dict(up)
 
     async def main():
-        sets = DeploymentSets(CATALOGUE, lambda name: asyncio.sleep(0), lambda: dict(up), clock=clock)
+        sets = DeploymentSets(CATALOGUE, lambda name: asyncio.sleep(0), running, clock=clock)
         assert await sets.refresh() == {"v4": False}
         up["v4"] = True
         clock.t += 0.5
         assert await sets.refresh() == {"v4": False} and not sets.loaded("v4")  # within the second: as read
-        assert await sets.refresh(fresh=True) == {"v4": True} and sets.loaded("v4")
+        clock.t += 0.5
+        assert await sets.refresh() == {"v4": True} and sets.loaded("v4")
+        assert reads == [1000.0, 1001.0]
 
         def unread() -> dict:
             raise AssertionError("a catalogue of the default alone has no status to read")
 
         alone = DeploymentSets(CATALOGUE[:1], lambda name: asyncio.sleep(0), unread, clock=clock)
-        assert await alone.refresh(fresh=True) == {} and alone.loaded(CATALOGUE[0])
+        assert await alone.refresh() == {} and alone.loaded(CATALOGUE[0])
 
     asyncio.run(main())
