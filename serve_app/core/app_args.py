@@ -60,7 +60,8 @@ class ModelArgs(_Args):
     canary_interval_s: float = Field(
         60.0, ge=0,
         description="The correctness canary (serve_app.serving.canary): each replica reads its golden input before it "
-        "is ready, after every reconfigure, and every this many seconds (checked within Serve's health "
+        "is ready, after every live reconfigure (not the one Serve makes as it starts the replica, right after "
+        "that first read), and every this many seconds (checked within Serve's health "
         "checks, so at most every health_check_period_s); 0 = not periodically.")
     malloc_mmap_threshold: Optional[int] = Field(
         None, ge=64 * 1024, le=32 * 1024 * 1024,

@@ -1,7 +1,9 @@
 """The correctness canary: a golden input each model stage must read the
 same way, checked by every model replica on its own predictor before it is
-ready, every `canary_interval_s`, and after every reconfigure. A mismatch
-fails the replica's health check, so Serve replaces it.
+ready, every `canary_interval_s`, and after every reconfigure of a
+running replica (Serve's first, as it starts the replica, comes right
+after the read before ready). A mismatch fails the replica's health
+check, so Serve replaces it.
 
 The golden image is drawn here (one black word on white, OpenCV's Hershey
 font), so it ships with the package; the text it must read is GOLDEN_TEXT

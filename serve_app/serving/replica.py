@@ -92,6 +92,7 @@ class ModelReplica:
         self._pending = 0
         self._seq = 0
         self.canary: Optional[Canary] = None
+        self.health_checked = False  # by Serve, once: the start's reconfigure came before it
         self._probe: Optional[Callable[[], CanaryResult]] = None
         # In front of the FIFO batch queue: interactive first (serve_app.core.lanes); None: no lanes.
         self.gate: Optional[PriorityGate] = None
@@ -249,7 +250,7 @@ class ModelReplica:
         the user_config laid over the code's defaults, so it says all that
         differs (a knob it leaves out is the default again, as the file says)."""
         self.knobs = self.defaults.updated(user_config)
-        if self.canary is not None:
+        if self.canary is not None and self.health_checked:  # at the start, the warm-up's canary has just run
             self.canary.mark_due()
         batched.set_max_batch_size(self.knobs.max_batch_size)
         batched.set_batch_wait_timeout_s(self.knobs.batch_wait_timeout_s)
@@ -315,6 +316,7 @@ class ModelReplica:
             if self.canary.due():
                 await self.predictor.call_async(self.canary.run, self._probe)
             self.canary.raise_if_failed()
+        self.health_checked = True
 
     def stats(self) -> dict[str, Any]:
         """For operators and tests: who this replica is and what it batched."""
