@@ -199,18 +199,25 @@ def table(engine: dict, runs: list[dict]) -> str:
 # -- the engine (child process) ----------------------------------------------------
 
 
-def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
-    from harness.peer import PEER
+def engine_config(precision: Optional[str] = None):
+    """The in-process engine's defaults, OpenVINO's precision set when given."""
+    from serve_app.engine import default_engine_config
 
-    from serve_app.engine import OcrEngine, default_engine_config
-
-    data = {n: (PEER / n).read_bytes() for n in names}
-    ms_peer, ms_lines, reads = [], [], {}
     config = default_engine_config()
     if precision:
         config = config.model_copy(update={"predictor": config.predictor.model_copy(
             update={"openvino_precision": precision})})
-    with OcrEngine(config) as eng:
+    return config
+
+
+def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
+    from harness.peer import PEER
+
+    from serve_app.engine import OcrEngine
+
+    data = {n: (PEER / n).read_bytes() for n in names}
+    ms_peer, ms_lines, reads = [], [], {}
+    with OcrEngine(engine_config(precision)) as eng:
         eng.warm()
         for n in names:
             t = time.perf_counter()
@@ -243,14 +250,10 @@ def engine_server(names: list[str], precision: Optional[str] = None) -> None:
     image name on stdin, its ms on stdout (a line each)."""
     from harness.peer import PEER
 
-    from serve_app.engine import OcrEngine, default_engine_config
+    from serve_app.engine import OcrEngine
 
     data = {n: (PEER / n).read_bytes() for n in names}
-    config = default_engine_config()
-    if precision:
-        config = config.model_copy(update={"predictor": config.predictor.model_copy(
-            update={"openvino_precision": precision})})
-    with OcrEngine(config) as eng:
+    with OcrEngine(engine_config(precision)) as eng:
         eng.warm()
         for n in names:
             eng.read(data[n])
