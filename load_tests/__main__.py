@@ -33,6 +33,7 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "tiers-speed": "load_tests.tiers_speed",
         "tiers-breakdown": "load_tests.tiers_breakdown",
         "tiers-ops": "load_tests.tiers_ops",
+        "int8": "load_tests.int8_probe",
     }),
     "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
         "budget": "load_tests.hops",
