@@ -158,26 +158,20 @@ def quantize(src: str, out: str, args: argparse.Namespace) -> dict:
 # --- step 2: per call ---------------------------------------------------------------------
 
 
-def predictor(folder: str, precision: str):
-    """Paddle Inference on one thread: "paddle" = Paddle's own CPU kernels,
-    else OpenVINO at that precision (the service's passes deleted as it does)."""
+def predictor(folder: str, precision: str, model: str):
+    """Paddle Inference on one thread, configured as the service configures
+    it (serve_app.inference.predictor.build_paddle_config): "paddle" =
+    Paddle's own CPU kernels, else OpenVINO at that precision."""
     from paddle import inference
 
-    cfg = inference.Config(f"{folder}/inference.pdmodel", f"{folder}/inference.pdiparams")
-    cfg.disable_gpu()
-    cfg.set_cpu_math_library_num_threads(1)
-    if precision == "paddle":
-        cfg.disable_mkldnn()
-        cfg.switch_ir_optim(False)
-    else:
-        cfg.enable_openvino_engine({"fp32": inference.PrecisionType.Float32,
-                                    "bf16": inference.PrecisionType.Bfloat16}[precision])
-        cfg.switch_ir_optim(True)
-        cfg.delete_pass("conv_transpose_eltwiseadd_bn_fuse_pass")
-        cfg.delete_pass("matmul_transpose_reshape_fuse_pass")
-    cfg.disable_glog_info()
-    cfg.switch_use_feed_fetch_ops(False)
-    return inference.create_predictor(cfg)
+    from serve_app.core.engine_config import PredictorOptions
+    from serve_app.inference.predictor import build_paddle_config
+    from serve_app.inference.weights import model_files
+
+    opts = PredictorOptions(cpu_math_library_num_threads=1, enable_memory_optim=False,
+                            enable_openvino_engine=precision != "paddle", enable_mkldnn=False,
+                            openvino_precision="fp32" if precision == "paddle" else precision)
+    return inference.create_predictor(build_paddle_config(model_files("rec", folder, model), opts))
 
 
 def call(p, x):
@@ -201,7 +195,7 @@ def per_call(src: str, q: str, args: argparse.Namespace) -> list[dict]:
     if cpu_has_bf16():
         variants.append(("bf16, OpenVINO", src, "bf16"))
     variants += [("int8 program, Paddle's kernels", q, "paddle"), ("int8 program, OpenVINO", q, "fp32")]
-    preds = [predictor(d, prec) for _, d, prec in variants]
+    preds = [predictor(d, prec, args.set) for _, d, prec in variants]
     rows = []
     for n, width in [(n, int(w)) for w in args.widths.split(",") for n in sorted({1, args.batch})]:
         full = stage_inputs("rec", engine)((args.batch, 3, engine.rec.image_height, width))
