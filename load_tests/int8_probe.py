@@ -197,8 +197,10 @@ def per_call(src: str, q: str, args: argparse.Namespace) -> list[dict]:
     variants += [("int8 program, Paddle's kernels", q, "paddle"), ("int8 program, OpenVINO", q, "fp32")]
     preds = [predictor(d, prec, args.set) for _, d, prec in variants]
     rows = []
-    for n, width in [(n, int(w)) for w in args.widths.split(",") for n in sorted({1, args.batch})]:
-        full = stage_inputs("rec", engine)((args.batch, 3, engine.rec.image_height, width))
+    crops = {w: stage_inputs("rec", engine)((args.batch, 3, engine.rec.image_height, w))  # read once per width
+             for w in map(int, args.widths.split(","))}
+    for n, width in [(n, w) for w in crops for n in sorted({1, args.batch})]:
+        full = crops[width]
         items = [b[k:k + 1] for b in full for k in range(len(b))] if n == 1 else full
         items = items[:max(1, 48 // n)]
         outs = [[call(p, x).argmax(-1) for x in items] for p in preds]
