@@ -34,6 +34,8 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "tiers-breakdown": "load_tests.tiers_breakdown",
         "tiers-ops": "load_tests.tiers_ops",
         "int8": "load_tests.int8_probe",
+        "static-shapes": "load_tests.static_shapes",
+        "ladder": "load_tests.det_ladder",
     }),
     "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
         "budget": "load_tests.hops",
