@@ -72,7 +72,8 @@ def start_ray(**init_kwargs) -> None:
     # ("The current node timed out during startup": no raylet registered within
     # 30 s), sometimes twice in a row: up to START_TRIES tries, each after the
     # last one's processes are gone.
-    tried(lambda: ray.init(address="local", **init_kwargs), lambda: (ray.shutdown(), wait_ray_gone()))
+    tried(lambda: ray.init(address="local", **init_kwargs),
+          lambda: (ray.shutdown(), kill_own_ray_leftovers(), wait_ray_gone()))
 
 
 START_TRIES = 3
@@ -91,23 +92,61 @@ def tried(start: Callable[[], object], undo: Callable[[], object], tries: int = 
             undo()
 
 
-def wait_ray_gone(timeout_s: float = 30.0) -> None:
+def wait_ray_gone(timeout_s: float = 30.0, own_grace_s: float = 5.0) -> None:
     """Wait (bounded) until no Ray raylet or GCS process is left on this
     machine: a stopped local cluster's processes take a while to exit, and a
-    new one started meanwhile competes with them for the cores."""
-    deadline = time.monotonic() + timeout_s
+    new one started meanwhile competes with them for the cores. Those this
+    process started (its children) get `own_grace_s` to exit, then are
+    killed (kill_own_ray_leftovers); others' are only waited for."""
+    t0 = time.monotonic()
+    deadline, killed = t0 + timeout_s, False
     while time.monotonic() < deadline:
         left = ray_processes()
         if not left:
             return
+        if not killed and time.monotonic() - t0 >= own_grace_s:
+            killed = bool(kill_own_ray_leftovers())
         time.sleep(0.5)
-    # Seen in one full run: three module teardowns each waited the whole 30 s
-    # (cause not found yet). Say which processes were left, in pytest's
-    # warnings summary, so the next such run names them.
+    # Say which processes were left, in pytest's warnings summary.
     import warnings
 
     warnings.warn(f"Ray processes still running {timeout_s:.0f} s after the cluster was stopped: {left}",
                   RuntimeWarning)  # not a UserWarning: pyproject.toml filters those out
+
+
+def kill_own_ray_leftovers() -> list[int]:
+    """SIGKILL this process's child Ray processes (raylet, gcs_server and the
+    head's Python daemons: dashboard, monitor, log monitor) while no cluster
+    of this process's is up; returns their pids. A ray.init that fails part
+    way leaves them running and ray.shutdown() knows nothing of them: seen in
+    one `make test`, a GCS started with no raylet ever joining it (a loaded
+    2-core machine; the retry then started a cluster that worked) lived to the
+    end of the run, and eight later module teardowns each waited the whole
+    30 s of wait_ray_gone for it."""
+    import signal
+    import sys
+
+    ray = sys.modules.get("ray")  # not imported: no cluster of this process's is up
+    if ray is not None and ray.is_initialized():
+        return []
+    me, killed = str(os.getpid()), []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            if ppid != me or state == "Z":
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"site-packages/ray/" not in f.read():
+                    continue
+            os.kill(int(pid), signal.SIGKILL)
+            os.waitpid(int(pid), 0)  # reaped: not left as a zombie of this process
+            killed.append(int(pid))
+        except (OSError, ChildProcessError):
+            pass
+    return killed
 
 
 def ray_processes() -> list[str]:

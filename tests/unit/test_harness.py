@@ -148,3 +148,42 @@ def test_a_cluster_start_is_tried_three_times_each_after_the_last_ones_processes
     with pytest.raises(RuntimeError):  # a start that keeps failing still fails the module
         tried(start, lambda: calls.append("shutdown, gone"))
     assert calls.count("init") == 3
+
+
+def test_a_stopped_clusters_leftover_ray_processes_of_this_process_are_killed_and_others_are_left(monkeypatch):
+    """A ray.init that fails part way leaves its GCS (and the head's Python
+    daemons) running as this process's children, unknown to ray.shutdown():
+    wait_ray_gone kills them after its grace instead of waiting its whole
+    timeout (and warning) for them; a child that is not Ray's is left alone.
+    Only this test's processes count as running Ray here (another cluster on
+    the machine would be waited for, rightly)."""
+    import signal
+    import subprocess
+    import sys
+    import warnings
+
+    import harness.service as hs
+
+    named = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0); "
+             "print(flush=True); time.sleep(60)")  # 15: PR_SET_NAME
+    gcs = subprocess.Popen([sys.executable, "-c", named, "gcs_server", "/venv/lib/site-packages/ray/core/gcs_server"],
+                           stdout=subprocess.PIPE)
+    other = subprocess.Popen([sys.executable, "-c", named, "raylet", "not-ray's-own-path"], stdout=subprocess.PIPE)
+    try:
+        gcs.stdout.readline(), other.stdout.readline()
+        mine = {gcs.pid}
+        assert mine <= {int(p.split()[0]) for p in hs.ray_processes()}
+        every = hs.ray_processes
+        monkeypatch.setattr(hs, "ray_processes", lambda: [p for p in every() if int(p.split()[0]) in mine])
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            hs.wait_ray_gone(timeout_s=60, own_grace_s=0.2)
+        assert not [w for w in seen if "still running" in str(w.message)], [str(w.message) for w in seen]
+        assert not (Path("/proc") / str(gcs.pid)).exists()  # killed and reaped
+        assert other.poll() is None  # its command line is not Ray's: left running
+        assert hs.kill_own_ray_leftovers() == []
+    finally:
+        for p in (gcs, other):
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            p.wait()
