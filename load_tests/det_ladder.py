@@ -50,7 +50,7 @@ def engine_for(variant: str):
 
 def measure(args: argparse.Namespace) -> dict:
     from harness.eval_sets import build, score_item
-    from load_tests.tiers import _sampled
+    from load_tests.tiers import _sampled, interleaved_walls
 
     sets = {n: _sampled(build(n), args.sample) for n in args.sets}
     engines = {v: engine_for(v) for v in args.variants}
@@ -63,16 +63,10 @@ def measure(args: argparse.Namespace) -> dict:
                     lines = [(ln.text, [list(p) for p in ln.box]) for ln in eng.read(it.image).lines]
                     tot = [a + b for a, b in zip(tot, score_item(n, it.truth, it.boxes, lines))]
                 res[(v, n)] = {"images": len(items), "truth": tot[0], "exact": tot[2],
-                               "cer": tot[3] / max(tot[4], 1), "walls": []}
-        order = list(engines)
-        for r in range(args.repeats):
-            rotated = order[r % len(order):] + order[:r % len(order)]
-            for n, items in sets.items():
-                for it in items:
-                    for v in rotated:
-                        t = time.perf_counter()
-                        engines[v].read(it.image)
-                        res[(v, n)]["walls"].append(time.perf_counter() - t)
+                               "cer": tot[3] / max(tot[4], 1)}
+        for v, per_set in interleaved_walls(engines, sets, args.repeats).items():
+            for n, walls in per_set.items():
+                res[(v, n)]["walls"] = walls
     finally:
         for eng in engines.values():
             eng.close()

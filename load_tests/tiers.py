@@ -154,23 +154,31 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
 
     sets = {n: _sampled(build(n), sample) for n in set_names}
     engines = {m: OcrEngine(engine_config(m, threads, memory_optim), model=m) for m in models}
-    walls: dict[str, dict[str, list[float]]] = {m: {n: [] for n in sets} for m in models}
     try:
         for eng in engines.values():
             for items in sets.values():
                 for it in items:
                     eng.read(it.image)
-        for r in range(repeats):
-            order = models[r % len(models):] + models[:r % len(models)]
-            for name, items in sets.items():
-                for it in items:
-                    for m in order:
-                        t = time.perf_counter()
-                        engines[m].read(it.image)
-                        walls[m][name].append(time.perf_counter() - t)
+        return interleaved_walls(engines, sets, repeats)
     finally:
         for eng in engines.values():
             eng.close()
+
+
+def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int) -> dict[str, dict[str, list[float]]]:
+    """`repeats` timed passes, image by image, each image read by every
+    engine in turn (the order rotated each pass); engine key -> set -> the
+    wall seconds of each read."""
+    keys = list(engines)
+    walls: dict[str, dict[str, list[float]]] = {k: {n: [] for n in sets} for k in keys}
+    for r in range(repeats):
+        order = keys[r % len(keys):] + keys[:r % len(keys)]
+        for name, items in sets.items():
+            for it in items:
+                for k in order:
+                    t = time.perf_counter()
+                    engines[k].read(it.image)
+                    walls[k][name].append(time.perf_counter() - t)
     return walls
 
 
