@@ -134,8 +134,7 @@ def kill_own_ray_leftovers() -> list[int]:
         if not pid.isdigit():
             continue
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            state, ppid = _state_ppid(pid)
             if ppid != me or state == "Z":
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -149,6 +148,13 @@ def kill_own_ray_leftovers() -> list[int]:
     return killed
 
 
+def _state_ppid(pid: str) -> tuple[str, str]:
+    """A process's state letter and parent pid, from /proc (OSError if it is gone)."""
+    with open(f"/proc/{pid}/stat") as f:
+        state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+    return state, ppid
+
+
 def ray_processes() -> list[str]:
     """`pid comm state ppid` of every raylet and gcs_server process on this
     machine, less zombies: an exited one its parent has not reaped yet (seen
@@ -160,8 +166,7 @@ def ray_processes() -> list[str]:
                 with open(f"/proc/{pid}/comm") as f:
                     comm = f.read().strip()
                 if comm in ("raylet", "gcs_server"):
-                    with open(f"/proc/{pid}/stat") as f:
-                        state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+                    state, ppid = _state_ppid(pid)
                     if state != "Z":
                         out.append(f"{pid} {comm} {state} {ppid}")
             except OSError:
