@@ -80,6 +80,11 @@ class OcrOptions:
     # name is a 400 listing the served sets (resolve_model), before any work.
     # Part of the cache key: each set's result is its own.
     model: Annotated[Optional[str], Field(max_length=64)] = None
+    # Document structure (serve_app.structure): the page's layout regions in
+    # reading order, each table as rows and cells. Off: the answer has the
+    # fields and text it has without it, at no cost. format "markdown"
+    # will imply it.
+    structure: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -82,6 +82,62 @@ class Block:
 
 
 @dataclass(frozen=True)
+class TableCell:
+    """One cell of a table region: its grid place (0-based, spans of at
+    least 1), its box in the page's pixels, and the text of the page's
+    recognised lines that fall in it."""
+
+    row: int
+    col: int
+    rowspan: int
+    colspan: int
+    box: Box
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"row": self.row, "col": self.col, "rowspan": self.rowspan, "colspan": self.colspan,
+                "box": [[round(float(x), 1), round(float(y), 1)] for x, y in self.box], "text": self.text}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table's structure: its HTML (<table> with rowspan/colspan, cell
+    text escaped) and its cells as data."""
+
+    html: str
+    cells: tuple[TableCell, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"html": self.html, "cells": [c.to_dict() for c in self.cells]}
+
+
+# The layout detector's region types (PicoDet trained on CDLA), snake_case.
+REGION_TYPES = ("text", "title", "figure", "figure_caption", "table", "table_caption", "header", "footer",
+                "reference", "equation")
+
+
+@dataclass(frozen=True)
+class Region:
+    """A layout region of a page (options.structure): its type (one of
+    REGION_TYPES), box, the detector's score, the indices of the page's
+    lines inside it, and for a table its structure."""
+
+    type: str
+    box: Box
+    score: float
+    lines: tuple[int, ...] = ()
+    table: Optional[Table] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": self.type,
+                             "box": [[round(float(x), 1), round(float(y), 1)] for x, y in self.box],
+                             "score": round(float(self.score), 6), "lines": list(self.lines)}
+        if self.table is not None:
+            d["table"] = self.table.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
 class Visualization:
     """The picture of a result (serve_app.ocr.visualize), encoded."""
 
@@ -111,6 +167,7 @@ class OcrResult:
     frames: int = 1  # an animated image's frames: only the first is read
     blocks: Optional[tuple[Block, ...]] = None  # None: blocks off (one per line, in formats)
     orientation: Optional[int] = None  # degrees the page was turned clockwise; None: not looked for
+    regions: Optional[tuple[Region, ...]] = None  # options.structure; None: not asked
 
     def to_dict(self) -> dict[str, Any]:
         image: dict[str, Any] = {"width": self.width, "height": self.height}
@@ -119,7 +176,7 @@ class OcrResult:
             image["note"] = (f"an image of {self.frames} frames (an animation, a burst or a stereo pair): only its "
                              f"first frame was read; send each frame as an image of its own to read the others")
         return {"image": image, **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks,
-                                             self.orientation)}
+                                             self.orientation, self.regions)}
 
 
 @dataclass(frozen=True)
@@ -140,10 +197,12 @@ class PageResult:
     # A page over its budget (serve_app.flow.documents: render time, memory) while
     # other pages were read: {"code", "message"}, and no lines.
     error: Optional[dict[str, str]] = None
+    regions: Optional[tuple[Region, ...]] = None  # options.structure; None: not asked
 
     def to_dict(self) -> dict[str, Any]:
         d = {"page": self.page, "width": self.width, "height": self.height, "source": self.source,
-             **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks, self.orientation)}
+             **_read_body(self.lines, self.timings_ms, self.visualization, self.blocks, self.orientation,
+                          self.regions)}
         if self.error is not None:
             d["error"] = dict(self.error)
         return d
@@ -165,12 +224,14 @@ class DocumentResult:
 
 def _read_body(lines: tuple[TextLine, ...], timings_ms: dict[str, float],
                visualization: Optional[Visualization], blocks: Optional[tuple[Block, ...]] = None,
-               orientation: Optional[int] = None) -> dict[str, Any]:
-    """What an image's and a page's bodies share: lines, blocks, the page's
-    orientation, timings, picture."""
+               orientation: Optional[int] = None, regions: Optional[tuple[Region, ...]] = None) -> dict[str, Any]:
+    """What an image's and a page's bodies share: lines, blocks, regions,
+    the page's orientation, timings, picture."""
     d: dict[str, Any] = {"results": [line.to_dict() for line in lines]}
     if blocks is not None:
         d["blocks"] = [b.to_dict() for b in blocks]
+    if regions is not None:
+        d["regions"] = [r.to_dict() for r in regions]
     if orientation is not None:
         d["orientation"] = orientation
     d["timings_ms"] = {k: round(v, 2) for k, v in timings_ms.items()}

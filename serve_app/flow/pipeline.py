@@ -53,6 +53,11 @@ ImageInput = Union[bytes, bytearray, memoryview, np.ndarray, str, Path]
 Detect = Callable[..., Awaitable[np.ndarray]]  # (work, params, *, ctx)
 Classify = Callable[..., Awaitable[list[Direction]]]  # (crops, *, ctx) -> directions
 Recognize = Callable[..., Awaitable[list[Recognition]]]  # (crops, *, ctx) -> readings
+# Document structure (serve_app.structure), only for requests that ask:
+# the page image -> its layout regions (type, box, score), and a table
+# region's crop -> its structure (cells' grid places and boxes in the crop).
+Layout = Callable[..., Awaitable[Any]]  # (page, *, ctx) -> layout regions
+TableStructure = Callable[..., Awaitable[Any]]  # (table crop, *, ctx) -> table structure
 Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
 OnPage = Callable[[PageResult], None]  # each page of a document as it is read (in any order)
 
@@ -72,6 +77,8 @@ class Stages:
     detect: Detect
     classify: Optional[Classify]  # None: no direction classifier
     recognize: Recognize
+    layout: Optional[Layout] = None  # None: structure not served here
+    table: Optional[TableStructure] = None
 
 
 class Pipeline:

@@ -52,6 +52,8 @@ OPTIONS: tuple[dict[str, Any], ...] = (
     {"name": "blocks", "label": "Blocks and columns", "kind": "choice",
      "choices": [["", "service default"], [True, "on"], [False, "off"]],
      "help": "group lines into blocks and read columns one after the other"},
+    {"name": "structure", "label": "Document structure", "kind": "bool", "default": False,
+     "help": "layout regions (title, text, table, figure ...) and tables as rows and cells"},
     # Detection per request (bounds: serve_app.core.request_options.RANGES; blank: the config's value).
     {"name": "limit_side_len", "label": "Detector side limit", "kind": "number", "min": 32, "max": 4096,
      "step": 1, "default": None, "help": "px; rounded down to a warmed input size (640, 960, 1280)"},

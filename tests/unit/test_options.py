@@ -30,7 +30,7 @@ def test_options_are_frozen_and_round_trip_through_a_dict_and_pickle():
                               "format": "json", "limit_side_len": None, "thresh": None, "box_thresh": None,
                               "unclip_ratio": None, "drop_score": None,
                               "visualize": False, "pdf_text_layer": False, "page_orientation": None, "blocks": None,
-                              "priority": None, "model": None}
+                              "priority": None, "model": None, "structure": False}
     assert parse_options(opts.to_dict()) == opts
     assert pickle.loads(pickle.dumps(opts)) == opts  # how it travels to the pipeline and the job store
 
