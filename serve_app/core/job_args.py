@@ -6,11 +6,23 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_public_url(url: Optional[str]) -> Optional[str]:
+    from urllib.parse import urlsplit
+
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"jobs.callbacks.public_url is {url!r}: give the service's base URL, "
+                         f"e.g. https://ocr.example.com")
+    return url.rstrip("/")
 
 
 class CallbackArgs(_Args):
@@ -18,17 +30,28 @@ class CallbackArgs(_Args):
     events POSTed when a job ends, retried until delivered or given up."""
 
     secret_env: str = Field("OCR_WEBHOOK_SECRET", description="the environment variable holding the signing "
-                            "secret, in the Standard Webhooks `whsec_<base64>` form (where the JobStore runs); "
-                            "unset: a job naming a callback_url is a 400")
+                            "secret of clients without a name (no named token), in the Standard Webhooks "
+                            "`whsec_<base64>` form (24 to 64 bytes; checked at start), where the JobStore runs; "
+                            "two, space-separated, during a rotation (each signs); unset: such a client's "
+                            "callback_url is a 400")
+    client_secret_envs: dict[str, str] = Field(
+        {}, description="each named client's own signing secret: token name (ingress.client_tokens_env) -> the "
+        "environment variable holding it (same form as secret_env). A named client without one may not name a "
+        "callback_url (400): a receiver holding one client's secret never verifies another's event")
+    public_url: Optional[str] = Field(
+        None, description="the service's address as its clients reach it (`https://ocr.example.com`): an event's "
+        "data.url is this + the job's path, never built from a request's Host header. None: the address Serve's "
+        "HTTP proxy listens on (http_options)")
     retry_s: tuple[float, ...] = Field(
         (5.0, 300.0, 1800.0, 7200.0, 18000.0, 36000.0),
         description="pauses before each retry of a delivery that got no 2xx answer (any other status, a timeout, a "
         "refused connection), each with the same webhook-id; after the last, it is given up. The default spans "
         "about 17 hours")
     allow: tuple[str, ...] = Field(
-        (), description="callback targets allowed although they are loopback, private, link-local, or otherwise "
-        "not public: CIDRs (`10.0.0.0/8`, `::1/128`) their resolved addresses lie in, or host names (`localhost`) "
-        "matched as written in the URL")
+        (), description="callback targets allowed although their address is not global (loopback, private, "
+        "link-local, ...): an address with its port (`10.0.0.5:8443`, `[fd00::5]:8443`), a network (`10.0.0.0/24`, "
+        "host bits unset) or a host name (`hooks.internal:8443`: resolved at start into the addresses it allows); "
+        "an entry without a port opens every port there (logged at start)")
     concurrency: int = Field(8, ge=1, description="deliveries in flight at once per JobStore replica; the rest "
                              "wait their turn (a slow receiver holds one of them, never a job worker)")
     per_target: int = Field(2, ge=1, description="deliveries in flight at once to one host (per JobStore replica): "
@@ -37,6 +60,11 @@ class CallbackArgs(_Args):
                              "status; longer is a failed attempt")
     max_pending: int = Field(10000, ge=1, description="deliveries not yet delivered or given up that the book "
                              "holds; a new job with a callback_url past it is a 503")
+    max_pending_per_client: Optional[int] = Field(
+        None, ge=1, description="of those, one client's (a 503 past it): one client's black-holed targets never "
+        "fill the book for the others. None: a tenth of max_pending")
+
+    _public_url = field_validator("public_url")(_check_public_url)
 
 
 class JobArgs(_Args):

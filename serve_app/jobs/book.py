@@ -38,9 +38,11 @@ from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrErro
 from serve_app.jobs import book_callbacks
 from serve_app.jobs.callbacks import Callbacks
 from serve_app.jobs.journal import JobJournal
+from serve_app.jobs.page_stream import FinishedPages, finished_page
 from serve_app.jobs.results import ALL, ResultShares
 from serve_app.jobs.shares import check_room, hold
-from serve_app.jobs.state import Job, JobStatus, encode_result, fingerprint, image_nbytes, result_too_large  # noqa: F401
+from serve_app.jobs.state import (Job, JobStatus, encode_result, fingerprint, image_nbytes,  # noqa: F401
+                                  is_document_input, result_too_large)
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.app_args import JobArgs, LaneArgs
@@ -86,6 +88,8 @@ class JobBook:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
         self.callbacks = Callbacks(args.callbacks)  # signed events when a job ends (serve_app.jobs.callbacks)
         self.deliveries: dict[str, dict] = {}  # open deliveries (waiting or pending) by job id
+        # finished documents being streamed, one page at a time (GET .../pages)
+        self.finished_pages = FinishedPages(4 * args.max_result_bytes)
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -94,8 +98,8 @@ class JobBook:
         serves the store."""
         if self.journal is not None:
             await self._io_call(self._recover)
+        await self.callbacks.start(book_callbacks.JournalLedger(self))
         self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
-        self.callbacks.start(book_callbacks.JournalLedger(self))
 
     def _new_worker(self, i: int) -> asyncio.Task:
         return asyncio.create_task(self._worker(), name=f"job-worker-{i}")
@@ -167,13 +171,14 @@ class JobBook:
         return self.finished.total_bytes
 
     async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
-                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
+                     callback_url: Optional[str] = None) -> dict:
         """A new job's view, or a known key's job's. With callback_url an
-        event is sent there when it ends (its data.url: base_url + the job's path)."""
+        event is sent there when it ends (its data.url: the configured
+        public URL + the job's path, never a request's Host)."""
         self.replace_dead_workers()
         await self._expire()
-        if callback_url:  # a 400 (no secret, a refused target) or 503 before anything is accepted
-            await self.callbacks.check(callback_url, len(self.deliveries))
+        if callback_url:  # a 400 (no secret, a malformed URL) or 503 before anything is awaited
+            self.callbacks.admit(callback_url, client, len(self.deliveries), book_callbacks.open_of(self, client))
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         if key:
             while key in self._keys_pending:  # its first submit is being written: wait for its outcome
@@ -186,26 +191,38 @@ class JobBook:
                         f"use a new key for a new request")
                 return job.view()
         nbytes = image_nbytes(image)
+        # The checks and the counts they guard in one step (no await between):
+        # concurrent submits cannot all pass a check that only one had room for.
         check_room(self, client, nbytes)  # serve_app.jobs.shares
+        if callback_url:
+            self.callbacks.admit(callback_url, client, len(self.deliveries), book_callbacks.open_of(self, client))
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
-                  fingerprint=payload, nbytes=nbytes, client=client)
-        book_callbacks.attach(job, callback_url, base_url)
+                  fingerprint=payload, nbytes=nbytes, client=client, document=is_document_input(image))
+        book_callbacks.attach(self, job, callback_url)  # counted now; its target resolved below
+        hold(self, job, +1)
         pending = asyncio.get_running_loop().create_future() if key else None
         if key:
             self._keys_pending[key] = pending
-        write = asyncio.ensure_future(self._write("add", job))
         try:
-            # Accepted only once it is on disk (with a journal). Shielded: a
-            # submit cancelled meanwhile (its caller went away) still learns
-            # how the write ended, below.
-            await asyncio.shield(write)
-        except asyncio.CancelledError:
-            await self._after_cancelled_add(write, job)
+            if callback_url:  # (after the room check: a slow name lookup holds no room it has not got)
+                await book_callbacks.resolve(self, job)
+            write = asyncio.ensure_future(self._write("add", job))
+            try:
+                # Accepted only once it is on disk (with a journal). Shielded: a
+                # submit cancelled meanwhile (its caller went away) still learns
+                # how the write ended, below.
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                await self._after_cancelled_add(write, job)
+                raise
+            except Exception as e:
+                self._journal_failed(e)
+                raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
+                                  retry_after_s=JOURNAL_RETRY_AFTER_S) from None
+        except BaseException:
+            if job.job_id not in self.jobs:
+                self._unreserve(job)
             raise
-        except Exception as e:
-            self._journal_failed(e)
-            raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
-                              retry_after_s=JOURNAL_RETRY_AFTER_S) from None
         finally:
             if key:
                 del self._keys_pending[key]
@@ -213,6 +230,11 @@ class JobBook:
         self.journal_error = None
         self._accept(job)
         return job.view()
+
+    def _unreserve(self, job: Job) -> None:
+        """A job not accepted after all: the counts its checks took, given back."""
+        hold(self, job, -1)
+        self.deliveries.pop(job.job_id, None)
 
     async def _after_cancelled_add(self, write: asyncio.Future, job: Job) -> None:
         """A submit cancelled while its job was being written: nobody was
@@ -236,14 +258,12 @@ class JobBook:
             self._journal_failed(e)
 
     def _accept(self, job: Job) -> None:
+        """A written job, its counts held since its checks (submit), made known."""
         key = job.key
         self.jobs[job.job_id] = job
         if key:
             self.by_key[key] = job.job_id
-        hold(self, job, +1)
         self.queue.put_nowait(job.job_id, self._lane(job), job.client)
-        if job.callback is not None:
-            self.deliveries[job.job_id] = job.callback
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -339,6 +359,7 @@ class JobBook:
             return
         if job.image is None and self.journal is not None:  # recovered: its image is still on disk
             job.image = await self._io_call(self.journal.image, job.job_id)
+            job.document = is_document_input(job.image)
             if job.image is None:
                 job.fail("internal", "the job's image was lost from the journal")
                 await self._finished(job)
@@ -431,9 +452,19 @@ class JobBook:
         return await self.run(job.image, job.options, lambda d, t, pages=(): job.progress(d, t, pages, self.result_limit))
 
     async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
-        """(status fields, page `number`'s JSON bytes if read while the job runs), None for an unknown job."""
+        """(status fields, page `number`'s JSON bytes if read while the job runs), None for an unknown job;
+        once it has succeeded, its first page from `number` on, from its result (the head's `page` says which)."""
         job = self.jobs.get(job_id)
-        return None if job is None else (job.page_head(), job.page_results.get(number))
+        if job is None:
+            return None
+        head = job.page_head()
+        if job.status is not JobStatus.SUCCEEDED:
+            return head, job.page_results.get(number)
+
+        async def stored() -> Optional[bytes]:
+            return job.result_json
+
+        return await finished_page(self.finished_pages, job_id, number, head, stored)
 
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""

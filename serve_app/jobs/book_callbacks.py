@@ -15,13 +15,34 @@ RESULT_PATH = "/v1/ocr/jobs/{job_id}"
 
 
 def result_url(base: str, job_id: str) -> str:
-    """Where the event says the result is: the submit's base URL (as the client reached the service) + the job's path."""
+    """Where the event says the result is: the configured public URL
+    (jobs.callbacks.public_url, never a request's Host) + the job's path."""
     return base.rstrip("/") + RESULT_PATH.format(job_id=job_id)
 
 
-def attach(job: Job, callback_url: Optional[str], base: str) -> None:
+def public_url(book: Any) -> str:
+    return book.args.callbacks.public_url or DEFAULT_PUBLIC_URL
+
+
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8000"  # Serve's default http_options (the store passes the real one)
+
+
+def attach(book: Any, job: Job, callback_url: Optional[str]) -> None:
+    """A new job's delivery, counted in the book's open deliveries (its
+    client's share included) from its submit's checks on."""
     if callback_url:
-        job.callback = new_record(job.job_id, callback_url, result_url(base, job.job_id))
+        job.callback = new_record(job.job_id, callback_url, result_url(public_url(book), job.job_id), job.client)
+        book.deliveries[job.job_id] = job.callback
+
+
+async def resolve(book: Any, job: Job) -> None:
+    """The new job's target resolved and checked (TargetRefused: 400); its key kept for the per-target bound."""
+    job.callback["host"] = await book.callbacks.resolve(job.callback["url"])
+
+
+def open_of(book: Any, client: str) -> int:
+    """`client`'s open deliveries in the book."""
+    return sum(1 for rec in book.deliveries.values() if rec.get("client") == client)
 
 
 def ended(book: Any, job: Job) -> None:
@@ -44,8 +65,8 @@ def recover(book: Any) -> None:
             job.callback = rec
         if rec.get("state") in OPEN and (job is not None or rec.get("state") == PENDING):
             book.deliveries[job_id] = rec
-        elif job is None:
-            book.journal.callback(job_id, rec, job_kept=False)
+        elif job is None:  # done, or waiting for a job that is gone (it will never end): out of the file
+            book.journal.forget_callback(job_id)
 
 
 class JournalLedger:
@@ -56,7 +77,7 @@ class JournalLedger:
         self.sending: set[str] = set()
 
     async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
-        out = []
+        out: list[tuple[str, dict]] = []
         for job_id, rec in self.book.deliveries.items():
             if len(out) >= n:
                 break

@@ -1,7 +1,8 @@
 """Which callback targets a job may name (issue 48, item 3): an http(s) URL
-with a host, no credentials, whose every address is public, unless the
-operator allows it (jobs.callbacks.allow: CIDRs, or host names as written
-in the URL).
+with a host, no credentials, whose every address is global (ipaddress's
+is_global, site-local refused too), unless the operator allows it
+(jobs.callbacks.allow: addresses or networks, each with a port or every
+port, or host names, resolved when the store starts).
 
 The check runs twice: at submit (a refused target is a 400 before the job
 is accepted) and at each connection, in the resolver the delivery's HTTP
@@ -14,13 +15,15 @@ IPv4 address it reaches. No Ray import."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 from urllib.parse import urlsplit
 
-from serve_app.core.errors import BadRequest, ConfigError
+from serve_app.core.errors import BadRequest, ConfigError, Overloaded
 
 IP = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
 MAX_URL_CHARS = 2048
@@ -37,6 +40,7 @@ class Target:
     url: str
     host: str  # lower case, IPv6 without brackets
     port: int
+    key: str = ""  # check_target's: the per-target bound's key (target_key of its first address)
 
 
 def parse_target(url: str) -> Target:
@@ -75,49 +79,162 @@ def reached(ip: IP) -> IP:
 
 
 def address_kind(ip: IP) -> Optional[str]:
-    """Why an address is not a public one (None: it is)."""
-    ip = reached(ip)
-    for kind, test in (("loopback", ip.is_loopback), ("unspecified", ip.is_unspecified),
-                       ("link-local", ip.is_link_local), ("multicast", ip.is_multicast),
-                       ("reserved", ip.is_reserved), ("private", ip.is_private)):
+    """Why an address is not a global one (None: it is). The gate is
+    ipaddress's is_global; the kinds only name the reason. Site-local
+    (fec0::/10, deprecated but still routed inside some networks) is
+    refused too: Python counts it global."""
+    a = reached(ip)  # (an IPv6 form that carries an IPv4 address is judged by that one alone)
+    for kind, test in (("loopback", a.is_loopback), ("unspecified", a.is_unspecified),
+                       ("link-local", a.is_link_local), ("multicast", a.is_multicast),
+                       ("site-local", getattr(a, "is_site_local", False)), ("reserved", a.is_reserved),
+                       ("private", a.is_private)):
         if test:
             return kind
-    return None if ip.is_global else "non-public"
+    return None if a.is_global else "non-global"
+
+
+def target_key(address: str) -> str:
+    """What one target is for the per-target bound: its address as
+    resolved (wildcard DNS names all count as one), an IPv6 one by its /64
+    (one host holds a whole /64)."""
+    ip = reached(ipaddress.ip_address(address.split("%", 1)[0]))
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One jobs.callbacks.allow entry: a network (an address is a /32 or
+    /128), and the port it allows (None: every port)."""
+
+    network: Any
+    port: Optional[int]
+    entry: str
+
+    def admits(self, ip: IP, port: int) -> bool:
+        return (self.port is None or self.port == port) and any(
+            a in self.network for a in {ip, reached(ip)} if a.version == self.network.version)
+
+
+def _split_port(entry: str) -> tuple[str, Optional[int]]:
+    """`10.0.0.5:8443`, `[fd00::5]:8443`, `name:8443` -> (host or network, port); no port: None."""
+    def port_of(text: str) -> int:
+        if not text.isdigit() or not 0 < int(text) < 65536:
+            raise ConfigError(f"jobs.callbacks.allow has {entry!r}: its port {text!r} is not 1-65535")
+        return int(text)
+
+    if entry.startswith("["):
+        host, sep, rest = entry[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ConfigError(f"jobs.callbacks.allow has {entry!r}: write an IPv6 address with a port as "
+                              f"[fd00::5]:8443")
+        return host, port_of(rest[1:]) if rest else None
+    if entry.count(":") == 1:  # (an IPv6 address without brackets has several)
+        host, _, port = entry.partition(":")
+        return host, port_of(port)
+    return entry, None
+
+
+def _network(host: str, entry: str) -> Any:
+    """`host` as a network (an address: /32 or /128), None when it is a name;
+    a network with host bits set (10.1.2.3/8) is an error, never widened."""
+    try:
+        return ipaddress.ip_network(host, strict=True)
+    except ValueError as e:
+        if "/" not in host:
+            return None
+        try:
+            wide = ipaddress.ip_network(host, strict=False)
+        except ValueError:
+            raise ConfigError(f"jobs.callbacks.allow has {entry!r}: not a network ({e})") from None
+        raise ConfigError(f"jobs.callbacks.allow has {entry!r}: it has host bits set; write the network "
+                          f"({wide}) or the one address ({host.split('/')[0]})") from None
 
 
 class TargetPolicy:
-    """jobs.callbacks.allow, parsed: networks and host names."""
+    """jobs.callbacks.allow, parsed: networks and addresses (each with its
+    port, or every port), and host names, resolved when the store starts
+    (`resolve_names`) into the addresses they allow. A name's own addresses
+    are checked like any other at every attempt: a name allowed does not
+    allow what it resolves to later. Lookups run on a pool of their own
+    (LOOKUP_THREADS, at most LOOKUPS_WAITING waiting: then 503), never the
+    loop's default executor."""
+
+    LOOKUP_THREADS = 4
+    LOOKUPS_WAITING = 64
 
     def __init__(self, allow: Iterable[str] = ()):
-        self.networks: list = []
-        self.hosts: set[str] = set()
-        for entry in allow:
-            try:
-                self.networks.append(ipaddress.ip_network(entry, strict=False))
+        self.allowed: list[Allowed] = []
+        self.names: list[tuple[str, Optional[int], str]] = []  # (name, port, entry) to resolve at start
+        for raw in allow:
+            entry = raw.strip()
+            host, port = _split_port(entry)
+            net = _network(host, entry)
+            if net is not None:
+                self.allowed.append(Allowed(net, port, entry))
                 continue
-            except ValueError:
-                pass
-            name = entry.strip().rstrip(".").lower()
+            name = host.rstrip(".").lower()
             if not name or any(not (c.isalnum() or c in "-.") for c in name):
-                raise ConfigError(f"jobs.callbacks.allow has {entry!r}: neither a CIDR (10.0.0.0/8, ::1/128) nor a "
-                                  f"host name")
-            self.hosts.add(name)
+                raise ConfigError(f"jobs.callbacks.allow has {entry!r}: neither an address or network (10.0.0.5, "
+                                  f"10.0.0.0/8, ::1/128), with an optional port (10.0.0.5:8443, [fd00::5]:8443), "
+                                  f"nor a host name (localhost, localhost:8443)")
+            self.names.append((name, port, entry))
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._lookups = 0
 
-    def host_allowed(self, host: str) -> bool:
-        return host.rstrip(".").lower() in self.hosts
+    def every_port(self) -> list[str]:
+        """The entries that open every port of what they name (logged at start)."""
+        return [a.entry for a in self.allowed if a.port is None] + [e for _, p, e in self.names if p is None]
 
-    def refusal(self, address: str) -> Optional[str]:
-        """Why a connection to `address` is refused (None: it may be made)."""
+    async def resolve_names(self, timeout_s: float = 5.0) -> None:
+        """The allowed host names' addresses, once, when the store starts
+        (ConfigError naming the entry if one does not resolve)."""
+        for name, port, entry in self.names:
+            try:
+                infos = await self._lookup(name, port or 80, timeout_s)
+            except TargetRefused:
+                raise ConfigError(f"jobs.callbacks.allow has {entry!r}, which does not resolve where the JobStore "
+                                  f"runs; fix the name or allow its address") from None
+            for _, address in infos:
+                ip = ipaddress.ip_address(address.split("%", 1)[0])
+                self.allowed.append(Allowed(ipaddress.ip_network(ip), port, entry))
+        self.names = []
+
+    def refusal(self, address: str, port: int) -> Optional[str]:
+        """Why a connection to `address`:`port` is refused (None: it may be made)."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 scope (fe80::1%eth0) is no part of it
         kind = address_kind(ip)
-        if kind is None or any(a in net for net in self.networks for a in {ip, reached(ip)} if a.version == net.version):
+        if kind is None or any(a.admits(ip, port) for a in self.allowed):
             return None
-        return f"{address} is a {kind} address"
+        return kind
+
+    async def _lookup(self, host: str, port: int, timeout_s: float) -> list[tuple[int, str]]:
+        if self._lookups >= self.LOOKUPS_WAITING:
+            raise Overloaded(f"{self._lookups} callback host name lookups are in progress here; retry shortly",
+                             retry_after_s=2)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.LOOKUP_THREADS, thread_name_prefix="callback-dns")
+        self._lookups += 1
+        try:
+            found = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                self._pool, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM,
+                                              proto=socket.IPPROTO_TCP)), timeout_s)
+        except (OSError, asyncio.TimeoutError, UnicodeError):
+            raise TargetRefused(f"callback_url's host {host!r} does not resolve; {FIX}") from None
+        finally:
+            self._lookups -= 1
+        infos = list(dict.fromkeys((fam, sockaddr[0]) for fam, _, _, _, sockaddr in found))
+        if not infos:
+            raise TargetRefused(f"callback_url's host {host!r} has no address")
+        return infos
 
     async def addresses(self, host: str, port: int, timeout_s: float = 5.0) -> list[tuple[int, str]]:
         """(family, address) of every address `host` resolves to, each one
-        allowed (else TargetRefused, naming it). A literal address is
-        checked as it is; an allowed host name's addresses are not checked."""
+        allowed (else TargetRefused). A literal address is named in the
+        refusal with its kind (the client wrote it); a name's resolved
+        addresses are not: the answer tells a prober nothing of what is
+        inside."""
         try:
             literal = ipaddress.ip_address(host)
         except ValueError:
@@ -125,27 +242,24 @@ class TargetPolicy:
         if literal is not None:
             infos = [(socket.AF_INET6 if literal.version == 6 else socket.AF_INET, str(literal))]
         else:
-            loop = asyncio.get_running_loop()
-            try:
-                found = await asyncio.wait_for(
-                    loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP), timeout_s)
-            except (OSError, asyncio.TimeoutError, UnicodeError) as e:
-                raise TargetRefused(f"callback_url's host {host!r} does not resolve ({e or 'timed out'})") from None
-            infos = list(dict.fromkeys((fam, sockaddr[0]) for fam, _, _, _, sockaddr in found))
-            if not infos:
-                raise TargetRefused(f"callback_url's host {host!r} has no address")
-            if self.host_allowed(host):
-                return infos
+            infos = await self._lookup(host, port, timeout_s)
         for _, address in infos:
-            why = self.refusal(address)
+            why = self.refusal(address, port)
             if why is not None:
-                via = "" if literal is not None else f" (resolved from {host!r})"
-                raise TargetRefused(f"callback_url is refused: {why}{via}; {FIX}")
+                if literal is not None:
+                    raise TargetRefused(f"callback_url is refused: {address} is a {why} address (port {port}); {FIX}")
+                raise TargetRefused(f"callback_url is refused: its host {host!r} resolves to an address that is "
+                                    f"not public; {FIX}")
         return infos
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
 
 async def check_target(url: str, policy: TargetPolicy, timeout_s: float = 5.0) -> Target:
-    """At submit: the URL parsed and its host resolved and checked (TargetRefused: 400)."""
+    """At submit: the URL parsed and its host resolved and checked
+    (TargetRefused: 400); `key`: the first address's target_key."""
     target = parse_target(url)
-    await policy.addresses(target.host, target.port, timeout_s)
-    return target
+    infos = await policy.addresses(target.host, target.port, timeout_s)
+    return Target(target.url, target.host, target.port, min(target_key(a) for _, a in infos))

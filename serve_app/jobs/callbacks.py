@@ -20,6 +20,8 @@ No Ray import."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import os
@@ -38,12 +40,15 @@ log = logging.getLogger("ray.serve")
 
 WAITING, PENDING, DELIVERED, GIVEN_UP = "waiting", "pending", "delivered", "given_up"
 OPEN = (WAITING, PENDING)
+REFUSED = "refused: the target's address is not allowed (jobs.callbacks.allow)"
 
 
-def new_record(job_id: str, url: str, result_url: str) -> dict:
-    """A job's delivery as accepted with it (not yet due); `host`: the target's, for the per-target bound."""
+def new_record(job_id: str, url: str, result_url: str, client: str = "", key: str = "") -> dict:
+    """A job's delivery as accepted with it (not yet due): `client` signs it
+    (its own secret) and counts it in its share; `host`: the target's key for
+    the per-target bound (its resolved address: callback_targets.target_key)."""
     return {"url": url, "result_url": result_url, "webhook_id": f"msg_{job_id}", "state": WAITING, "attempts": 0,
-            "host": parse_target(url).host}
+            "host": key or parse_target(url).host, "client": client}
 
 
 def host_of(rec: dict) -> str:
@@ -88,27 +93,78 @@ class Ledger(Protocol):
     async def record(self, job_id: str, rec: dict) -> None: ...
 
 
+SECRET_BYTES = (24, 64)  # a signing secret's key length, decoded
+
+
+def parse_secrets(raw: str, where: str) -> list[bytes]:
+    """A secret setting's value: one or more `whsec_<base64>` (space
+    between: during a rotation, the new and the old), each strict base64 of
+    24 to 64 bytes; ConfigError naming `where` otherwise."""
+    fix = "set it to whsec_ followed by base64 of 24 to 64 random bytes, e.g. whsec_$(head -c 32 /dev/urandom | base64)"
+    keys = []
+    for word in raw.split():
+        if not word.startswith("whsec_"):
+            raise ConfigError(f"{where} holds a value that is not a Standard Webhooks secret (no whsec_ prefix); {fix}")
+        try:
+            key = base64.b64decode(word[len("whsec_"):], validate=True)
+        except (ValueError, binascii.Error):
+            raise ConfigError(f"{where} holds a secret whose part after whsec_ is not valid base64; {fix}") from None
+        if not SECRET_BYTES[0] <= len(key) <= SECRET_BYTES[1]:
+            raise ConfigError(f"{where} holds a secret of {len(key)} bytes, not {SECRET_BYTES[0]} to "
+                              f"{SECRET_BYTES[1]}; {fix}")
+        keys.append(key)
+    if len(keys) > 4:
+        raise ConfigError(f"{where} holds {len(keys)} secrets; a rotation needs two (the new and the old)")
+    return keys
+
+
 class Signer:
-    """The secret from jobs.callbacks.secret_env (read when the store
-    starts); without it a callback_url is refused at submit."""
+    """The signing secrets, read and checked when the store starts: the
+    shared one (jobs.callbacks.secret_env), for clients without a name, and
+    each named client's own (jobs.callbacks.client_secret_envs: token name
+    -> environment variable), so that a receiver holding one client's
+    secret verifies no event of another's. A setting may hold several
+    secrets (a rotation): each signs, the signatures space-separated in
+    webhook-signature, as Standard Webhooks allows."""
 
     def __init__(self, args: CallbackArgs, environ: Optional[dict] = None):
         from standardwebhooks import Webhook
 
+        env = environ if environ is not None else os.environ
         self.env = args.secret_env
-        secret = (environ if environ is not None else os.environ).get(args.secret_env, "")
-        try:
-            self.hook = Webhook(secret) if secret else None
-        except Exception as e:  # noqa: BLE001  malformed base64, empty after the prefix
-            raise ConfigError(f"the environment variable {args.secret_env} (jobs.callbacks.secret_env) is not a "
-                              f"Standard Webhooks secret ({e!r}): use whsec_ followed by base64, e.g. "
-                              f"whsec_$(head -c 32 /dev/urandom | base64)") from None
+        self.shared = [Webhook(k) for k in parse_secrets(env.get(args.secret_env, ""), f"the environment variable "
+                                                           f"{args.secret_env} (jobs.callbacks.secret_env)")]
+        self.named: dict[str, list] = {}
+        for name, var in args.client_secret_envs.items():
+            where = f"the environment variable {var} (jobs.callbacks.client_secret_envs[{name!r}])"
+            keys = parse_secrets(env.get(var, ""), where)
+            if not keys:
+                raise ConfigError(f"{where} is empty or unset where the JobStore runs: set it, or remove {name!r} "
+                                  f"from jobs.callbacks.client_secret_envs")
+            self.named[name] = [Webhook(k) for k in keys]
 
-    def headers(self, webhook_id: str, body: str, now: float) -> dict[str, str]:
+    def hooks(self, client: str) -> list:
+        """The secrets that sign `client`'s events (none: it may name no callback_url)."""
+        if client.startswith("token:"):
+            return self.named.get(client[len("token:"):], [])
+        return self.shared
+
+    def missing(self, client: str) -> Optional[str]:
+        """Why `client` may not name a callback_url (None: it may)."""
+        if self.hooks(client):
+            return None
+        if client.startswith("token:"):
+            return (f"this client ({client[len('token:'):]!r}) has no signing secret of its own "
+                    f"(jobs.callbacks.client_secret_envs): the service sends its events to nobody; poll the job "
+                    f"instead")
+        return (f"this service sends no callbacks: no signing secret is configured (the environment variable "
+                f"{self.env}, jobs.callbacks.secret_env, is empty where the JobStore runs); poll the job instead")
+
+    def headers(self, client: str, webhook_id: str, body: str, now: float) -> dict[str, str]:
         stamp = datetime.fromtimestamp(int(now), timezone.utc)
-        return {"webhook-id": webhook_id, "webhook-timestamp": str(int(now)),
-                "webhook-signature": self.hook.sign(webhook_id, stamp, body), "content-type": "application/json",
-                "user-agent": "ocr-serve-webhooks"}
+        signatures = " ".join(h.sign(webhook_id, stamp, body) for h in self.hooks(client))
+        return {"webhook-id": webhook_id, "webhook-timestamp": str(int(now)), "webhook-signature": signatures,
+                "content-type": "application/json", "user-agent": "ocr-serve-webhooks"}
 
 
 class Callbacks:
@@ -122,23 +178,40 @@ class Callbacks:
         self.wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
         self._sending: set[asyncio.Task] = set()
-        self.busy: dict[str, int] = {}  # host -> attempts in flight here (jobs.callbacks.per_target)
+        self.busy: dict[str, int] = {}  # target key -> attempts in flight here (jobs.callbacks.per_target)
         self._session: Any = None
 
-    async def check(self, url: str, pending: int) -> None:
-        """At submit, before the job is accepted: a secret, room, a target that is not refused."""
-        if self.signer.hook is None:
-            raise BadRequest(f"this service sends no callbacks: no signing secret is configured (the environment "
-                             f"variable {self.signer.env}, jobs.callbacks.secret_env, is empty where the JobStore "
-                             f"runs); poll the job instead")
+    def per_client(self) -> int:
+        return self.args.max_pending_per_client or max(1, self.args.max_pending // 10)
+
+    def admit(self, url: str, client: str, pending: int, mine: int) -> None:
+        """At submit, before anything is awaited or accepted: a secret for
+        this client, a well-formed URL, room in the book's and this client's
+        open deliveries (`pending`, `mine`). No name lookup here: it comes
+        after the book's room check (`resolve`)."""
+        why = self.signer.missing(client)
+        if why is not None:
+            raise BadRequest(why)
         parse_target(url)
         if pending >= self.args.max_pending:
             raise Overloaded(f"the job book holds {pending} callback deliveries not yet done "
                              f"(jobs.callbacks.max_pending); retry later", retry_after_s=30)
-        await check_target(url, self.policy)
+        if mine >= self.per_client():
+            raise Overloaded(f"this client has {mine} callback deliveries not yet done here, its share "
+                             f"(jobs.callbacks.max_pending_per_client); retry once they are delivered or given up",
+                             retry_after_s=30)
+
+    async def resolve(self, url: str) -> str:
+        """The target resolved and checked (TargetRefused: 400); its key for the per-target bound."""
+        return (await check_target(url, self.policy)).key
 
     # -- the delivery loop ------------------------------------------------------
-    def start(self, ledger: Ledger) -> None:
+    async def start(self, ledger: Ledger) -> None:
+        """The allowed host names resolved (ConfigError if one does not), then the loop."""
+        await self.policy.resolve_names()
+        for entry in self.policy.every_port():
+            log.warning("jobs.callbacks.allow has %r without a port: every port there is reachable by a job's "
+                        "callback_url (a dashboard, a database); name the receiver's port (10.0.0.5:8443)", entry)
         self._task = asyncio.create_task(self._loop(ledger), name="job-callbacks")
 
     def poll_s(self) -> float:
@@ -174,7 +247,7 @@ class Callbacks:
 
     async def _attempt(self, ledger: Ledger, job_id: str, rec: dict, host: str) -> None:
         try:
-            status, error = await self.post(rec["url"], rec["webhook_id"], rec.get("body", ""))
+            status, error = await self.post(rec["url"], rec["webhook_id"], rec.get("body", ""), rec.get("client", ""))
         finally:
             self.busy[host] -= 1
             if not self.busy[host]:
@@ -188,8 +261,10 @@ class Callbacks:
         except Exception as e:  # noqa: BLE001  not recorded: it is sent again (at least once)
             log.error("job %s: callback outcome not recorded: %r", job_id, e)
 
-    async def post(self, url: str, webhook_id: str, body: str) -> tuple[Optional[int], Optional[str]]:
-        """One attempt: (HTTP status, None) or (None, what went wrong)."""
+    async def post(self, url: str, webhook_id: str, body: str, client: str = "") -> tuple[Optional[int], Optional[str]]:
+        """One attempt: (HTTP status, None) or (None, what went wrong: refused,
+        timed out or unreachable, never which socket error: that would tell
+        a prober which internal ports are open)."""
         import aiohttp
 
         try:
@@ -201,31 +276,41 @@ class Callbacks:
                     connector=aiohttp.TCPConnector(resolver=CheckedResolver(self.policy), force_close=True,
                                                    use_dns_cache=False, limit=self.args.concurrency),
                     cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False)
-            headers = self.signer.headers(webhook_id, body, self.clock())
+            headers = self.signer.headers(client, webhook_id, body, self.clock())
             async with self._session.post(url, data=body.encode(), headers=headers, allow_redirects=False,
                                           timeout=aiohttp.ClientTimeout(total=self.args.timeout_s)) as resp:
                 return resp.status, None  # the body is not read: the connection is closed
         except asyncio.CancelledError:
             raise
         except asyncio.TimeoutError:
-            return None, f"no answer within {self.args.timeout_s:g} s"
-        except TargetRefused as e:
-            return None, e.message
+            return None, f"timed out: no answer within {self.args.timeout_s:g} s"
+        except TargetRefused:
+            return None, REFUSED
         except Exception as e:  # noqa: BLE001  refused connection, DNS, TLS, a malformed answer
-            cause = e.__cause__ if isinstance(e.__cause__, TargetRefused) else None
-            return None, cause.message if cause else f"{type(e).__name__}: {e}"[:300]
+            if isinstance(e.__cause__, TargetRefused):
+                return None, REFUSED
+            log.info("callback to %s: %r", url, e)  # the operator's log has the socket error; the job does not
+            return None, "unreachable"
 
     async def aclose(self) -> None:
-        for t in [self._task, *self._sending]:
-            if t is not None:
-                t.cancel()
-        if self._session is not None:
-            await self._session.close()
+        session = self._session
+        self.close()
+        if session is not None:
+            await session.close()
 
     def close(self) -> None:
+        """Cancel the loop and the attempts, and close the HTTP session
+        (on the running loop; there is always one where a book closes)."""
         for t in [self._task, *self._sending]:
             if t is not None:
                 t.cancel()
+        self.policy.close()
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            try:
+                asyncio.get_running_loop().create_task(session.close())
+            except RuntimeError:  # no loop: its connector closes what it holds now
+                session.connector.close()
 
 
 def _literal(host: str) -> bool:
@@ -245,7 +330,7 @@ class CheckedResolver(AbstractResolver):
     def __init__(self, policy: TargetPolicy):
         self.policy = policy
 
-    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[dict]:  # noqa: ARG002
         infos = await self.policy.addresses(host, port)
         return [{"hostname": host, "host": address, "port": port, "family": fam, "proto": 0,
                  "flags": socket.AI_NUMERICHOST | socket.AI_NUMERICSERV} for fam, address in infos]

@@ -115,6 +115,9 @@ class JobJournal:
         else:
             self._put_callback(job_id, rec)
 
+    def forget_callback(self, job_id: str) -> None:
+        self.db.execute("DELETE FROM callbacks WHERE job_id = ?", (job_id,))
+
     def callbacks(self) -> Iterator[tuple[str, dict]]:
         """Every delivery in the file (recovery)."""
         for job_id, record in self.db.execute("SELECT job_id, record FROM callbacks"):

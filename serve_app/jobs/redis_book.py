@@ -34,13 +34,15 @@ from typing import Any, Optional
 
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
 from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
+from serve_app.jobs.state import is_document_input
 from serve_app.jobs.journal import decode_image, encode_image
+from serve_app.jobs.page_stream import finished_page
 from serve_app.jobs.shares import client_limits, over_share_message
 from serve_app.jobs.state import Job, JobStatus
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.core.app_args import JobArgs, LaneArgs
-from serve_app.jobs.book_callbacks import result_url
+from serve_app.jobs.book_callbacks import public_url, result_url
 from serve_app.jobs.callbacks import job_ended, new_record
 from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PAGE,
                                           _PROGRESS, _RENEW, _SUBMIT, check_fsync)
@@ -109,8 +111,8 @@ class RedisJobBook(JobBook):
             if warning:
                 log.warning("%s", warning)
         self._wake = asyncio.Event()
+        await self.callbacks.start(RedisLedger(self))
         self.workers = [self._new_worker(i) for i in range(self.args.concurrency)]
-        self.callbacks.start(RedisLedger(self))
 
     async def health(self) -> None:
         self.replace_dead_workers()
@@ -141,17 +143,26 @@ class RedisJobBook(JobBook):
 
     # -- the store's API --------------------------------------------------------
     async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
-                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
+                     callback_url: Optional[str] = None) -> dict:
         self.replace_dead_workers()
-        if callback_url:  # (the book's count of open deliveries is checked in the script)
-            await self.callbacks.check(callback_url, 0)
+        callback = ""
+        if callback_url:  # the book's and the client's open deliveries, read first; checked again in the script
+            pipe = self.r.pipeline(transaction=False)
+            pipe.scard(self.P + "cbopen")
+            pipe.hget(self.P + "cbclient", client)
+            pending, mine = await pipe.execute()
+            self.callbacks.admit(callback_url, client, int(pending), int(mine or 0))
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         nbytes = image_nbytes(image)
         lane = self._lane_of(options)
         blob, kind = await asyncio.to_thread(encode_image, image)
         job_id = uuid.uuid4().hex
         created = time.time()
-        callback = json.dumps(new_record(job_id, callback_url, result_url(base_url, job_id))) if callback_url else ""
+        if callback_url:  # (after the room read above: a slow name lookup holds no room it has not got)
+            target = await self.callbacks.resolve(callback_url)
+            callback = json.dumps(new_record(job_id, callback_url, result_url(public_url(self), job_id), client,
+                                             target))
+        document = is_document_input(image)
         try:
             await self._expire_now()
             # Shielded: a submit cancelled meanwhile still learns how it ended
@@ -161,7 +172,8 @@ class RedisJobBook(JobBook):
                 self.P, job_id, key or "", self.args.capacity, self.args.max_queued_bytes, nbytes, lane,
                 repr(created), json.dumps(options.to_dict()), kind, payload or "", client, blob,
                 *client_limits(self.args, alone=False), self.args.max_finished, self.args.max_finished_bytes,
-                *client_limits(self.args, alone=True), callback, self.args.callbacks.max_pending]))
+                *client_limits(self.args, alone=True), callback, self.args.callbacks.max_pending,
+                self.callbacks.per_client(), "" if document is None else str(int(document))]))
             try:
                 answer, other = await asyncio.shield(call)
             except asyncio.CancelledError:
@@ -186,9 +198,9 @@ class RedisJobBook(JobBook):
             mine, held, alone = (int(x) for x in other.decode().split())
             raise Overloaded(over_share_message(self.args, mine, held, bool(alone)),
                              retry_after_s=self._retry_after(mine))
-        if answer == "callbacks":
-            raise Overloaded(f"the job book holds {int(other)} callback deliveries not yet done "
-                             f"(jobs.callbacks.max_pending); retry later", retry_after_s=30)
+        if answer in ("callbacks", "mycallbacks"):  # (the same messages as the read before)
+            mine = int(other) if answer == "mycallbacks" else 0
+            self.callbacks.admit(callback_url or "", client, int(other) if answer == "callbacks" else 0, mine)
         if answer == "results":
             oldest = float(other)
             wait = math.ceil(oldest + self.args.ttl_s - time.time()) if oldest else self._retry_after()
@@ -208,7 +220,7 @@ class RedisJobBook(JobBook):
                 return view
             # The key's job has expired (not yet dropped): the key is free again.
             await self._forget_one(args=[self.P, other.decode()])
-            return await self.submit(image, options, key, client)
+            return await self.submit(image, options, key, client, callback_url)
         return Job(job_id=job_id, created=created).view()  # {"job_id", "status": "queued", "created_at"}
 
     async def _after_cancelled_submit(self, call: asyncio.Future, job_id: str, key: Optional[str]) -> None:
@@ -392,12 +404,20 @@ class RedisJobBook(JobBook):
         await pipe.execute()
 
     async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
-        status, done, total, blob = await self._page(args=[self.P, job_id, number])
+        status, done, total, blob, document, error = await self._page(args=[self.P, job_id, number])
         if not status:
             return None
         head = {"status": status.decode(), "pages_done": int(done) if done else None,
-                "pages_total": int(total) if total else None}
-        return head, blob or None
+                "pages_total": int(total) if total else None,
+                "document": True if total else (bool(int(document)) if document else None),
+                "error": json.loads(error) if error else None}
+        if head["status"] != "succeeded":
+            return head, blob or None
+
+        async def stored() -> Optional[bytes]:
+            return await self.r.hget(self._job(job_id), "result")
+
+        return await finished_page(self.finished_pages, job_id, number, head, stored)
 
     async def _fail_quietly(self, job_id: str, code: str, message: str) -> None:
         try:
@@ -430,10 +450,18 @@ class RedisLedger:
     async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
         b = self.book
         flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n, 256,
-                                       per_target, json.dumps(busy)])
-        return [(flat[i].decode(), json.loads(flat[i + 1])) for i in range(0, len(flat), 2)]
+                                       per_target, json.dumps(busy), repr(now + 1.0), uuid.uuid4().hex])
+        return [(flat[i].decode(), {**json.loads(flat[i + 1]), CLAIM: flat[i + 2].decode()})
+                for i in range(0, len(flat), 3)]
 
-    async def record(self, job_id: str, rec: dict) -> None:
+    async def record(self, job_id: str, rec: dict) -> bool:
+        """The outcome kept, if this replica's claim still holds (else False: another replica claimed it since)."""
         b = self.book
-        await b._cb_record(args=[b.P, job_id, json.dumps(rec), rec["state"], repr(rec.get("next_attempt_at") or 0)])
+        rec = dict(rec)
+        token = rec.pop(CLAIM, "")
+        return bool(await b._cb_record(args=[b.P, job_id, json.dumps(rec), rec["state"],
+                                             repr(rec.get("next_attempt_at") or 0), token]))
+
+
+CLAIM = "_claim"  # a claimed delivery's token, carried with its record to its outcome (never stored in it)
 

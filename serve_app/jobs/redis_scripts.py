@@ -13,6 +13,14 @@ from serve_app.core.errors import ConfigError
 
 
 _FORGET = """
+-- an open delivery done (or dropped): out of the open set and its client's count
+local function cb_close(P, id)
+  if redis.call('SREM', P..'cbopen', id) == 1 then
+    local c = redis.call('HGET', P..'cb:'..id, 'client') or ''
+    if redis.call('HINCRBY', P..'cbclient', c, -1) <= 0 then redis.call('HDEL', P..'cbclient', c) end
+  end
+end
+
 local function forget(P, id)
   local j = P..'job:'..id
   local h = redis.call('HMGET', j, 'client', 'size', 'key', 'status')
@@ -31,8 +39,8 @@ local function forget(P, id)
   if key and key ~= '' and redis.call('GET', P..'key:'..key) == id then redis.call('DEL', P..'key:'..key) end
   redis.call('DEL', j)
   if not redis.call('ZSCORE', P..'cbq', id) then  -- its delivery, unless one is still to be sent
+    cb_close(P, id)
     redis.call('DEL', P..'cb:'..id)
-    redis.call('SREM', P..'cbopen', id)
   end
 end
 
@@ -85,6 +93,7 @@ end
 
 # ARGV: P id key capacity max_bytes nbytes lane created options kind fingerprint client image
 #       client_jobs client_bytes max_count max_fbytes alone_jobs alone_bytes callback max_pending
+#       max_pending_per_client document
 _SUBMIT = _FORGET + """
 local P, id, key = ARGV[1], ARGV[2], ARGV[3]
 if key ~= '' then
@@ -116,12 +125,15 @@ end
 if ARGV[20] ~= '' then
   local open = redis.call('SCARD', P..'cbopen')
   if open >= tonumber(ARGV[21]) then return {'callbacks', tostring(open)} end
-  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[20], 'state', 'waiting')
+  local theirs = tonumber(redis.call('HGET', P..'cbclient', client) or '0')
+  if theirs >= tonumber(ARGV[22]) then return {'mycallbacks', tostring(theirs)} end
+  redis.call('HSET', P..'cb:'..id, 'rec', ARGV[20], 'state', 'waiting', 'client', client)
   redis.call('SADD', P..'cbopen', id)
+  redis.call('HINCRBY', P..'cbclient', client, 1)
 end
 redis.call('HSET', P..'job:'..id, 'status', 'queued', 'created', ARGV[8], 'key', key, 'options', ARGV[9],
            'kind', ARGV[10], 'fingerprint', ARGV[11], 'client', ARGV[12], 'nbytes', ARGV[6], 'lane', ARGV[7],
-           'claims', '0')
+           'claims', '0', 'document', ARGV[23])
 redis.call('SET', P..'img:'..id, ARGV[13])
 if key ~= '' then redis.call('SET', P..'key:'..key, id) end
 enqueue(P, ARGV[7], client, ARGV[8], id)
@@ -243,57 +255,75 @@ return evict(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), '', tonumber(ARGV[4]
 """
 
 
-# Deliveries due now (at most ARGV 4, among the ARGV 5 due first), no host
-# past ARGV 6 in flight with this replica's (ARGV 7, JSON host -> count),
-# each claimed until ARGV 3 (its attempt's time and more: a replica that dies
-# mid-attempt leaves it to be sent again).
-# ARGV: P now claim_until n window per_target busy
+# Deliveries due now (at most ARGV 4), no host past ARGV 6 in flight with
+# this replica's (ARGV 7, JSON host -> count), each claimed until ARGV 3 (its
+# attempt's time and more: a replica that dies mid-attempt leaves it to be
+# sent again) under a token (ARGV 9 and its id) that its outcome must show
+# (_CB_RECORD). One passed over for a busy host is looked at again from ARGV
+# 8 on, out of this scan's way: up to 4 windows of ARGV 5 are scanned, so
+# due deliveries to busy hosts cannot hide the others.
+# ARGV: P now claim_until n window per_target busy later token
 _CB_CLAIM = """
 local P = ARGV[1]
-local n, per_target, busy = tonumber(ARGV[4]), tonumber(ARGV[6]), cjson.decode(ARGV[7])
+local n, window, per_target, busy = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), cjson.decode(ARGV[7])
 local out = {}
-for _, id in ipairs(redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[5]))) do
-  if #out >= 2 * n then break end
-  local rec = redis.call('HGET', P..'cb:'..id, 'rec')
-  if not rec then
-    redis.call('ZREM', P..'cbq', id)
-  else
-    local host = cjson.decode(rec).host or ''
-    local held = tonumber(busy[host] or 0)
-    if held < per_target then
-      busy[host] = held + 1
-      redis.call('ZADD', P..'cbq', ARGV[3], id)
-      table.insert(out, id)
-      table.insert(out, rec)
+for _ = 1, 4 do
+  local ids = redis.call('ZRANGEBYSCORE', P..'cbq', '-inf', ARGV[2], 'LIMIT', 0, window)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    if #out >= 3 * n then break end
+    local rec = redis.call('HGET', P..'cb:'..id, 'rec')
+    if not rec then
+      redis.call('ZREM', P..'cbq', id)
+    else
+      local host = cjson.decode(rec).host or ''
+      local held = tonumber(busy[host] or 0)
+      if held < per_target then
+        busy[host] = held + 1
+        local token = ARGV[9]..':'..id
+        redis.call('HSET', P..'cb:'..id, 'token', token)
+        redis.call('ZADD', P..'cbq', ARGV[3], id)
+        table.insert(out, id)
+        table.insert(out, rec)
+        table.insert(out, token)
+      else
+        redis.call('ZADD', P..'cbq', ARGV[8], id)
+      end
     end
   end
+  if #out >= 3 * n then break end
 end
 return out
 """
 
-# An attempt's outcome; a delivery done whose job is gone leaves the book.
-# ARGV: P id rec state next_attempt_at
-_CB_RECORD = """
+# An attempt's outcome, if its claim (ARGV 6) still holds: a late outcome
+# after another replica claimed it again changes nothing (compare and set).
+# A delivery done whose job is gone leaves the book.
+# ARGV: P id rec state next_attempt_at token
+_CB_RECORD = _FORGET + """
 local P, id = ARGV[1], ARGV[2]
 local cb = P..'cb:'..id
 if redis.call('EXISTS', cb) == 0 then return 0 end
+if redis.call('HGET', cb, 'token') ~= ARGV[6] then return 0 end
 redis.call('HSET', cb, 'rec', ARGV[3], 'state', ARGV[4])
+redis.call('HDEL', cb, 'token')
 if ARGV[4] == 'pending' then
   redis.call('ZADD', P..'cbq', ARGV[5], id)
 else
   redis.call('ZREM', P..'cbq', id)
-  redis.call('SREM', P..'cbopen', id)
+  cb_close(P, id)
   if redis.call('EXISTS', P..'job:'..id) == 0 then redis.call('DEL', cb) end
 end
 return 1
 """
 
 
-# A job's status, its page counts and page N if read while it runs (one round trip).
+# A job's status, its page counts, whether it is a document, its error, and
+# page N if read while it runs (one round trip).
 # ARGV: P id n
 _PAGE = """
-local h = redis.call('HMGET', ARGV[1]..'job:'..ARGV[2], 'status', 'pages_done', 'pages_total')
-return {h[1], h[2], h[3], redis.call('HGET', ARGV[1]..'pg:'..ARGV[2], ARGV[3])}
+local h = redis.call('HMGET', ARGV[1]..'job:'..ARGV[2], 'status', 'pages_done', 'pages_total', 'document', 'error')
+return {h[1], h[2], h[3], redis.call('HGET', ARGV[1]..'pg:'..ARGV[2], ARGV[3]), h[4], h[5]}
 """
 
 

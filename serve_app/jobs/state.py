@@ -57,6 +57,10 @@ class Job:
     # GET .../pages; dropped when it ends (its result holds them). Not journaled.
     page_results: dict[int, bytes] = field(default_factory=dict)
     page_bytes: int = 0
+    # Whether its input is a document (a PDF, a multi-page TIFF), decided at
+    # submit by its magic bytes; None: not known (a job recovered from an
+    # older journal). GET .../pages of a job that is not one is a 400 at once.
+    document: Optional[bool] = None
 
     def progress(self, done: int, total: int, pages: Any = (), limit: int = 0) -> None:
         """Pages done of all, and the pages read since (their dicts), kept
@@ -67,13 +71,16 @@ class Job:
             return
         for page in pages:
             blob = encode_result(page)
-            if self.page_bytes + len(blob) > limit:
+            n = int(page["page"])
+            before = len(self.page_results.get(n, b""))  # a retried attempt reads the same pages again
+            if self.page_bytes - before + len(blob) > limit:
                 return
-            self.page_results[int(page["page"])] = blob
-            self.page_bytes += len(blob)
+            self.page_results[n] = blob
+            self.page_bytes += len(blob) - before
 
     def page_head(self) -> dict:
-        return {"status": self.status.value, "pages_done": self.pages_done, "pages_total": self.pages_total}
+        return {"status": self.status.value, "pages_done": self.pages_done, "pages_total": self.pages_total,
+                "document": True if self.pages_total is not None else self.document, "error": self.error}
 
     def start(self, now: Optional[float] = None) -> None:
         self.status = JobStatus.RUNNING
@@ -142,6 +149,16 @@ class Job:
         restart has no `started_at` of its earlier run."""
         stamps = {"created_at": self.created, "started_at": self.started, "finished_at": self.finished}
         return {k: round(v, 3) for k, v in stamps.items() if v is not None}
+
+
+def is_document_input(image: Any) -> Optional[bool]:
+    """Whether a job's input is read as a document (serve_app.flow.upload's
+    rule, by its magic bytes); None when that cannot be told here."""
+    from serve_app.flow.upload import document_format
+
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return document_format(image if isinstance(image, bytes) else bytes(image)) is not None
+    return None
 
 
 def encode_result(result: dict) -> bytes:

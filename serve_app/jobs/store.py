@@ -35,6 +35,19 @@ from serve_app.core.app_args import JobArgs, LaneArgs
 from serve_app.flow.upload import upload_of
 
 
+def proxy_url() -> str:
+    """The address Serve's HTTP proxy serves on (http_options; a wildcard
+    host as 127.0.0.1), the default jobs.callbacks.public_url."""
+    try:
+        from ray.serve.context import _get_global_client
+
+        config = _get_global_client().http_config
+        host = "127.0.0.1" if config.host in ("0.0.0.0", "::", "", None) else config.host
+        return f"http://{'[' + host + ']' if ':' in host else host}:{config.port}"
+    except Exception:  # noqa: BLE001  no Serve client here: Serve's default
+        return "http://127.0.0.1:8000"
+
+
 # One replica by default: with the sqlite backend the store holds the jobs (a
 # second replica would not see the first one's). With `jobs.backend: redis`
 # the Serve config may give it several. Resources are in the config file.
@@ -48,6 +61,9 @@ class JobStore:
         from serve_app.serving.metrics import LaneMetrics
 
         app_name = serve.get_replica_context().app_name
+        if args.callbacks.public_url is None:  # an event's data.url: where Serve's HTTP proxy listens
+            args = args.model_copy(update={"callbacks": args.callbacks.model_copy(
+                update={"public_url": proxy_url()})})
         if args.backend == "redis":
             from serve_app.jobs.redis_book import RedisJobBook
             from serve_app.jobs.redis_scripts import redis_prefix
@@ -86,7 +102,7 @@ class JobStore:
 
     async def submit(self, image: Any, options: Optional[OcrOptions | dict],
                      idempotency_key: Optional[str] = None, client: str = "",
-                     callback_url: Optional[str] = None, base_url: str = "") -> dict:
+                     callback_url: Optional[str] = None) -> dict:
         """A new job's view ({"job_id", "status"}), or the existing one for a
         known idempotency key. Options: an OcrOptions (the ingress parses
         them) or a dict. A job's lane is bulk unless its options say
@@ -96,9 +112,9 @@ class JobStore:
         the result store the job's result counts against. `callback_url`:
         a signed event is POSTed there when the job ends (serve_app.jobs.callbacks;
         a refused target or no signing secret: BadRequest before it is
-        accepted); its data.url is `base_url` + the job's path."""
+        accepted); its data.url is jobs.callbacks.public_url + the job's path."""
         return await self.book.submit(image, parse_options(options).with_lane(BULK), idempotency_key,
-                                      client or "handle", callback_url, base_url)
+                                      client or "handle", callback_url)
 
     async def get(self, job_id: str) -> Optional[dict]:
         """The job's view, its result parsed (in a worker thread, not on

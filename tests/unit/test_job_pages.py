@@ -28,8 +28,11 @@ from serve_app.jobs.page_stream import StreamSlots
 _names = itertools.count()
 
 
+DOC = b"%PDF-1.4 doc"  # a document by its magic bytes (serve_app.flow.upload), read by Document.run
+
+
 class Document:
-    """run(image, options, progress): b"doc" is a 3-page document whose pages
+    """run(image, options, progress): DOC is a 3-page document whose pages
     are read when `release(n)` says, in any order; anything else an image."""
 
     def __init__(self):
@@ -47,7 +50,7 @@ class Document:
         return {"page": n, "width": 10, "height": 10, "source": "ocr", "results": [{"text": f"page {n}"}]}
 
     async def run(self, image, options, progress=None):
-        if bytes(image) != b"doc":
+        if bytes(image) != DOC:
             return {"image": {"width": 1, "height": 1}, "results": [{"text": "img"}]}
         progress(0, 3, [])
         done = 0
@@ -121,7 +124,7 @@ def test_a_running_documents_pages_are_kept_in_the_book_until_it_ends(make_book)
     async def go():
         doc = Document()
         book = await make_book(doc.run)
-        job = (await book.submit(b"doc", OcrOptions(), client="c"))["job_id"]
+        job = (await book.submit(DOC, OcrOptions(), client="c"))["job_id"]
         await until(lambda: book.page(job, 1))
         doc.release(2)  # page 2 is read first
         two = await until(lambda: _page(book, job, 2))
@@ -141,7 +144,7 @@ def test_a_running_documents_pages_are_kept_in_the_book_until_it_ends(make_book)
     assert json.loads(two)["results"] == [{"text": "page 2"}] and head["pages_total"] == 3
     assert one_before[1] is None and one_before[0]["status"] == "running"
     assert view["progress"] == {"pages": 3, "done": 1}
-    assert after[0]["status"] == "succeeded" and after[1] is None  # the result holds them now
+    assert after[0]["status"] == "succeeded" and json.loads(after[1]) == Document.page(1)  # now from its result
     assert unknown is None
 
 
@@ -159,7 +162,7 @@ def test_the_pages_stream_sends_pages_in_order_as_read_then_from_the_result(make
         doc = Document()
         book = await make_book(doc.run)
         async with http_over(book) as client:
-            job = (await book.submit(b"doc", OcrOptions(), client="c"))["job_id"]
+            job = (await book.submit(DOC, OcrOptions(), client="c"))["job_id"]
             image = (await book.submit(b"img", OcrOptions(), client="c"))["job_id"]
             stream = asyncio.ensure_future(client.get(f"/v1/ocr/jobs/{job}/pages"))
             resumed = asyncio.ensure_future(client.get(f"/v1/ocr/jobs/{job}/pages?from=3"))
@@ -189,7 +192,7 @@ def test_each_page_is_sent_while_the_job_runs_once_the_pages_before_it_are(make_
     async def go():
         doc = Document()
         book = await make_book(doc.run)
-        job = (await book.submit(b"doc", OcrOptions(), client="c"))["job_id"]
+        job = (await book.submit(DOC, OcrOptions(), client="c"))["job_id"]
         stream = page_lines(front_over(book), job, 1, STREAM_SLOTS.take("t"))
         doc.release(2)
         first = asyncio.ensure_future(stream.__anext__())

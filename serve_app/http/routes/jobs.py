@@ -21,7 +21,7 @@ from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.http.policies.admission import current_client
-from serve_app.jobs.page_stream import POLL_S, StreamSlots, result_pages
+from serve_app.jobs.page_stream import POLL_S, StreamSlots, error_line
 from serve_app.http.policies.answers import job_answer
 from serve_app.ocr.image_header import check_image_header
 
@@ -58,8 +58,9 @@ async def http_submit_job(request: Request, front: CurrentFront, fmt: Format = N
         # the loop); a document is opened, its pages counted, none rendered.
         await asyncio.to_thread(check_upload, upload, front.limits, front.documents)
         image = await front.handle_arg(upload.data)  # a large one put into the object store off the loop
+        # (an event's data.url is built in the store from jobs.callbacks.public_url, never from this request's Host)
         job = await downstream(front.jobs.submit.remote(image, opts, key, current_client() or "addr:?",
-                                                        callback or in_body, str(request.base_url)))
+                                                        callback or in_body))
     return JSONResponse({"job_id": job["job_id"], "status": job["status"]}, status_code=202,
                         headers={"Location": f"/v1/ocr/jobs/{job['job_id']}"})
 
@@ -104,50 +105,41 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
             summary="A document job's pages as NDJSON, in page order, as they are read")
 async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1):
     """One line per page (the page's result as the job's result holds it),
-    from page `from` on, each sent once it and the pages before it are read;
-    the stream closes when the job has ended. A finished job's pages come
-    from its stored result; a finished job that is not a document is a 400."""
+    from page `from` on, each sent once it and the pages before it are read
+    and the reader has taken the line before; a failed job's stream ends
+    with an error line; the stream closes when the job has ended. A job
+    that is not a document is a 400 at once, running or not."""
     found = await downstream(front.jobs.page.remote(job_id, start))
     if found is None:
         raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
-    if found[0]["status"] in DONE:
-        lines = await finished_pages(front, job_id, start)
-        if lines is None:
-            raise BadRequest(f"job {job_id!r} read an image, not a document: it has no pages; GET /v1/ocr/jobs/{job_id}")
-        return StreamingResponse(iter(lines), media_type=NDJSON)
+    if found[0].get("document") is False:
+        raise BadRequest(f"job {job_id!r} reads an image, not a document: it has no pages; GET /v1/ocr/jobs/{job_id}")
     place = STREAM_SLOTS.take(current_client() or "addr:?")  # 503 past the client's or the replica's streams
-    lines = page_lines(front, job_id, start, place)
+    lines = page_lines(front, job_id, start, place, found)
     weakref.finalize(lines, STREAM_SLOTS.give, place)  # (a stream never started still gives its place back)
     return StreamingResponse(lines, media_type=NDJSON)
 
 
-async def finished_pages(front, job_id: str, start: int) -> Optional[list[bytes]]:
-    """An ended job's pages from `start` on as lines (none if it failed or
-    expired), None if its result is not a document's; parsed off the loop,
-    a large result holding one of the renders' places meanwhile."""
-    found = await downstream(front.jobs.get_raw.remote(job_id))
-    if found is None or found[0].get("status") != "succeeded" or found[1] is None:
-        return []
-    blob = found[1]
-    async with front.renders.reading(len(blob)):
-        return await asyncio.to_thread(result_pages, blob, start)
-
-
-async def page_lines(front, job_id: str, n: int, place: int) -> AsyncIterator[bytes]:
-    """Page n, n + 1, ... while the job runs (one page held at a time), then
-    the rest from its result."""
+async def page_lines(front, job_id: str, n: int, place: int, first=None) -> AsyncIterator[bytes]:
+    """Page n, n + 1, ... one store call a page, while the job runs and
+    after (one page held here at a time; the next asked for once the last
+    is sent), then a failed job's error line."""
     try:
+        found = first
         while True:
-            found = await downstream(front.jobs.page.remote(job_id, n))
+            if found is None:
+                found = await downstream(front.jobs.page.remote(job_id, n))
             if found is None:
                 return
             head, page = found
+            found = None
             if page is not None:
                 yield page + b"\n"
-                n += 1
+                n = (head.get("page") or n) + 1
+            elif head["status"] == "failed":
+                yield error_line(head)
+                return
             elif head["status"] in DONE:
-                for line in await finished_pages(front, job_id, n) or []:
-                    yield line
                 return
             else:
                 await asyncio.sleep(POLL_S)
