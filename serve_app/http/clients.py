@@ -20,6 +20,10 @@ Trusted proxies (ingress.trusted_proxies, off by default): when the peer is
 one of them (an address or a network), the client is the rightmost
 `X-Forwarded-For` entry that is not a trusted proxy.
 
+An IPv6 address is grouped by its /64 (`addr:2001:db8:1:2::/64`): a host
+is commonly given a whole /64, so each /128 would be a new client with
+shares of its own.
+
 Tokens: with named tokens (ingress.client_tokens_env: an environment
 variable holding `name:token` pairs, separated by commas or whitespace), a
 request bearing one is the client `token:NAME`. The single shared token
@@ -175,5 +179,20 @@ class ClientIdentity:
             for entry in reversed(_forwarded_hosts(headers)):
                 host = _host_only(entry)
                 if not _in(host, self.trusted):
-                    return f"addr:{host}"
-        return f"addr:{peer}"
+                    return f"addr:{address_group(host)}"
+        return f"addr:{address_group(peer)}"
+
+
+def address_group(host: str) -> str:
+    """The client an address is: itself for IPv4, its /64 for IPv6 (one
+    host is given a whole /64: by /128 it could be any number of clients),
+    an IPv4-mapped one as its IPv4 address."""
+    try:
+        ip = ipaddress.ip_address(host.strip().strip("[]").split("%", 1)[0])
+    except ValueError:
+        return host
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)

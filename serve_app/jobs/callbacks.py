@@ -20,7 +20,6 @@ No Ray import."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import json
 import logging
@@ -106,7 +105,10 @@ def parse_secrets(raw: str, where: str) -> list[bytes]:
         if not word.startswith("whsec_"):
             raise ConfigError(f"{where} holds a value that is not a Standard Webhooks secret (no whsec_ prefix); {fix}")
         try:
-            key = base64.b64decode(word[len("whsec_"):], validate=True)
+            text = word[len("whsec_"):].encode()
+            key = binascii.a2b_base64(text, strict_mode=True)
+            if binascii.b2a_base64(key, newline=False) != text:  # canonical only: padded, no excess
+                raise ValueError(text)
         except (ValueError, binascii.Error):
             raise ConfigError(f"{where} holds a secret whose part after whsec_ is not valid base64; {fix}") from None
         if not SECRET_BYTES[0] <= len(key) <= SECRET_BYTES[1]:

@@ -87,3 +87,14 @@ def test_the_shared_token_or_a_named_one_authorizes():
     assert named.requires_token(None) and not named.authorized(None, None)
     assert named.authorized("Bearer s3cret", None) and named.authorized("Bearer tok", b"tok")
     assert not named.authorized("Bearer nope", b"tok")
+
+
+def test_ipv6_peers_are_one_client_per_64():
+    """Issue 59: a host holds a whole /64; by /128 each of its addresses
+    would be a new client with shares of its own (unbounded shares)."""
+    ids = ClientIdentity()
+    a = ids.of("2001:db8:1:2::1", {})
+    b = ids.of("2001:db8:1:2:ffff:eeee:dddd:cccc", {})
+    assert a == b == "addr:2001:db8:1:2::/64"
+    assert ids.of("2001:db8:1:3::1", {}) == "addr:2001:db8:1:3::/64"  # the next /64: another client
+    assert ids.of("::ffff:10.0.0.7", {}) == "addr:10.0.0.7" and ids.of("10.0.0.7", {}) == "addr:10.0.0.7"

@@ -29,6 +29,10 @@ LOCAL = {"allow": ["127.0.0.0/8"], "retry_s": [0.2, 0.2, 0.2, 0.2], "public_url"
 
 @pytest.fixture(params=["sqlite", "redis"])
 def books(request, tmp_path, monkeypatch):
+    return book_maker(request, tmp_path, monkeypatch)
+
+
+def book_maker(request, tmp_path, monkeypatch):
     """make(**callbacks args) -> a started book with FakePipeline; books made
     by one test share one journal file (sqlite) or one Redis book."""
     monkeypatch.setenv("OCR_WEBHOOK_SECRET", SECRET)

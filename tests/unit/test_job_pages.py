@@ -227,3 +227,111 @@ def test_a_client_holds_a_few_streams_at_once():
     slots.give(mine[0])  # given back once only
     assert over.value.status == 503 and "its share" in over.value.message and "streams are open" in full.value.message
     assert slots.take("d") is not None and slots.open == {"a": 3, "b": 1, "c": 1, "d": 1} and others
+
+
+# -- issue 59 ---------------------------------------------------------------------
+
+class Counted:
+    """book.page counted: how many store calls a stream made."""
+
+    def __init__(self, book):
+        self.book, self.calls = book, 0
+
+    async def page(self, job_id, n):
+        self.calls += 1
+        return await self.book.page(job_id, n)
+
+
+def test_a_running_jobs_stream_that_is_not_a_document_is_a_400_at_once(make_book):
+    async def go():
+        gate = asyncio.Event()
+
+        async def hold(image, options, progress=None):
+            await gate.wait()
+            return {"image": {"width": 1, "height": 1}, "results": []}
+
+        book = await make_book(hold)
+        async with http_over(book) as client:
+            job = (await book.submit(b"img", OcrOptions(), client="c"))["job_id"]
+            await until(lambda: _status(book, job, "running"))
+            r = await asyncio.wait_for(client.get(f"/v1/ocr/jobs/{job}/pages"), 30)
+            held = dict(STREAM_SLOTS.open)
+        gate.set()
+        await close(book)
+        return r, held
+
+    r, held = asyncio.run(go())
+    assert r.status_code == 400 and "not a document" in r.json()["error"]["message"] and held == {}
+
+
+async def _status(book, job, status):
+    return (await book.get(job))["status"] == status
+
+
+def test_a_failed_documents_stream_ends_with_an_error_line(make_book):
+    async def go():
+        async def fails_after_one(image, options, progress=None):
+            progress(1, 3, [Document.page(1)])
+            await asyncio.sleep(0)
+            from serve_app.core.errors import BadImage
+            raise BadImage("page 2 cannot be read")
+
+        book = await make_book(fails_after_one)
+        job = (await book.submit(DOC, OcrOptions(), client="c"))["job_id"]
+        stream = page_lines(front_over(book), job, 1, STREAM_SLOTS.take("t"))
+        got = [line async for line in stream]
+        await close(book)
+        return got
+
+    got = [json.loads(line) for line in asyncio.run(go())]
+    assert got[-1] == {"status": "failed", "error": {"code": "bad_image", "message": "page 2 cannot be read"}}
+    assert [g.get("page") for g in got[:-1]] in ([], [1])  # page 1 if read before the end, never an empty end
+
+
+def test_an_ended_documents_stream_holds_a_slot_and_one_page_at_a_time(make_book):
+    """A finished 40-page result: the stream asks the store for one page at
+    a time (each line once the last is taken), and counts in the slots."""
+    pages = 40
+
+    async def run_doc(image, options, progress=None):
+        return {"document": {"type": "pdf", "pages": pages}, "pages": [Document.page(n) for n in range(1, pages + 1)]}
+
+    async def go():
+        book = await make_book(run_doc)
+        job = (await book.submit(DOC, OcrOptions(), client="c"))["job_id"]
+        await until(lambda: _done(book, job))
+        counted = Counted(book)
+        front = front_over(book)
+        front.jobs.page = Method(counted.page)
+        stream = page_lines(front, job, 5, STREAM_SLOTS.take("t"))
+        first = [await stream.__anext__(), await stream.__anext__()]
+        calls_after_two = counted.calls
+        rest = [line async for line in stream]
+        STREAM_SLOTS.per_client, saved = 1, STREAM_SLOTS.per_client
+        try:
+            place = STREAM_SLOTS.take("addr:127.0.0.1")
+            async with http_over(book) as client:
+                refused = await client.get(f"/v1/ocr/jobs/{job}/pages")
+            STREAM_SLOTS.give(place)
+        finally:
+            STREAM_SLOTS.per_client = saved
+        await close(book)
+        return first, calls_after_two, rest, refused
+
+    first, calls, rest, refused = asyncio.run(go())
+    assert [json.loads(x)["page"] for x in first + rest] == list(range(5, pages + 1))
+    assert calls == 2  # two lines sent, two pages asked for: the rest not yet
+    assert refused.status_code == 503  # an ended job's stream counts in the client's streams too
+
+
+def test_a_retried_attempts_pages_are_counted_once():
+    """Attempt 1 reads pages 1-2 and fails; attempt 2 reads 1-3: within a
+    bound that holds the three pages once, all three are kept."""
+    from serve_app.jobs.state import Job, JobStatus, encode_result
+
+    job = Job(job_id="j", created=0.0, status=JobStatus.RUNNING)
+    pages = [Document.page(n) for n in (1, 2, 3)]
+    size = sum(len(encode_result(p)) for p in pages)
+    job.progress(2, 3, pages[:2], limit=size)
+    job.progress(3, 3, pages, limit=size)  # the next attempt reads the same pages again, then page 3
+    assert job.page_bytes == size and sorted(job.page_results) == [1, 2, 3]
