@@ -65,6 +65,7 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "dedupe": "load_tests.bench_dedupe",
         "bounded-work": "load_tests.bounded_work",
         "front": "load_tests.front_stall",
+        "callbacks": "load_tests.hostile_callbacks",
     }),
     "jobs": ("the job books: Redis against SQLite per submit and poll", {"backends": "load_tests.bench_job_backends"}),
     "soak": ("the service under open-loop load for a long time: errors and memory growth",
