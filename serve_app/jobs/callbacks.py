@@ -182,6 +182,7 @@ class Callbacks:
         self._sending: set[asyncio.Task] = set()
         self.busy: dict[str, int] = {}  # target key -> attempts in flight here (jobs.callbacks.per_target)
         self._session: Any = None
+        self._closing: Optional[asyncio.Task] = None
 
     def per_client(self) -> int:
         return self.args.max_pending_per_client or max(1, self.args.max_pending // 10)
@@ -295,14 +296,14 @@ class Callbacks:
             return None, "unreachable"
 
     async def aclose(self) -> None:
-        session = self._session
         self.close()
-        if session is not None:
-            await session.close()
+        if self._closing is not None:
+            await asyncio.wait([self._closing])
 
     def close(self) -> None:
-        """Cancel the loop and the attempts, and close the HTTP session
-        (on the running loop; there is always one where a book closes)."""
+        """Cancel the loop and the attempts, and close the HTTP session (a
+        task on the running loop, awaited by aclose; without a loop its
+        connector closes what it holds)."""
         for t in [self._task, *self._sending]:
             if t is not None:
                 t.cancel()
@@ -310,8 +311,8 @@ class Callbacks:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             try:
-                asyncio.get_running_loop().create_task(session.close())
-            except RuntimeError:  # no loop: its connector closes what it holds now
+                self._closing = asyncio.get_running_loop().create_task(session.close())
+            except RuntimeError:
                 session.connector.close()
 
 
