@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -38,11 +37,10 @@ from serve_app.core.errors import DeadlineExceeded, IdempotencyConflict, OcrErro
 from serve_app.jobs import book_callbacks
 from serve_app.jobs.callbacks import Callbacks
 from serve_app.jobs.journal import JobJournal
-from serve_app.jobs.page_stream import FinishedPages, finished_page
+from serve_app.jobs.page_stream import FinishedPages, job_page
 from serve_app.jobs.results import ALL, ResultShares
-from serve_app.jobs.shares import check_room, hold
-from serve_app.jobs.state import (Job, JobStatus, encode_result, fingerprint, image_nbytes,  # noqa: F401
-                                  is_document_input, result_too_large)
+from serve_app.jobs.shares import check_room, hold, release, retry_after
+from serve_app.jobs.state import Job, JobStatus, encode_result, fingerprint, image_nbytes, result_too_large  # noqa: F401
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.app_args import JobArgs, LaneArgs
@@ -88,8 +86,7 @@ class JobBook:
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="job-journal")
         self.callbacks = Callbacks(args.callbacks)  # signed events when a job ends (serve_app.jobs.callbacks)
         self.deliveries: dict[str, dict] = {}  # open deliveries (waiting or pending) by job id
-        # finished documents being streamed, one page at a time (GET .../pages)
-        self.finished_pages = FinishedPages(4 * args.max_result_bytes)
+        self.finished_pages = FinishedPages(4 * args.max_result_bytes)  # ended documents' streams
 
     # -- lifecycle ------------------------------------------------------------
     async def start(self) -> None:
@@ -173,12 +170,10 @@ class JobBook:
     async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
                      callback_url: Optional[str] = None) -> dict:
         """A new job's view, or a known key's job's. With callback_url an
-        event is sent there when it ends (its data.url: the configured
-        public URL + the job's path, never a request's Host)."""
+        event is sent there when it ends (serve_app.jobs.book_callbacks)."""
         self.replace_dead_workers()
         await self._expire()
-        if callback_url:  # a 400 (no secret, a malformed URL) or 503 before anything is awaited
-            self.callbacks.admit(callback_url, client, len(self.deliveries), book_callbacks.open_of(self, client))
+        book_callbacks.admit(self, callback_url, client)  # a 400 (no secret, a malformed URL) or 503, at once
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         if key:
             while key in self._keys_pending:  # its first submit is being written: wait for its outcome
@@ -191,13 +186,10 @@ class JobBook:
                         f"use a new key for a new request")
                 return job.view()
         nbytes = image_nbytes(image)
-        # The checks and the counts they guard in one step (no await between):
-        # concurrent submits cannot all pass a check that only one had room for.
-        check_room(self, client, nbytes)  # serve_app.jobs.shares
-        if callback_url:
-            self.callbacks.admit(callback_url, client, len(self.deliveries), book_callbacks.open_of(self, client))
+        check_room(self, client, nbytes)  # serve_app.jobs.shares; the checks and the counts in one step (no await)
+        book_callbacks.admit(self, callback_url, client)
         job = Job(job_id=uuid.uuid4().hex, created=time.time(), image=image, options=options, key=key,
-                  fingerprint=payload, nbytes=nbytes, client=client, document=is_document_input(image))
+                  fingerprint=payload, nbytes=nbytes, client=client)
         book_callbacks.attach(self, job, callback_url)  # counted now; its target resolved below
         hold(self, job, +1)
         pending = asyncio.get_running_loop().create_future() if key else None
@@ -208,9 +200,8 @@ class JobBook:
                 await book_callbacks.resolve(self, job)
             write = asyncio.ensure_future(self._write("add", job))
             try:
-                # Accepted only once it is on disk (with a journal). Shielded: a
-                # submit cancelled meanwhile (its caller went away) still learns
-                # how the write ended, below.
+                # Accepted only once it is on disk (with a journal). Shielded: a submit
+                # cancelled meanwhile (its caller went away) still learns how the write ended.
                 await asyncio.shield(write)
             except asyncio.CancelledError:
                 await self._after_cancelled_add(write, job)
@@ -220,8 +211,8 @@ class JobBook:
                 raise Unavailable("the job journal cannot be written just now; the job was not accepted, retry",
                                   retry_after_s=JOURNAL_RETRY_AFTER_S) from None
         except BaseException:
-            if job.job_id not in self.jobs:
-                self._unreserve(job)
+            if job.job_id not in self.jobs:  # not accepted after all
+                release(self, job)
             raise
         finally:
             if key:
@@ -230,11 +221,6 @@ class JobBook:
         self.journal_error = None
         self._accept(job)
         return job.view()
-
-    def _unreserve(self, job: Job) -> None:
-        """A job not accepted after all: the counts its checks took, given back."""
-        hold(self, job, -1)
-        self.deliveries.pop(job.job_id, None)
 
     async def _after_cancelled_add(self, write: asyncio.Future, job: Job) -> None:
         """A submit cancelled while its job was being written: nobody was
@@ -258,7 +244,6 @@ class JobBook:
             self._journal_failed(e)
 
     def _accept(self, job: Job) -> None:
-        """A written job, its counts held since its checks (submit), made known."""
         key = job.key
         self.jobs[job.job_id] = job
         if key:
@@ -294,13 +279,7 @@ class JobBook:
         job journaled before lanes has none: bulk)."""
         return lane_of(job.options.priority, BULK)
 
-    def _retry_after(self, jobs: Optional[int] = None) -> int:
-        """About when a slot frees up: the queue's length (or `jobs`) over
-        the workers, times a job's average time; 5 s before any job has finished."""
-        if self._job_seconds is None:
-            return 5
-        n = self.unfinished if jobs is None else jobs
-        return max(1, min(60, math.ceil(n / self.args.concurrency * self._job_seconds)))
+    _retry_after = retry_after  # serve_app.jobs.shares
 
     def _journal_failed(self, e: BaseException) -> None:
         self.journal_error = repr(e)
@@ -359,7 +338,6 @@ class JobBook:
             return
         if job.image is None and self.journal is not None:  # recovered: its image is still on disk
             job.image = await self._io_call(self.journal.image, job.job_id)
-            job.document = is_document_input(job.image)
             if job.image is None:
                 job.fail("internal", "the job's image was lost from the journal")
                 await self._finished(job)
@@ -452,19 +430,9 @@ class JobBook:
         return await self.run(job.image, job.options, lambda d, t, pages=(): job.progress(d, t, pages, self.result_limit))
 
     async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:
-        """(status fields, page `number`'s JSON bytes if read while the job runs), None for an unknown job;
-        once it has succeeded, its first page from `number` on, from its result (the head's `page` says which)."""
+        """(status fields, page bytes: serve_app.jobs.page_stream.job_page), None for an unknown job."""
         job = self.jobs.get(job_id)
-        if job is None:
-            return None
-        head = job.page_head()
-        if job.status is not JobStatus.SUCCEEDED:
-            return head, job.page_results.get(number)
-
-        async def stored() -> Optional[bytes]:
-            return job.result_json
-
-        return await finished_page(self.finished_pages, job_id, number, head, stored)
+        return None if job is None else await job_page(self.finished_pages, job, number)
 
     async def _finished(self, job: Job) -> None:
         """Book-keeping of a job that has just finished (its image was dropped)."""

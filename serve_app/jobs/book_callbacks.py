@@ -5,6 +5,7 @@ a ledger over a JobBook (serve_app.jobs.book). No Ray import."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Optional
 
@@ -38,6 +39,30 @@ def attach(book: Any, job: Job, callback_url: Optional[str]) -> None:
 async def resolve(book: Any, job: Job) -> None:
     """The new job's target resolved and checked (TargetRefused: 400); its key kept for the per-target bound."""
     job.callback["host"] = await book.callbacks.resolve(job.callback["url"])
+
+
+def admit(book: Any, callback_url: Optional[str], client: str) -> None:
+    """At submit, with no await since the book's counts were read: Callbacks.admit (400 or 503)."""
+    if callback_url:
+        book.callbacks.admit(callback_url, client, len(book.deliveries), open_of(book, client))
+
+
+async def redis_admit(book: Any, callback_url: Optional[str], client: str) -> None:
+    """The Redis book's admit: the book's and the client's open deliveries read first (one round trip)."""
+    if callback_url:
+        pipe = book.r.pipeline(transaction=False)
+        pipe.scard(book.P + "cbopen")
+        pipe.hget(book.P + "cbclient", client)
+        pending, mine = await pipe.execute()
+        book.callbacks.admit(callback_url, client, int(pending), int(mine or 0))
+
+
+async def redis_record(book: Any, job_id: str, callback_url: Optional[str], client: str) -> str:
+    """The Redis book's new delivery record (JSON; "" without a callback_url), its target resolved and checked."""
+    if not callback_url:
+        return ""
+    target = await book.callbacks.resolve(callback_url)
+    return json.dumps(new_record(job_id, callback_url, result_url(public_url(book), job_id), client, target))
 
 
 def open_of(book: Any, client: str) -> int:

@@ -142,6 +142,28 @@ async def finished_page(pages: FinishedPages, job_id: str, n: int, head: dict,
     return {**head, "document": document, "page": number}, blob
 
 
+async def job_page(pages: FinishedPages, job: Any, n: int) -> tuple[dict, Optional[bytes]]:
+    """The SQLite book's page of a job: while it runs, page `n` if read
+    (None before); once it has succeeded, its first page from `n` on, from
+    its result (the head's `page` says which)."""
+    head = job.page_head()
+    if head["status"] != "succeeded":
+        return head, job.page_results.get(n)
+
+    async def stored() -> Optional[bytes]:
+        return job.result_json
+
+    return await finished_page(pages, job.job_id, n, head, stored)
+
+
+def redis_page_head(status: bytes, done: Any, total: Any, document: Any, error: Any) -> dict:
+    """The Redis book's _PAGE answer as a page head (page_head's fields)."""
+    return {"status": status.decode(), "pages_done": int(done) if done else None,
+            "pages_total": int(total) if total else None,
+            "document": True if total else (bool(int(document)) if document else None),
+            "error": json.loads(error) if error else None}
+
+
 def error_line(head: dict) -> bytes:
     """The last line of a failed job's stream: its error, so a reader can tell it from the end of a document."""
     return encode_result({"status": head.get("status"), "error": head.get("error")}) + b"\n"

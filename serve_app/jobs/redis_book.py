@@ -34,16 +34,15 @@ from typing import Any, Optional
 
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
 from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
-from serve_app.jobs.state import is_document_input
 from serve_app.jobs.journal import decode_image, encode_image
-from serve_app.jobs.page_stream import finished_page
+from serve_app.jobs.page_stream import finished_page, redis_page_head
 from serve_app.jobs.shares import client_limits, over_share_message
-from serve_app.jobs.state import Job, JobStatus
+from serve_app.jobs.state import Job, JobStatus, is_document_input
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.core.app_args import JobArgs, LaneArgs
-from serve_app.jobs.book_callbacks import public_url, result_url
-from serve_app.jobs.callbacks import job_ended, new_record
+from serve_app.jobs.book_callbacks import redis_admit, redis_record
+from serve_app.jobs.callbacks import job_ended
 from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PAGE,
                                           _PROGRESS, _RENEW, _SUBMIT, check_fsync)
 
@@ -145,23 +144,14 @@ class RedisJobBook(JobBook):
     async def submit(self, image: Any, options: OcrOptions, key: Optional[str] = None, client: str = "",
                      callback_url: Optional[str] = None) -> dict:
         self.replace_dead_workers()
-        callback = ""
-        if callback_url:  # the book's and the client's open deliveries, read first; checked again in the script
-            pipe = self.r.pipeline(transaction=False)
-            pipe.scard(self.P + "cbopen")
-            pipe.hget(self.P + "cbclient", client)
-            pending, mine = await pipe.execute()
-            self.callbacks.admit(callback_url, client, int(pending), int(mine or 0))
+        await redis_admit(self, callback_url, client)  # (read first; checked again in the script)
         payload = await asyncio.to_thread(fingerprint, image, options) if key else None
         nbytes = image_nbytes(image)
         lane = self._lane_of(options)
         blob, kind = await asyncio.to_thread(encode_image, image)
         job_id = uuid.uuid4().hex
         created = time.time()
-        if callback_url:  # (after the room read above: a slow name lookup holds no room it has not got)
-            target = await self.callbacks.resolve(callback_url)
-            callback = json.dumps(new_record(job_id, callback_url, result_url(public_url(self), job_id), client,
-                                             target))
+        callback = await redis_record(self, job_id, callback_url, client)  # (its name looked up after the room read)
         document = is_document_input(image)
         try:
             await self._expire_now()
@@ -407,17 +397,11 @@ class RedisJobBook(JobBook):
         status, done, total, blob, document, error = await self._page(args=[self.P, job_id, number])
         if not status:
             return None
-        head = {"status": status.decode(), "pages_done": int(done) if done else None,
-                "pages_total": int(total) if total else None,
-                "document": True if total else (bool(int(document)) if document else None),
-                "error": json.loads(error) if error else None}
+        head = redis_page_head(status, done, total, document, error)
         if head["status"] != "succeeded":
             return head, blob or None
-
-        async def stored() -> Optional[bytes]:
-            return await self.r.hget(self._job(job_id), "result")
-
-        return await finished_page(self.finished_pages, job_id, number, head, stored)
+        return await finished_page(self.finished_pages, job_id, number, head,
+                                   lambda: self.r.hget(self._job(job_id), "result"))
 
     async def _fail_quietly(self, job_id: str, code: str, message: str) -> None:
         try:
@@ -454,8 +438,7 @@ class RedisLedger:
         return [(flat[i].decode(), {**json.loads(flat[i + 1]), CLAIM: flat[i + 2].decode()})
                 for i in range(0, len(flat), 3)]
 
-    async def record(self, job_id: str, rec: dict) -> bool:
-        """The outcome kept, if this replica's claim still holds (else False: another replica claimed it since)."""
+    async def record(self, job_id: str, rec: dict) -> bool:  # False: another replica claimed it since (kept nothing)
         b = self.book
         rec = dict(rec)
         token = rec.pop(CLAIM, "")

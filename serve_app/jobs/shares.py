@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Optional
 
 from serve_app.core.errors import Overloaded
 
@@ -60,6 +60,21 @@ def over_share_message(args: Any, mine: int, held: int, alone: bool) -> str:
     return (f"this client has {mine} unfinished jobs ({held} bytes of images) here, over its share "
             f"(jobs.client_share {args.client_share:g} of capacity and of max_queued_bytes) while other clients "
             f"have jobs waiting; retry once some have finished")
+
+
+def retry_after(book: Any, jobs: Optional[int] = None) -> int:
+    """About when a slot frees up: the queue's length (or `jobs`) over
+    the workers, times a job's average time; 5 s before any job has finished."""
+    if book._job_seconds is None:
+        return 5
+    n = book.unfinished if jobs is None else jobs
+    return max(1, min(60, math.ceil(n / book.args.concurrency * book._job_seconds)))
+
+
+def release(book: Any, job: Any) -> None:
+    """A job not accepted after all (its write failed, its submit was cancelled): what its checks counted, given back."""
+    hold(book, job, -1)
+    book.deliveries.pop(job.job_id, None)
 
 
 def hold(book: Any, job: Any, sign: int) -> None:

@@ -60,7 +60,11 @@ class Job:
     # Whether its input is a document (a PDF, a multi-page TIFF), decided at
     # submit by its magic bytes; None: not known (a job recovered from an
     # older journal). GET .../pages of a job that is not one is a 400 at once.
-    document: Optional[bool] = None
+    document: Optional[bool] = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.document is None and self.image is not None:
+            self.document = is_document_input(self.image)
 
     def progress(self, done: int, total: int, pages: Any = (), limit: int = 0) -> None:
         """Pages done of all, and the pages read since (their dicts), kept
