@@ -3,16 +3,19 @@ ends, an event is POSTed there, signed by the Standard Webhooks scheme
 (the `standardwebhooks` library signs; headers webhook-id,
 webhook-timestamp, webhook-signature), at least once: retried after each
 pause of jobs.callbacks.retry_s on any answer but a 2xx, a timeout or a
-connection error, with the same webhook-id, then given up.
+connection error, with the same webhook-id, then given up. Each client's
+events are signed with its own secret (Signer), and a client holds at most
+its share of the open deliveries (issue 59).
 
 A delivery is a record kept in the job book beside its job (the SQLite
 journal's `callbacks` table, a Redis hash), so that a restarted store, or
 another replica, still delivers it. Its states: `waiting` (the job has not
 ended), `pending` (to be sent at `next_attempt_at`), `delivered`,
 `given_up`. The book provides the ledger (`due`: claim the deliveries due
-now; `record`: keep an attempt's outcome); `Deliveries` runs them:
-at most jobs.callbacks.concurrency at once, each within timeout_s, never on
-a job worker. The HTTP client connects only through a resolver that checks
+now; `record`: keep an attempt's outcome, on Redis only while the claim
+holds); `Callbacks` runs them: at most jobs.callbacks.concurrency at once,
+at most per_target to one resolved address, each within timeout_s, never
+on a job worker. The HTTP client connects only through a resolver that checks
 every address it returns (serve_app.jobs.callback_targets), follows no
 redirect, keeps no cookie, uses no proxy, and reads no answer body.
 No Ray import."""
