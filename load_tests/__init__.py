@@ -16,6 +16,6 @@ Shared by them all (none imports Ray at module level):
 * ``batches``, ``baselines``, ``phases``, ``runs``, ``analysis``, ``report``,
   ``plots``, ``engine_report``: the parts of `serve load` and `engine systems`.
 * ``simple_server`` (the baseline server, run as ``python -m
-  load_tests.simple_server``), ``serve_floor_app`` (a model-free Serve app),
-  ``locustfile`` (interactive load with Locust): not programs of the list.
+  load_tests.simple_server``) and ``serve_floor_app`` (a model-free Serve
+  app): not programs of the list.
 """

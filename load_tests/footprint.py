@@ -10,8 +10,8 @@ A config is a file, optionally with `+key.path=value` overrides of its
 application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
 the default set is both profiles with `recognizer.warm` full and core (core
 is the default: serve_app/serving/shapes_after_ready.py). A replica added by
-autoscaling is not started here: `python -m load_tests startup cold` times a
-replica's own start on an idle core (`--rec-warm full|core`).
+autoscaling is not started here (`startup cold` timed a replica's own
+start; removed, commit 3f6bfa3 has it).
 
 Each round: the in-process engine in a child process (2 threads on both
 cores, warmed) reads the 60 peer images once and the text-line images twice
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,7 +58,6 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from load_tests.hop_budget import process_group  # noqa: E402
 from harness.procfs import descendants, pss_mb  # noqa: E402
 from load_tests.stats import median  # noqa: E402
 from load_tests.cli import standalone  # noqa: E402
@@ -70,7 +70,26 @@ TEXT_LINE_PREFIXES = ("mmocr_word_", "paddleocr_en_word_", "paddleocr_word_", "r
                       "rapidocr_en_rec", "mmocr_demo_text_recog")
 
 
-# -- pure parts (tests/unit/test_footprint.py) -------------------------------------
+# -- pure parts -------------------------------------
+
+
+DEPLOYMENT_GROUPS = {"TextDetector": "det replica", "DirectionClassifier": "cls replica",
+                     "TextRecognizer": "rec replica", "OcrPipeline": "pipeline", "OcrIngress": "ingress",
+                     "JobStore": "job store"}
+
+
+def process_group(cmdline: str) -> str:
+    """Which part of the service a process is, from its command line
+    (truncated ones too)."""
+    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmdline)
+    if m:
+        return DEPLOYMENT_GROUPS.get(m.group(1), m.group(1))
+    for needle, group in (("ProxyActor", "proxy"), ("ServeController", "controller"), ("gcs_server", "gcs"),
+                          ("raylet", "raylet"), ("dashboard", "dashboard"), ("ray::", "ray other"),
+                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other")):
+        if needle in cmdline:
+            return group
+    return "other"
 
 
 def role(cmd: str) -> str:

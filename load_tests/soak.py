@@ -11,7 +11,7 @@ the peer images, seeded), and a hostile share (`--hostile`, a fraction of
 the good rate) is mixed in: junk bodies (400), oversized bodies (413),
 bodies trickled too slowly (408) and dense pages with a deadline too short
 to meet (504, or 503 when admission by cost refuses them at the door), and
-the cheapest, costliest requests of load_tests/hostile_costs.py in turn
+the cheapest, costliest requests of harness/hostile.py in turn
 (PDFs that render for minutes, long thin PNGs, a 500-page blank PDF...:
 each a 4xx, or a 503 naming the jobs API). Their answers are counted apart; the good clients must see
 no error at all.
@@ -67,7 +67,7 @@ def replica_memory() -> dict[str, float]:
 
 
 HOSTILE_KINDS = ("junk", "oversized", "slow", "expired", "costly")
-_COSTLY = [0]  # the next of load_tests/hostile_costs.py's CASES a "costly" request sends
+_COSTLY = [0]  # the next of harness/hostile.py's CASES a "costly" request sends
 
 
 async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: float = 15.0) -> str:
