@@ -23,7 +23,6 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
     "serve": ("the service over HTTP against its baselines (in-process engine, simple server), one run", {
         "load": "load_tests.bench",
         "throughput-mode": "load_tests.throughput_mode",
-        "scale-up": "load_tests.scale_up",
     }),
     "engine": ("the in-process engine: against RapidOCR, the model sets against each other (reads and speed), "
                "its lower precisions against fp32", {
@@ -35,7 +34,7 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
     "memory": ("memory: a profile's footprint (PSS per process), its start, one client and 8 clients", {
         "footprint": "load_tests.footprint",
     }),
-    "startup": ("start-up: `serve run` to ready phase by phase", {
+    "startup": ("start-up: `serve run` to ready phase by phase; a replica added by autoscaling (--scale-up)", {
         "serve-run": "load_tests.serve_phases",
     }),
     "documents": ("documents: reading order and layout, PDFs end to end", {

@@ -3,7 +3,7 @@ page orientation decisions and their cost, multi-page TIFF, upper-case
 spacing. One in-process engine (the default config, the real models);
 every comparison is measured side by side in this run.
 
-    flock /tmp/ray-tests.lock .venv/bin/python -m load_tests documents layout [--repeats 3] [--json F]
+    .venv/bin/python -m load_tests documents layout [--repeats 3] [--json F]
 
 Tables:
 1. order on made pages (harness/pages.py): blocks on (default) vs off (the

@@ -215,13 +215,9 @@ def main(args: argparse.Namespace) -> int:
     if args.from_raw:
         raw = json.loads(args.from_raw.read_text())
     else:
-        service.start_ray()
-        try:
-            url = service.deploy_config(service.load_config(args.config), args.port)
+        with service.served(service.load_config(args.config), args.port) as url:
             raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile,
                                    settle_s=args.settle))
-        finally:
-            service.stop_all(graceful=False)  # everything is measured: no Serve drain before the cluster goes
         write_raw(raw, args.out)
     summary = write_soak_report(raw, args.out)
     print(json.dumps(summary))

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.procfs import load_line
+
 MODELS = ("ppocrv4_mobile", "ppocrv6_small", "ppocrv6_tiny")
 BASE = "ppocrv4_mobile"
 # GFLOP per detector input of 960x960 and per recogniser crop of 48x320
@@ -286,7 +288,7 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     opts = "; ".join(f"{m} {r['options']}" for m, r in runs.items())
     w.append(f"- engine in process, one image at a time, one predictor thread per stage; predictor options: {opts}; "
              f"texts scored from an untimed pass, one child per model; img/s from {args.repeats} timed pass(es) in one "
-             f"child with every model loaded, interleaved image by image; load average (1 min) at start and end: {loads}")
+             f"child with every model loaded, interleaved image by image" + (f"; {loads}" if loads else ""))
     if args.sample:
         w.append(f"- sampled: at most {args.sample} images per set, evenly spread")
     if conv:
@@ -319,10 +321,6 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     return "\n".join(w) + "\n"
 
 
-def _load() -> str:
-    return f"{os.getloadavg()[0]:.1f}"
-
-
 def _f(x) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -350,7 +348,7 @@ def run(args: argparse.Namespace) -> dict:
     from harness.in_child import call_in_child
 
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
-    load0 = _load()
+    load0 = os.getloadavg()
     t0 = time.perf_counter()
     figures = gflop_figures()
     conv = call_in_child(conv_gflops, args.threads)
@@ -372,7 +370,7 @@ def run(args: argparse.Namespace) -> dict:
         for m, per_set in walls.items():
             for name, w in per_set.items():
                 runs[m]["sets"][name]["walls"] = w
-    report = render(args, runs, conv, figures, started, time.perf_counter() - t0, f"{load0} -> {_load()}")
+    report = render(args, runs, conv, figures, started, time.perf_counter() - t0, load_line(load0))
     report += "".join(f"\n- {m} FAILED: {err}\n" for m, err in failed.items())
     print(report)
     if args.out:

@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import time
 from typing import Callable
+
+from harness.procfs import load_line
 
 BASE = "ppocrv4_mobile"
 # (label, module, function name): the pure stages the pipeline calls, wrapped to time them.
@@ -203,21 +206,15 @@ def report(args: argparse.Namespace) -> tuple[list[str], Clock, dict, dict]:
 
     models = list(dict.fromkeys([BASE, *args.models.split(",")]))
     imgs = images(args.sets, args.sample)
-    load0 = _load()
+    load0 = os.getloadavg()
     t0 = time.perf_counter()
     clock, wall, lines = measure(models, imgs, args.repeats, args.threads)
     print(f"# tiers-breakdown: {len(imgs)} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
           f"interleaved in one process; {args.threads} inference thread(s) per predictor; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; load average {load0} -> {_load()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; {load_line(load0)}; "
           f"{time.perf_counter() - t0:.0f} s")
     print(render(models, clock, wall, lines, len(imgs) * args.repeats, args.shapes))
     return models, clock, wall, lines
-
-
-def _load() -> str:
-    import os
-
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
