@@ -55,15 +55,10 @@ raw JSON alone (a live run writes it, reads it back and renders that), so
 ``--from-raw FILE`` (measure nothing, rewrite the report and plots of a
 recorded run) writes the same document.
 
-This file is the command line; the work is in the package's modules
-(``load_tests/__init__.py`` lists them): ``phases`` runs the phases with
-``loadgen``'s clients, ``stats`` holds the one percentile definition,
-``report`` renders.
-
 Run from the repository root::
 
     .venv/bin/python -m load_tests serve load --quick               # < 2 min, proves the harness works
-    .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out docs   # the documented run
+    .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out DIR   # a full run
     .venv/bin/python -m load_tests serve load --targets handle --clients 1,8   # only the handle sweep
 
 ``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
@@ -76,7 +71,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 
@@ -86,7 +80,6 @@ from load_tests.phases import run_in_process, run_service, run_simple  # noqa: E
 from load_tests.report import summary_line, write_raw, write_report  # noqa: E402
 from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run  # noqa: E402
 from harness.service import REPO  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:
@@ -244,7 +237,3 @@ def smoke(args: argparse.Namespace) -> int:
         check(again.read_text() == md, "the same raw JSON renders the same report")
     print(summary_line(run))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

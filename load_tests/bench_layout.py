@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -33,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from harness.pages import fax_tiff, made_pages, order_score  # noqa: E402
 from harness.peer import PEER, expected, reference  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 ANGLES = (0, 90, 180, 270)
 
@@ -323,7 +321,3 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

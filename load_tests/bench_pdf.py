@@ -53,7 +53,6 @@ from harness.peer import PEER  # noqa: E402
 
 from harness.service import load_config, served  # noqa: E402
 from serve_app.core.app_args import AppArgs  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
 
@@ -155,7 +154,3 @@ def main(args: argparse.Namespace) -> int:
     print(f"{args.pages}-page PDF ({len(pdf) / 1e6:.1f} MB, {dpi} DPI), {args.repeats} timed passes per system\n")
     print(table(rows, rows[0]["pages/s"]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -20,11 +20,9 @@ peak PSS growth, what the workload got. Prints one table (markdown)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from harness.peer import PEER
-from load_tests.cli import standalone
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -82,7 +80,3 @@ def smoke(args: argparse.Namespace) -> int:
     check(stall.percentile(list(range(1, 101)), 99) == 99, "percentile")
     check(sorted(stall.CLASSES) == ["documents", "layout", "probes", "readers", "submits"], "classes")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -34,8 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests import scale_up  # noqa: E402
 from load_tests.footprint import ServeRun, parse_config  # noqa: E402
-import sys  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 FLOOR = "floor"
 FLOOR_CONFIG = {
@@ -170,7 +168,3 @@ def smoke(args: argparse.Namespace) -> int:
     check("| Ray up | - |" in rows and "| /readyz 200 | 7.0 |" in rows, "a phase missing from the log is a dash")
     print(table({"smoke": [got]}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

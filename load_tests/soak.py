@@ -43,7 +43,6 @@ from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_image
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402
 from load_tests.stats import summarize  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 REPO = service.REPO
 DEPLOYMENTS = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]
@@ -251,7 +250,3 @@ def smoke(args: argparse.Namespace) -> int:
         check("| TextDetector:1 | 100 | 102 | 2.00% |" in (Path(tmp) / "soak.md").read_text(), "the memory table")
     print(json.dumps(s))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -376,11 +376,3 @@ def run(args: argparse.Namespace) -> dict:
     if args.out:
         args.out.write_text(report)
     return runs
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_cli_args(p)
-    p.add_argument("--smoke", action="store_true", help="two English lines, ppocrv4_mobile (seconds; measures nothing)")
-    a = p.parse_args()
-    sys.exit(smoke(a) if a.smoke else main(a))

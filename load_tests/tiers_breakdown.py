@@ -29,7 +29,6 @@ import argparse
 import collections
 import os
 import statistics
-import sys
 import time
 from typing import Callable
 
@@ -215,9 +214,3 @@ def report(args: argparse.Namespace) -> tuple[list[str], Clock, dict, dict]:
           f"{time.perf_counter() - t0:.0f} s")
     print(render(models, clock, wall, lines, len(imgs) * args.repeats, args.shapes))
     return models, clock, wall, lines
-
-
-if __name__ == "__main__":
-    from load_tests.cli import standalone
-
-    sys.exit(standalone("load_tests.tiers_breakdown"))
