@@ -5,10 +5,7 @@
     python -m load_tests NAME MODE [ARGS...]  # run one mode (MODE --help for its options)
     python -m load_tests NAME --smoke         # every mode of NAME at a tiny scale (the tests run this)
 
-Each program is one module with `add_cli_args(parser)` + `main(args)`, or a
-few such modules under one name (its modes). They share one load generator
-(loadgen), one statistics module (stats), the peer images (harness.peer)
-and the service harness (harness.service: start, deploy, wait for ready)."""
+How a program is built: load_tests/cli.py; what they share: load_tests/__init__.py."""
 
 from __future__ import annotations
 

@@ -61,9 +61,8 @@ Run from the repository root::
     .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out DIR   # a full run
     .venv/bin/python -m load_tests serve load --targets handle --clients 1,8   # only the handle sweep
 
-``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
-untimed pass for the in-process loops, every phase at one or two load
-points, report in ``load_tests/out/quick``.
+``--quick``: 3 small images, 0.5 + 2 s points, every phase at one or two
+load points; it proves the harness works and asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -85,8 +84,8 @@ from harness.service import REPO  # noqa: E402
 def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     ap.add_argument("--quick", action="store_true", help="everything at a tiny scale, < 2 min (asserts no speed)")
-    ap.add_argument("--out", type=Path, help="report folder: benchmarks.md and img/ (default docs; "
-                                             "load_tests/out/quick with --quick)")
+    ap.add_argument("--out", type=Path, help="report folder: benchmarks.md and img/ (default "
+                                             "load_tests/out/serve-load, or load_tests/out/quick)")
     ap.add_argument("--raw", type=Path, help="raw JSON (default load_tests/out/bench_results[_quick].json)")
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="image folder (default %(default)s)")
     ap.add_argument("--n-images", type=int, default=20, help="evenly spaced subset of the sorted images (0 = all)")
@@ -125,7 +124,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (0.5 if q else 5.0)
     args.duration = args.duration if args.duration is not None else (2.0 if q else 30.0)
     args.deadline = args.deadline or (240.0 if q else 1500.0)
-    args.out = args.out or (REPO / "load_tests/out/quick" if q else REPO / "docs")
+    args.out = args.out or REPO / "load_tests/out" / ("quick" if q else "serve-load")
     args.raw = args.raw or REPO / f"load_tests/out/bench_results{'_quick' if q else ''}.json"
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in args.targets if t not in ALL_TARGETS]

@@ -1,8 +1,6 @@
 """The model tiers side by side in one run: each evaluation set
-(harness/eval_sets.py: accented Latin lines, English lines, the peer
-images' labels, dense Chinese pages, tiny word crops) read by each model
-set (ppocrv4_mobile, ppocrv6_small, ppocrv6_tiny) with the in-process
-engine: lines read, exact lines, CER, img/s, memory, and each tier's
+(harness/eval_sets.py) read by each model set (ppocrv4_mobile,
+ppocrv6_small, ppocrv6_tiny) with the in-process engine: lines read, exact lines, CER, img/s, memory, and each tier's
 FLOPs floor (GFLOP per image over the GFLOP/s this engine reaches on one
 large convolution on this CPU) beside the img/s it gets. Ratios against
 ppocrv4_mobile measured in the same run.
@@ -18,7 +16,6 @@ threads each), so load from other work on a shared machine falls on every
 model alike: the `x v4` ratios are the figures to read there.
 
     python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
-    python -m load_tests engine tiers --smoke  # two images, ppocrv4_mobile (seconds)
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Where each model set's time per image goes, stage by stage, beside
-PP-OCRv4 in the same process: image preparation, the detector's
-pre-processing, graph and post-processing (DB boxes), the crops, the
-direction classifier (pre-processing and graph), the recogniser's
-pre-processing, graph (per batch shape) and CTC decoding, and the rest of
-the pipeline. Every set's engine is loaded in one process and the images
-are read interleaved (image by image, the sets' order rotated each pass),
-so load from other work falls on every set alike; the ratios are the
-figures to trust on a shared machine.
+"""Where each model set's time per image goes, stage by stage (the
+detector's and recogniser's pre-processing, graph and post-processing, the
+crops, the classifier, the rest of the pipeline), beside PP-OCRv4 in the
+same process, the images read interleaved (image by image, the sets' order
+rotated each pass): the ratios are the figures to trust on a shared
+machine.
 
     python -m load_tests engine tiers-breakdown                        # peer labels + dense pages, 3 passes
     python -m load_tests engine tiers-breakdown --sets peer --sample 20 --repeats 5
@@ -19,8 +16,7 @@ Paddle's OpenVINO engine at its `auto` precision, the process pinned) with
 (ms per call). Stage times are wall times of the functions the pipeline
 calls (wrapped for the run), so they add up to the image's time less what
 runs between them (`pipeline rest`: the event loop, thread hand-offs,
-assembling lines). Per-operator times inside the graphs are `engine
-tiers-ops`.
+assembling lines).
 """
 
 from __future__ import annotations
