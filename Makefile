@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 SERVE_STAMP := $(VENV)/.installed-serve
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test models openvino-env python-check serve lint test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
+.PHONY: install install-test models python-check serve lint test test-quick test-stress test-system test-no-cluster test-cluster bench-engine rayservice config-doc clean install-gpu serve-gpu gpu-run gpu-check
 
 # Says at once what this machine lacks to make the venv (a Python of another
 # version; Debian's and Ubuntu's python3 without its venv module).
@@ -61,23 +61,8 @@ $(EXPORT_STAMP): models/export-requirements.txt
 models: $(BUILD_STAMP) $(EXPORT_STAMP)
 	OCR_SERVE_EXPORT_PYTHON=$(abspath $(EXPORT_VENV))/bin/python $(BUILD_VENV)/bin/python -m serve_app.tools.convert_models
 
-# The profiling-only env (.venv-openvino: the openvino package Paddle 3.3.1
-# bundles) for `python -m load_tests engine tiers-ops`, OpenVINO's
-# per-operator counters (models/openvino-requirements.txt).
-OPENVINO_VENV ?= .venv-openvino
-OPENVINO_STAMP := $(OPENVINO_VENV)/.installed
-
-$(OPENVINO_STAMP): models/openvino-requirements.txt
-	@$(MAKE) --no-print-directory python-check
-	$(PY) -m venv $(OPENVINO_VENV)
-	$(OPENVINO_VENV)/bin/pip install -q --upgrade pip
-	$(OPENVINO_VENV)/bin/pip install -q -r models/openvino-requirements.txt
-	touch $(OPENVINO_STAMP)
-
-openvino-env: $(OPENVINO_STAMP)
-
 install: $(SERVE_STAMP) models
-install-test: test-system $(TEST_STAMP) models openvino-env
+install-test: test-system $(TEST_STAMP) models
 
 # The light CPU profile: the pipeline and the three models in one process (docs/deploy.md);
 # `serve run deployments.yaml` is the per-stage one.
@@ -185,4 +170,4 @@ gpu-check:
 gpu-run: gpu-check
 
 clean:
-	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) $(EXPORT_VENV) $(OPENVINO_VENV) *.egg-info
+	rm -rf $(VENV) $(GPU_VENV) $(BUILD_VENV) $(EXPORT_VENV) *.egg-info

@@ -1,7 +1,7 @@
 """The model tiers' evaluation sets, made in code with their truth (nothing
 downloaded): accented Latin lines, plain English lines, dense Chinese
 pages, tiny word crops, and the peer images' own labels
-(tests/data/peer/expected.json). `python -m load_tests tiers` reads them
+(tests/data/peer/expected.json). `python -m load_tests engine tiers` reads them
 with each model set.
 
 Lines are drawn in DejaVu Sans (fonts-dejavu-core), Chinese in WenQuanYi

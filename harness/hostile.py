@@ -1,6 +1,6 @@
 """The cheapest, costliest requests a stranger can send (issue 24), each with
 what the service answers: the cases the hostile-costs test sends and the
-`hostile costs` benchmark measures (`python -m load_tests hostile costs`)."""
+soak's hostile share (`python -m load_tests soak --hostile`) sends in turn."""
 
 from __future__ import annotations
 

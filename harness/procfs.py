@@ -217,3 +217,13 @@ def descendants(root: int, table: Optional[dict[int, tuple[int, float]]] = None)
             out.append(k)
             todo.append(k)
     return sorted(out)
+
+
+def load_line(start, end=None) -> str:
+    """The one load-average line of a benchmark's report: the 1, 5 and
+    15-minute load averages at its start and at its end (`end` None: now),
+    so a reader sees what else ran beside the figures."""
+    def fmt(v) -> str:
+        return "/".join(f"{x:.1f}" for x in v) if v else "n/a"
+
+    return f"load average (1/5/15 min) {fmt(start)} at start, {fmt(os.getloadavg() if end is None else end)} at end"

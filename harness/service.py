@@ -9,7 +9,9 @@ lets test modules with the same config share one started service."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
 import os
 import socket
 import subprocess
@@ -18,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import yaml
 
@@ -229,6 +231,19 @@ def deploy_config(config: dict, port: int, timeout_s: float = 300, all_replicas:
     return url
 
 
+@contextlib.contextmanager
+def served(config: dict, port: Optional[int] = None, timeout_s: float = 300, **ray_init) -> Iterator[str]:
+    """A benchmark's service: start Ray (`ray_init` to ray.init), deploy
+    `config` on `port` (a free one by default) and wait for every replica;
+    yield its URL; stop Serve and Ray however the block ends (no drain:
+    everything was measured)."""
+    start_ray(**ray_init)
+    try:
+        yield deploy_config(config, port or free_port(), timeout_s)
+    finally:
+        stop_all(graceful=False)
+
+
 def wait_ready(url: str, timeout_s: float = 300, proc: Optional[subprocess.Popen] = None,
                every_s: float = 0.25) -> float:
     """Seconds until GET url/readyz answers 200; TimeoutError after
@@ -408,14 +423,36 @@ def replica_stats(handle, n: int, tries: int = 200, get: Optional[Callable[[], d
     return seen
 
 
-def wait_shapes_built(timeout_s: float = 180.0, app: str = "ocr") -> None:
+def shapes_left(url: str) -> Optional[int]:
+    """The recogniser's input shapes still to build after ready, as GET
+    url/v1/stats shows them (the live view's figure): None when every one
+    was warmed before ready, or the stats could not be read."""
+    try:
+        with urllib.request.urlopen(f"{url}/v1/stats", timeout=30) as r:
+            return json.loads(r.read())["stages"]["rec"].get("shapes_left")
+    except Exception:  # noqa: BLE001 - no figure
+        return None
+
+
+def wait_shapes_built(timeout_s: float = 180.0, app: str = "ocr", url: Optional[str] = None) -> Optional[float]:
     """Wait until every recogniser replica has built the shapes it left for
     after ready (recognizer.warm: core, serve_app/serving/shapes_after_ready.py;
     stats()["deferred_shapes"]["finished_at"]). Until then the builds take
     CPU from every other process: a module whose tests hold the service to
     tight deadlines (a 3 s body deadline) starts from a built service, as
     with warm: full. With recognizer.with_pipeline the recogniser is in the
-    OcrPipeline replicas (its stats under "rec"). TimeoutError after timeout_s."""
+    OcrPipeline replicas (its stats under "rec"). TimeoutError after timeout_s.
+
+    With `url` (a service this process did not start: `serve run`, no Ray
+    driver here) it polls url/v1/stats instead and returns the seconds it
+    waited, None if no shape was left to build; past timeout_s it returns."""
+    if url is not None:
+        t0 = time.monotonic()
+        if not shapes_left(url):
+            return None
+        while shapes_left(url) and time.monotonic() - t0 < timeout_s:
+            time.sleep(0.2)
+        return time.monotonic() - t0
     from ray import serve
 
     deployments = serve.status().applications[app].deployments

@@ -5,10 +5,7 @@
     python -m load_tests NAME MODE [ARGS...]  # run one mode (MODE --help for its options)
     python -m load_tests NAME --smoke         # every mode of NAME at a tiny scale (the tests run this)
 
-Each program is one module with `add_cli_args(parser)` + `main(args)`, or a
-few such modules under one name (its modes). They share one load generator
-(loadgen), one statistics module (stats), the peer images (harness.peer)
-and the service harness (harness.service: start, deploy, wait for ready)."""
+How a program is built: load_tests/cli.py; what they share: load_tests/__init__.py."""
 
 from __future__ import annotations
 
@@ -18,52 +15,30 @@ import sys
 
 from load_tests import cli
 
-# name -> (what it answers, {mode: module}); a program with one mode runs it without naming it.
+# name -> (what it answers, {mode: module}); a program with one mode runs it with or without naming it.
 PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
     "serve": ("the service over HTTP against its baselines (in-process engine, simple server), one run", {
         "load": "load_tests.bench",
         "throughput-mode": "load_tests.throughput_mode",
-        "scale-up": "load_tests.scale_up",
     }),
     "engine": ("the in-process engine: against RapidOCR, the model sets against each other (reads and speed), "
                "its lower precisions against fp32", {
         "systems": "load_tests.bench_engine",
         "precision": "load_tests.precision_agreement",
         "tiers": "load_tests.tiers",
-        "tiers-speed": "load_tests.tiers_speed",
         "tiers-breakdown": "load_tests.tiers_breakdown",
-        "tiers-ops": "load_tests.tiers_ops",
-        "int8": "load_tests.int8_probe",
-        "static-shapes": "load_tests.static_shapes",
-        "ladder": "load_tests.det_ladder",
     }),
-    "hops": ("where one request's time and CPU go: engine, simple server and service side by side", {
-        "budget": "load_tests.hops",
-        "stages": "load_tests.stage_parts",
-        "cpu": "load_tests.cpu_by_process",
-        "extrapolate": "load_tests.hop_budget",
-    }),
-    "memory": ("memory: a config's footprint, a replica's steps, the input sizes a service meets", {
+    "memory": ("memory: a profile's footprint (PSS per process), its start, one client and 8 clients", {
         "footprint": "load_tests.footprint",
-        "replica": "load_tests.replica_memory",
-        "input": "load_tests.input_memory",
     }),
-    "startup": ("start-up: a replica's cold start, and `serve run` to ready phase by phase", {
-        "cold": "load_tests.cold_start",
+    "startup": ("start-up: `serve run` to ready phase by phase; a replica added by autoscaling (--scale-up)", {
         "serve-run": "load_tests.serve_phases",
     }),
-    "documents": ("documents: reading order and layout, PDFs end to end, 1-bit pages", {
+    "documents": ("documents: reading order and layout, PDFs end to end", {
         "layout": "load_tests.bench_layout",
         "pdf": "load_tests.bench_pdf",
-        "bilevel": "load_tests.bilevel",
     }),
-    "hostile": ("hostile and overload traffic: costly requests, admission, priority lanes, duplicates, work per image, "
-                "the front beside heavy work", {
-        "costs": "load_tests.hostile_costs",
-        "admission": "load_tests.bench_admission",
-        "priority": "load_tests.bench_priority",
-        "dedupe": "load_tests.bench_dedupe",
-        "bounded-work": "load_tests.bounded_work",
+    "hostile": ("hostile traffic: the front (health, a normal request, memory) beside heavy work", {
         "front": "load_tests.front_stall",
         "callbacks": "load_tests.hostile_callbacks",
     }),
@@ -106,6 +81,8 @@ def main(name: str, argv: list[str]) -> int:
             print(f"== {name} {mode} --smoke", flush=True)
             rc |= cli.run(importlib.import_module(module_name), args)
         return rc
+    if len(modes) == 1 and argv[:1] == list(modes):  # a one-mode program's mode may be named: `memory footprint`
+        argv = argv[1:]
     args = parser.parse_args(argv)
     mode = next(iter(modes)) if len(modes) == 1 else args.mode
     if mode is None:

@@ -55,20 +55,14 @@ raw JSON alone (a live run writes it, reads it back and renders that), so
 ``--from-raw FILE`` (measure nothing, rewrite the report and plots of a
 recorded run) writes the same document.
 
-This file is the command line; the work is in the package's modules
-(``load_tests/__init__.py`` lists them): ``phases`` runs the phases with
-``loadgen``'s clients, ``stats`` holds the one percentile definition,
-``report`` renders.
-
 Run from the repository root::
 
     .venv/bin/python -m load_tests serve load --quick               # < 2 min, proves the harness works
-    .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out docs   # the documented run
+    .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out DIR   # a full run
     .venv/bin/python -m load_tests serve load --targets handle --clients 1,8   # only the handle sweep
 
-``--quick`` asserts nothing about speed: 3 small images, 0.5 + 2 s points, no
-untimed pass for the in-process loops, every phase at one or two load
-points, report in ``load_tests/out/quick``.
+``--quick``: 3 small images, 0.5 + 2 s points, every phase at one or two
+load points; it proves the harness works and asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -76,7 +70,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 
@@ -86,14 +79,13 @@ from load_tests.phases import run_in_process, run_service, run_simple  # noqa: E
 from load_tests.report import summary_line, write_raw, write_report  # noqa: E402
 from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run  # noqa: E402
 from harness.service import REPO  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ints = lambda s: [int(x) for x in s.split(",") if x.strip()]  # noqa: E731
     ap.add_argument("--quick", action="store_true", help="everything at a tiny scale, < 2 min (asserts no speed)")
-    ap.add_argument("--out", type=Path, help="report folder: benchmarks.md and img/ (default docs; "
-                                             "load_tests/out/quick with --quick)")
+    ap.add_argument("--out", type=Path, help="report folder: benchmarks.md and img/ (default "
+                                             "load_tests/out/serve-load, or load_tests/out/quick)")
     ap.add_argument("--raw", type=Path, help="raw JSON (default load_tests/out/bench_results[_quick].json)")
     ap.add_argument("--images", type=Path, default=DEFAULT_IMAGES, help="image folder (default %(default)s)")
     ap.add_argument("--n-images", type=int, default=20, help="evenly spaced subset of the sorted images (0 = all)")
@@ -132,7 +124,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.warmup = args.warmup if args.warmup is not None else (0.5 if q else 5.0)
     args.duration = args.duration if args.duration is not None else (2.0 if q else 30.0)
     args.deadline = args.deadline or (240.0 if q else 1500.0)
-    args.out = args.out or (REPO / "load_tests/out/quick" if q else REPO / "docs")
+    args.out = args.out or REPO / "load_tests/out" / ("quick" if q else "serve-load")
     args.raw = args.raw or REPO / f"load_tests/out/bench_results{'_quick' if q else ''}.json"
     args.targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     bad = [t for t in args.targets if t not in ALL_TARGETS]
@@ -244,7 +236,3 @@ def smoke(args: argparse.Namespace) -> int:
         check(again.read_text() == md, "the same raw JSON renders the same report")
     print(summary_line(run))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -66,11 +66,7 @@ Run (from the repository root)::
     .venv/bin/python -m load_tests engine systems --quick        # ~1-2 minutes
     .venv/bin/python -m load_tests engine systems --per-image --out load_tests/out/bench_engine.md
 
-Options: ``--threads N``, ``--repeats R``, ``--images DIR``, ``--quick``
-(8 representative images, 1 repeat), ``--per-image``, ``--out FILE``,
-``--engine-config {default,reference}``, ``--systems a,b,c``,
-``--min-free-gb G``, ``--no-trim``, ``--malloc-mmap-threshold BYTES``.
-Markdown goes to stdout; progress goes to stderr.
+Markdown goes to stdout; progress goes to stderr (`--help`: the options).
 """
 
 from __future__ import annotations
@@ -91,7 +87,6 @@ from load_tests.engine_report import SystemLog, render, summarise  # noqa: E402
 from harness.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap  # noqa: E402
 from load_tests.stats import Record  # noqa: E402
 from load_tests.images import DEFAULT_IMAGES  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
@@ -278,7 +273,3 @@ def smoke(args: argparse.Namespace) -> int:
         (Path(tmp) / "expected.json").write_text(json.dumps(labels))
         args.images, args.systems, args.repeats, args.quick = Path(tmp), "engine", 1, False
         return main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -32,9 +32,7 @@ from serve_app.jobs.book import JobBook  # noqa: E402
 from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402
 from serve_app.core.request_options import OcrOptions  # noqa: E402
 from serve_app.core.app_args import JobArgs  # noqa: E402
-import sys  # noqa: E402
 from load_tests.stats import percentile  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 IMAGE = b"\x89PNG" + bytes(50_000)
 
@@ -108,7 +106,3 @@ def smoke(args: argparse.Namespace) -> int:
     redis-server is installed, as the full run needs)."""
     args.n, args.polls = 32, 50
     return main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -31,7 +31,7 @@ Protocol
 
 Run (from the repository root, under the shared lock on a shared machine):
 
-    flock /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5
+    timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5
 """
 
 from __future__ import annotations
@@ -51,9 +51,8 @@ REPO = Path(__file__).resolve().parents[1]
 from harness.pdfs import image_pdf  # noqa: E402
 from harness.peer import PEER  # noqa: E402
 
-from harness.service import deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.service import load_config, served  # noqa: E402
 from serve_app.core.app_args import AppArgs  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
 
@@ -108,11 +107,9 @@ def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
             d.pop("num_replicas", None)
             d["autoscaling_config"] = {**d.get("autoscaling_config", {}), "min_replicas": replicas,
                                        "max_replicas": replicas}
-    start_ray()
-    try:
-        t0 = time.perf_counter()
-        url = deploy_config(config, free_port())
-        print(f"service ({replicas} recogniser replicas) ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    t0 = time.perf_counter()
+    with served(config) as url:
+        print(f"service ({replicas} recogniser replicas) started and ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         seconds, lines, renders = [], 0, []
         for r in range(repeats + 1):
             t0 = time.perf_counter()
@@ -126,8 +123,6 @@ def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
                 seconds.append(s)
             print(f"service x{replicas} pass {r}: {s:.2f} s, {lines} lines", file=sys.stderr)
         n = body["document"]["pages"]
-    finally:
-        stop_all(graceful=False)
     return summary(f"service, {replicas} recogniser replica{'s' if replicas > 1 else ''}", seconds, n, lines,
                    f"{statistics.mean(renders):.1f} ms")
 
@@ -159,7 +154,3 @@ def main(args: argparse.Namespace) -> int:
     print(f"{args.pages}-page PDF ({len(pdf) / 1e6:.1f} MB, {dpi} DPI), {args.repeats} timed passes per system\n")
     print(table(rows, rows[0]["pages/s"]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -2,7 +2,8 @@
 `add_cli_args(parser)` and `main(args)` (and may have `smoke(args)`); a
 program is one mode module or a few under one name (load_tests/__main__.py
 holds the registry). `standalone` runs a mode module as
-`python -m load_tests.MODULE` does: the benchmarks' own child processes."""
+`python -m load_tests.MODULE`: only for the benchmarks' own child processes
+(footprint's engine, throughput-mode's, the simple server, the GPU steps)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import platform
 import statistics
 from dataclasses import dataclass, field
 
+from harness.procfs import load_line
 from load_tests.baselines import STAGES
 from load_tests.runs import dist_version
 from load_tests.stats import Record, percentile
@@ -113,8 +114,7 @@ def render(args, folder, images, labels, systems, skipped, records, stats,
       f"os.cpu_count()={os.cpu_count()}, affinity={sorted(os.sched_getaffinity(0))}")
     w(f"- threads per system: {args.threads}; images: {len(images)} from `{folder}`; "
       f"timed passes: {args.repeats} (+1 warm-up), systems interleaved per pass; wall {run_s:.0f}s")
-    w(f"- load average before {tuple(round(x, 2) for x in load_before)}, "
-      f"after {tuple(round(x, 2) for x in load_after)} (shared machine: absolute times are noisy)")
+    w(f"- {load_line(load_before, load_after)} (shared machine: absolute times are noisy)")
     w(f"- python {platform.python_version()}, paddlepaddle {dist_version('paddlepaddle')}, "
       f"onnxruntime {dist_version('onnxruntime')}")
     for s in systems:

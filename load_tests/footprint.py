@@ -3,15 +3,15 @@ process and in total, `serve run` to ready (first and second start), one
 client's p50 over the in-process engine, img/s at 8 clients, lines read and
 CER, in one run.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 1200 .venv/bin/python -m load_tests memory footprint
+    timeout 1200 .venv/bin/python -m load_tests memory footprint
     ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
 
 A config is a file, optionally with `+key.path=value` overrides of its
 application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
 the default set is both profiles with `recognizer.warm` full and core (core
 is the default: serve_app/serving/shapes_after_ready.py). A replica added by
-autoscaling is not started here: `python -m load_tests startup cold` times a
-replica's own start on an idle core (`--rec-warm full|core`).
+autoscaling is not started here (`python -m load_tests startup serve-run
+--scale-up` times one).
 
 Each round: the in-process engine in a child process (2 threads on both
 cores, warmed) reads the 60 peer images once and the text-line images twice
@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -57,8 +58,8 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from load_tests.hop_budget import process_group  # noqa: E402
-from harness.procfs import descendants, pss_mb  # noqa: E402
+from harness import service  # noqa: E402
+from harness.procfs import descendants, load_line, pss_mb  # noqa: E402
 from load_tests.stats import median  # noqa: E402
 from load_tests.cli import standalone  # noqa: E402
 
@@ -70,7 +71,26 @@ TEXT_LINE_PREFIXES = ("mmocr_word_", "paddleocr_en_word_", "paddleocr_word_", "r
                       "rapidocr_en_rec", "mmocr_demo_text_recog")
 
 
-# -- pure parts (tests/unit/test_footprint.py) -------------------------------------
+# -- pure parts -------------------------------------
+
+
+DEPLOYMENT_GROUPS = {"TextDetector": "det replica", "DirectionClassifier": "cls replica",
+                     "TextRecognizer": "rec replica", "OcrPipeline": "pipeline", "OcrIngress": "ingress",
+                     "JobStore": "job store"}
+
+
+def process_group(cmdline: str) -> str:
+    """Which part of the service a process is, from its command line
+    (truncated ones too)."""
+    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmdline)
+    if m:
+        return DEPLOYMENT_GROUPS.get(m.group(1), m.group(1))
+    for needle, group in (("ProxyActor", "proxy"), ("ServeController", "controller"), ("gcs_server", "gcs"),
+                          ("raylet", "raylet"), ("dashboard", "dashboard"), ("ray::", "ray other"),
+                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other")):
+        if needle in cmdline:
+            return group
+    return "other"
 
 
 def role(cmd: str) -> str:
@@ -421,30 +441,6 @@ def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[lis
         return (time.perf_counter() - t) * 1000, None
 
 
-def wait_shapes_built(url: str, timeout_s: float = 120) -> Optional[float]:
-    """Seconds until the recogniser has no shape left to build (polled on
-    /v1/stats), None if it had none to build after ready."""
-    t0 = time.perf_counter()
-    left = shapes_left(url)
-    if not left:
-        return None
-    while left and time.perf_counter() - t0 < timeout_s:
-        time.sleep(0.2)
-        left = shapes_left(url)
-    return time.perf_counter() - t0
-
-
-def shapes_left(url: str) -> Optional[int]:
-    """The recogniser's input shapes still to build after ready (the live
-    view's figure, /v1/stats): None when every one was warmed before ready."""
-    import requests
-
-    try:
-        return requests.get(f"{url}/v1/stats", timeout=30).json()["stages"]["rec"].get("shapes_left")
-    except Exception:
-        return None
-
-
 def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, passes: int) -> dict:
     """n_clients closed-loop clients, client k starting k/n of the way into
     the list, until `passes` passes over it are done in all."""
@@ -519,10 +515,10 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
         out["ready_first_s"] = svc.start(timeout_s)
         with requests.Session() as s:
             first_ms = post(s, svc.url, FIRST_IMAGE, data[FIRST_IMAGE])[0]
-            out["shapes_left_ready"] = shapes_left(svc.url)
+            out["shapes_left_ready"] = service.shapes_left(svc.url)
             # The timed pass at steady state, as the engine's (warmed): after the
             # recogniser's shapes built after ready (recognizer.warm: core).
-            out["shapes_built_s"] = wait_shapes_built(svc.url)
+            out["shapes_built_s"] = service.wait_shapes_built(120, url=svc.url)
             ms_peer, ms_lines, reads = [], [], {}
             for n in names:
                 ms, texts = post(s, svc.url, n, data[n])
@@ -536,7 +532,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                 for n in lines:
                     ms_lines.append(post(s, svc.url, n, data[n])[0])
         procs = svc.processes()
-        out["shapes_left_pss"] = shapes_left(svc.url)
+        out["shapes_left_pss"] = service.shapes_left(svc.url)
         out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=median(ms_peer),
                    p50_lines=median(ms_lines),
                    ms_peer=ms_peer, reading=reading(reads, engine["reads"], labels), procs=procs,
@@ -643,8 +639,7 @@ def main(args: argparse.Namespace) -> int:
                   f"{r['paired']['service_p50']:.0f} ms against the engine's {r['paired']['engine_p50']:.0f}, "
                   f"differences' p50 {r['paired']['over_p50']:+.1f} ms", flush=True)
     print(f"\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {time.time() - started:.0f} s; "
-          f"load average at start {tuple(round(x, 2) for x in load0)}, at end "
-          f"{tuple(round(x, 2) for x in os.getloadavg())}; OpenVINO precision {a.precision or 'auto'}; "
+          f"{load_line(load0)}; OpenVINO precision {a.precision or 'auto'}; "
           f"{len(names)} peer images, {len(lines)} text-line "
           f"images; engine per round: " + ", ".join(
               f"p50 {e['p50_peer']:.0f} / {e['p50_lines']:.0f} ms" for e in engines) + "\n")

@@ -5,7 +5,7 @@ token and 16 named tokens, a 2 s page budget) while /healthz is asked every
 another (every 0.5 s), and the ingress's and the whole service's PSS are
 sampled:
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests hostile front [--seconds 20]
+    timeout 900 .venv/bin/python -m load_tests hostile front [--seconds 20]
 
 The classes: `readers` (16 readers of one large finished job's hOCR, in a
 loop), `probes` (8 clients polling /readyz and /v1/stats every 0.1 s while
@@ -20,11 +20,9 @@ peak PSS growth, what the workload got. Prints one table (markdown)."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from harness.peer import PEER
-from load_tests.cli import standalone
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -45,10 +43,8 @@ def main(args: argparse.Namespace) -> int:
 
     names = [n for n in (args.only.split(",") if args.only else stall.CLASSES) if n]
     small = (PEER / "mmocr_word_1036169.jpg").read_bytes()
-    service.start_ray()
     rows = []
-    try:
-        url = service.deploy_config(stall.front_config(), service.free_port())
+    with service.served(stall.front_config()) as url:
         service.wait_shapes_built()
         front = stall.started(url, small)
         for _ in range(3):
@@ -62,8 +58,6 @@ def main(args: argparse.Namespace) -> int:
             outcome, report = stall.run_class(front, name, args.seconds)
             print(f"{name}: {outcome}; {report.line()}", flush=True)
             rows.append(row(name, outcome, report))
-    finally:
-        service.stop_all(graceful=False)
     print()
     print("| class | sent | /healthz p99 | normal request: worst (n x statuses) | ingress PSS growth | "
           "service PSS growth | workload's answers |")
@@ -86,7 +80,3 @@ def smoke(args: argparse.Namespace) -> int:
     check(stall.percentile(list(range(1, 101)), 99) == 99, "percentile")
     check(sorted(stall.CLASSES) == ["documents", "layout", "probes", "readers", "submits"], "classes")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -1,9 +1,9 @@
 """The GPU smoke run's Python steps (load_tests/gpu_run.sh calls them; each
 prints a Markdown section for the report):
 
-    python -m load_tests gpu_smoke probe
-    python -m load_tests gpu_smoke engines --json OUT/engines.json
-    python -m load_tests gpu_smoke service --url http://127.0.0.1:8000 --engines OUT/engines.json
+    python -m load_tests.gpu_smoke probe
+    python -m load_tests.gpu_smoke engines --json OUT/engines.json
+    python -m load_tests.gpu_smoke service --url http://127.0.0.1:8000 --engines OUT/engines.json
 
 probe: paddle's build, the GPUs it sees, TensorRT. engines: the in-process
 engine over the peer images (tests/data/peer) on the CPU and on the GPU

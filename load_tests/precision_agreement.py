@@ -19,9 +19,7 @@ CPU has it): the only reduced precision that runs here. GPU mode: not run
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from load_tests.cli import standalone  # noqa: E402
 
 STAGES = ("det", "cls", "rec")
 
@@ -114,7 +112,3 @@ def main(args: argparse.Namespace) -> int:
             print(f"\n{stage}, {name}, first differences: " +
                   "; ".join(f"{n}: {r!r} vs {c!r}" for n, r, c in agreed.differing[:5]))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

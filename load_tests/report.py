@@ -12,6 +12,7 @@ from typing import Optional
 from load_tests.analysis import disturbance_warnings, paired_diff, slowdowns, targets_check
 from load_tests.loadgen import log
 from load_tests.runs import Run, TIMING_KEYS
+from harness.procfs import load_line
 from harness.service import MODEL_DEPLOYMENTS as STAGES, REPO
 from load_tests.stats import Record, fmt as f, percentiles, summarize
 
@@ -35,8 +36,7 @@ def render(run: Run, plots: list[str]) -> str:
     w("")
     w("## Setup")
     w("")
-    w(f"- machine: {run.machine}; load average at start {tuple(round(x, 2) for x in run.loadavg_start)}, "
-      f"at end {tuple(round(x, 2) for x in (run.loadavg_end or ()))} (each point's is in the table)")
+    w(f"- machine: {run.machine}; {load_line(run.loadavg_start, run.loadavg_end or ())} (each point's is in the table)")
     w(f"- code: commit {head}" + (f", with uncommitted changes in {', '.join(d.split()[-1] for d in dirty)}"
                                   if dirty else ", clean"))
     w(f"- {run.versions}")

@@ -4,9 +4,10 @@ runs `--base-clients` closed-loop HTTP clients over the peer images, then
 steps to `--step-clients`, and prints the timeline: when Serve started a
 replica, when its process started, when it began building its predictor,
 was loaded, warmed and ready, when Serve listed it RUNNING, and when the
-first request's batch ran on it. Throughput per interval beside it.
+first request's batch ran on it. Throughput per interval beside it. Part
+of `startup serve-run` (its `--scale-up`), not a program of its own.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests serve scale-up
+    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up
 
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
 config (default: the file's, which is what users get).
@@ -17,7 +18,7 @@ autoscaler would, with both cores idle (the issue's "a replica added by
 autoscaling ready in at most 10 s on an idle core"). The run ends once the
 new replica is RUNNING and its stats are read; no request is sent.
 
-    flock /tmp/ray-tests.lock timeout 600 .venv/bin/python -m load_tests serve scale-up --idle
+    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up --idle
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from load_tests.images import pick_images  # noqa: E402
 from load_tests.loadgen import http_sync  # noqa: E402
-from harness.service import apply_config, deploy_config, free_port, load_config, start_ray, stop_all  # noqa: E402
+from harness.service import apply_config, load_config, served  # noqa: E402
 from harness.peer import PEER  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 DET = "TextDetector"
 
@@ -62,9 +62,6 @@ def det_stats(handle, tries: int = 12) -> dict[int, dict]:
 
 
 async def run(a) -> dict:
-    import aiohttp
-    from ray import serve
-
     config = load_config()
     det = det_deployment(config)
     auto = det["autoscaling_config"]
@@ -72,10 +69,18 @@ async def run(a) -> dict:
         auto["target_ongoing_requests"] = a.target_ongoing
     if a.upscale_delay is not None:
         auto["upscale_delay_s"] = a.upscale_delay
-    start_ray()
     t = time.time()
-    url = deploy_config(config, free_port())
-    print(f"deployed and ready in {time.time() - t:.1f} s; detector autoscaling: {auto}", flush=True)
+    with served(config) as url:
+        print(f"started and ready in {time.time() - t:.1f} s; detector autoscaling: {auto}", flush=True)
+        return await measure(a, url, config, auto)
+
+
+async def measure(a, url: str, config: dict, auto: dict) -> dict:
+    """The load step (or, with a.idle, one replica more on idle cores) and
+    the new replica's timeline, on the service at `url`."""
+    import aiohttp
+    from ray import serve
+
     handle = serve.get_deployment_handle(DET, "ocr")
     first = await asyncio.to_thread(det_stats, handle, 4)
     old_pids = set(first)
@@ -209,15 +214,9 @@ def main(args: argparse.Namespace) -> int:
     if a.idle:
         a.base_clients = a.step_clients = 0
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    try:
-        r = asyncio.run(run(a))
-    finally:
-        stop_all(graceful=False)
+    r = asyncio.run(run(a))
     print()
     print(f"Run {started}; {' '.join(sys.argv[1:]) or 'defaults'}")
     print()
     print(report(r, a))
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))
+    return 0

@@ -2,7 +2,7 @@
 (the floor: what Ray and Serve take on this machine before any of our
 work) and each config, started twice each, in one run.
 
-    flock -w 1200 /tmp/ray-tests.lock timeout 900 .venv/bin/python -m load_tests startup serve-run
+    timeout 900 .venv/bin/python -m load_tests startup serve-run
 
 Each start is footprint.py's (`serve run` of a temporary copy on a free
 port, a fresh journal; the second start reuses the first's compile-cache
@@ -10,7 +10,13 @@ folder). The phases come from the `serve run` output's own timestamps:
 the CLI's first line, Ray up ("Started a local Ray instance"), Serve up
 ("Started Serve"), the app imported and built, the first replica added,
 the last model replica's "replica ready" line (serve_app.serving.replica),
-and /readyz 200 as the client saw it. Nothing else of ours runs meanwhile."""
+and /readyz 200 as the client saw it. Nothing else of ours runs meanwhile.
+
+`--scale-up` measures instead a replica added after ready: from a load step
+(or, with `--idle`, one more replica on idle cores) to an autoscaled
+detector replica answering (load_tests/scale_up.py).
+
+    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up [--idle]"""
 
 from __future__ import annotations
 
@@ -26,9 +32,8 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from load_tests import scale_up  # noqa: E402
 from load_tests.footprint import ServeRun, parse_config  # noqa: E402
-import sys  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 FLOOR = "floor"
 FLOOR_CONFIG = {
@@ -107,10 +112,15 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
                     help=f"comma-separated; '{FLOOR}' is the model-free app; a file may carry +key=value overrides")
     ap.add_argument("--starts", type=int, default=2, help="starts of each config (the later ones reuse the cache)")
     ap.add_argument("--timeout", type=float, default=180)
+    ap.add_argument("--scale-up", action="store_true",
+                    help="instead: a load step to an autoscaled detector replica answering (the options below)")
+    scale_up.add_cli_args(ap.add_argument_group("--scale-up"))
 
 
 def main(args: argparse.Namespace) -> int:
     a = args
+    if a.scale_up:
+        return scale_up.main(a)
     results: dict[str, list[dict]] = {}
     t_run = time.time()
     for spec in [s.strip() for s in a.configs.split(",") if s.strip()]:
@@ -158,7 +168,3 @@ def smoke(args: argparse.Namespace) -> int:
     check("| Ray up | - |" in rows and "| /readyz 200 | 7.0 |" in rows, "a phase missing from the log is a dash")
     print(table({"smoke": [got]}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

@@ -11,7 +11,7 @@ the peer images, seeded), and a hostile share (`--hostile`, a fraction of
 the good rate) is mixed in: junk bodies (400), oversized bodies (413),
 bodies trickled too slowly (408) and dense pages with a deadline too short
 to meet (504, or 503 when admission by cost refuses them at the door), and
-the cheapest, costliest requests of load_tests/hostile_costs.py in turn
+the cheapest, costliest requests of harness/hostile.py in turn
 (PDFs that render for minutes, long thin PNGs, a 500-page blank PDF...:
 each a 4xx, or a 503 naming the jobs API). Their answers are counted apart; the good clients must see
 no error at all.
@@ -43,7 +43,6 @@ from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_image
 from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
 from load_tests.report import write_soak_report  # noqa: E402
 from load_tests.stats import summarize  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
 
 REPO = service.REPO
 DEPLOYMENTS = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]
@@ -67,7 +66,7 @@ def replica_memory() -> dict[str, float]:
 
 
 HOSTILE_KINDS = ("junk", "oversized", "slow", "expired", "costly")
-_COSTLY = [0]  # the next of load_tests/hostile_costs.py's CASES a "costly" request sends
+_COSTLY = [0]  # the next of harness/hostile.py's CASES a "costly" request sends
 
 
 async def hostile_request(session, url: str, kind: str, dense: Img, slow_s: float = 15.0) -> str:
@@ -215,13 +214,9 @@ def main(args: argparse.Namespace) -> int:
     if args.from_raw:
         raw = json.loads(args.from_raw.read_text())
     else:
-        service.start_ray()
-        try:
-            url = service.deploy_config(service.load_config(args.config), args.port)
+        with service.served(service.load_config(args.config), args.port) as url:
             raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile,
                                    settle_s=args.settle))
-        finally:
-            service.stop_all(graceful=False)  # everything is measured: no Serve drain before the cluster goes
         write_raw(raw, args.out)
     summary = write_soak_report(raw, args.out)
     print(json.dumps(summary))
@@ -255,7 +250,3 @@ def smoke(args: argparse.Namespace) -> int:
         check("| TextDetector:1 | 100 | 102 | 2.00% |" in (Path(tmp) / "soak.md").read_text(), "the memory table")
     print(json.dumps(s))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(standalone(__name__))

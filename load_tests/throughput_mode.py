@@ -57,65 +57,63 @@ def _post(url: str, path: Path):
 
 def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
           loops: tuple[str, ...] = ("0", "1")) -> None:
-    from harness.service import deploy_config, free_port, load_config, start_ray, stop_all
+    from harness.service import load_config, served
 
     import ray
 
     from ray.serve._private import constants
 
-    start_ray(num_cpus=8)
     result: dict = {"mode": mode, "grpc_between_deployments": bool(constants.RAY_SERVE_USE_GRPC_BY_DEFAULT)}
+    t0 = time.monotonic()
     try:
-        t0 = time.monotonic()
-        url = deploy_config(load_config(), free_port())
-        result["ready_s"] = time.monotonic() - t0
-        r = _post(url, RECEIPT)
-        result["receipt_status"] = r.status_code
-        result["receipt_texts"] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else r.text
-        for name, path in (("receipt", RECEIPT), ("word", WORD)):
-            _post(url, path)  # first-call costs out
-            lat, codes = [], []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                codes.append(_post(url, path).status_code)
-                lat.append((time.perf_counter() - t) * 1000)
-            result[f"one_{name}"] = {"p50_ms": statistics.median(lat), "codes": sorted(set(codes))}
-        lat, codes, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds
-        mix = [RECEIPT, WORD, WORD, WORD]
-
-        def run(k: int) -> None:
-            i = k
-            while time.monotonic() < stop:
-                t = time.perf_counter()
-                try:
-                    code = _post(url, mix[i % len(mix)]).status_code
-                except Exception as e:  # noqa: BLE001 - recorded
-                    code = type(e).__name__
-                with lock:
+        with served(load_config(), num_cpus=8) as url:
+            result["ready_s"] = time.monotonic() - t0
+            r = _post(url, RECEIPT)
+            result["receipt_status"] = r.status_code
+            result["receipt_texts"] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else r.text
+            for name, path in (("receipt", RECEIPT), ("word", WORD)):
+                _post(url, path)  # first-call costs out
+                lat, codes = [], []
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    codes.append(_post(url, path).status_code)
                     lat.append((time.perf_counter() - t) * 1000)
-                    codes[str(code)] = codes.get(str(code), 0) + 1
-                i += 1
+                result[f"one_{name}"] = {"p50_ms": statistics.median(lat), "codes": sorted(set(codes))}
+            lat, codes, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds
+            mix = [RECEIPT, WORD, WORD, WORD]
 
-        threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
-        t1 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t1
-        result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-                                "codes": codes}
-        gcs = ray.get_runtime_context().gcs_address
-        for sep in loops:
-            env = {**os.environ, "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": sep}
-            p = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(RECEIPT)], env=env, capture_output=True,
-                               text=True, timeout=300)
-            lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-            result[f"handle_sep{sep}"] = json.loads(lines[-1]) if lines else {"ok": False,
-                                                                               "error": p.stderr[-200:]}
+            def run(k: int) -> None:
+                i = k
+                while time.monotonic() < stop:
+                    t = time.perf_counter()
+                    try:
+                        code = _post(url, mix[i % len(mix)]).status_code
+                    except Exception as e:  # noqa: BLE001 - recorded
+                        code = type(e).__name__
+                    with lock:
+                        lat.append((time.perf_counter() - t) * 1000)
+                        codes[str(code)] = codes.get(str(code), 0) + 1
+                    i += 1
+
+            threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+            t1 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            wall = time.perf_counter() - t1
+            result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
+                                    "codes": codes}
+            gcs = ray.get_runtime_context().gcs_address
+            for sep in loops:
+                env = {**os.environ, "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": sep}
+                p = subprocess.run([sys.executable, "-c", DRIVER, gcs, str(RECEIPT)], env=env, capture_output=True,
+                                   text=True, timeout=300)
+                lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+                result[f"handle_sep{sep}"] = json.loads(lines[-1]) if lines else {"ok": False,
+                                                                                   "error": p.stderr[-200:]}
     finally:
         out.write_text(json.dumps(result))
-        stop_all(graceful=False)  # the result is written: no Serve drain before the cluster goes
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -141,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
                         "--seconds", str(a.seconds), "--clients", str(a.clients), "--repeats", str(a.repeats),
                         "--handle-loops", a.handle_loops], env=env, cwd=REPO, timeout=900)
         results.append(json.loads(out.read_text()) if out.exists() else {"mode": mode, "error": "no result"})
-    print(f"| mode | ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
+    print(f"| mode | Ray start to ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
           "p50 / p99 ms | statuses | sync handle, plain driver (separate loop 0 / 1) |")
     print("|---|---:|---|---:|---:|---|---|---|")
     for r in results:

@@ -1,8 +1,6 @@
 """The model tiers side by side in one run: each evaluation set
-(harness/eval_sets.py: accented Latin lines, English lines, the peer
-images' labels, dense Chinese pages, tiny word crops) read by each model
-set (ppocrv4_mobile, ppocrv6_small, ppocrv6_tiny) with the in-process
-engine: lines read, exact lines, CER, img/s, memory, and each tier's
+(harness/eval_sets.py) read by each model set (ppocrv4_mobile,
+ppocrv6_small, ppocrv6_tiny) with the in-process engine: lines read, exact lines, CER, img/s, memory, and each tier's
 FLOPs floor (GFLOP per image over the GFLOP/s this engine reaches on one
 large convolution on this CPU) beside the img/s it gets. Ratios against
 ppocrv4_mobile measured in the same run.
@@ -18,7 +16,6 @@ threads each), so load from other work on a shared machine falls on every
 model alike: the `x v4` ratios are the figures to read there.
 
     python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
-    python -m load_tests engine tiers --smoke  # two images, ppocrv4_mobile (seconds)
 """
 
 from __future__ import annotations
@@ -30,6 +27,8 @@ import resource
 import sys
 import time
 from pathlib import Path
+
+from harness.procfs import load_line
 
 MODELS = ("ppocrv4_mobile", "ppocrv6_small", "ppocrv6_tiny")
 BASE = "ppocrv4_mobile"
@@ -286,7 +285,7 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     opts = "; ".join(f"{m} {r['options']}" for m, r in runs.items())
     w.append(f"- engine in process, one image at a time, one predictor thread per stage; predictor options: {opts}; "
              f"texts scored from an untimed pass, one child per model; img/s from {args.repeats} timed pass(es) in one "
-             f"child with every model loaded, interleaved image by image; load average (1 min) at start and end: {loads}")
+             f"child with every model loaded, interleaved image by image" + (f"; {loads}" if loads else ""))
     if args.sample:
         w.append(f"- sampled: at most {args.sample} images per set, evenly spread")
     if conv:
@@ -319,10 +318,6 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     return "\n".join(w) + "\n"
 
 
-def _load() -> str:
-    return f"{os.getloadavg()[0]:.1f}"
-
-
 def _f(x) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
@@ -350,7 +345,7 @@ def run(args: argparse.Namespace) -> dict:
     from harness.in_child import call_in_child
 
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
-    load0 = _load()
+    load0 = os.getloadavg()
     t0 = time.perf_counter()
     figures = gflop_figures()
     conv = call_in_child(conv_gflops, args.threads)
@@ -372,17 +367,9 @@ def run(args: argparse.Namespace) -> dict:
         for m, per_set in walls.items():
             for name, w in per_set.items():
                 runs[m]["sets"][name]["walls"] = w
-    report = render(args, runs, conv, figures, started, time.perf_counter() - t0, f"{load0} -> {_load()}")
+    report = render(args, runs, conv, figures, started, time.perf_counter() - t0, load_line(load0))
     report += "".join(f"\n- {m} FAILED: {err}\n" for m, err in failed.items())
     print(report)
     if args.out:
         args.out.write_text(report)
     return runs
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_cli_args(p)
-    p.add_argument("--smoke", action="store_true", help="two English lines, ppocrv4_mobile (seconds; measures nothing)")
-    a = p.parse_args()
-    sys.exit(smoke(a) if a.smoke else main(a))

@@ -1,12 +1,9 @@
-"""Where each model set's time per image goes, stage by stage, beside
-PP-OCRv4 in the same process: image preparation, the detector's
-pre-processing, graph and post-processing (DB boxes), the crops, the
-direction classifier (pre-processing and graph), the recogniser's
-pre-processing, graph (per batch shape) and CTC decoding, and the rest of
-the pipeline. Every set's engine is loaded in one process and the images
-are read interleaved (image by image, the sets' order rotated each pass),
-so load from other work falls on every set alike; the ratios are the
-figures to trust on a shared machine.
+"""Where each model set's time per image goes, stage by stage (the
+detector's and recogniser's pre-processing, graph and post-processing, the
+crops, the classifier, the rest of the pipeline), beside PP-OCRv4 in the
+same process, the images read interleaved (image by image, the sets' order
+rotated each pass): the ratios are the figures to trust on a shared
+machine.
 
     python -m load_tests engine tiers-breakdown                        # peer labels + dense pages, 3 passes
     python -m load_tests engine tiers-breakdown --sets peer --sample 20 --repeats 5
@@ -19,18 +16,19 @@ Paddle's OpenVINO engine at its `auto` precision, the process pinned) with
 (ms per call). Stage times are wall times of the functions the pipeline
 calls (wrapped for the run), so they add up to the image's time less what
 runs between them (`pipeline rest`: the event loop, thread hand-offs,
-assembling lines). Per-operator times inside the graphs are `engine
-tiers-ops`.
+assembling lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
-import sys
 import time
 from typing import Callable
+
+from harness.procfs import load_line
 
 BASE = "ppocrv4_mobile"
 # (label, module, function name): the pure stages the pipeline calls, wrapped to time them.
@@ -203,24 +201,12 @@ def report(args: argparse.Namespace) -> tuple[list[str], Clock, dict, dict]:
 
     models = list(dict.fromkeys([BASE, *args.models.split(",")]))
     imgs = images(args.sets, args.sample)
-    load0 = _load()
+    load0 = os.getloadavg()
     t0 = time.perf_counter()
     clock, wall, lines = measure(models, imgs, args.repeats, args.threads)
     print(f"# tiers-breakdown: {len(imgs)} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
           f"interleaved in one process; {args.threads} inference thread(s) per predictor; "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; load average {load0} -> {_load()}; "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; {load_line(load0)}; "
           f"{time.perf_counter() - t0:.0f} s")
     print(render(models, clock, wall, lines, len(imgs) * args.repeats, args.shapes))
     return models, clock, wall, lines
-
-
-def _load() -> str:
-    import os
-
-    return " ".join(f"{x:.1f}" for x in os.getloadavg())
-
-
-if __name__ == "__main__":
-    from load_tests.cli import standalone
-
-    sys.exit(standalone("load_tests.tiers_breakdown"))

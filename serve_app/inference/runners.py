@@ -64,11 +64,12 @@ class TextDetector:
         at each shape of the closed set (or, in the open "max"/"min" modes,
         at `open_shapes`), largest first: each later, smaller shape's buffers
         fit in what the first one freed, instead of the heap growing shape by
-        shape (297 MB less at ready in one process, python -m load_tests memory replica).
+        shape (297 MB less at ready in one process: `memory replica`, removed;
+        commit 9ed1971 has it).
         core: the largest shape only (its buffers are the heap's high-water
         mark, which every later shape fits in); each other shape's first run
         is then an image's, ~40 ms more than its next ones (the engine
-        compiles for open sizes once, at load: python -m load_tests startup cold)."""
+        compiles for open sizes once, at load: `startup cold`, removed; commit 3f6bfa3 has it)."""
         shapes = sorted(det_input_shapes(self.opts) or [tuple(s) for s in open_shapes],
                         key=lambda hw: hw[0] * hw[1], reverse=True)
         if core:

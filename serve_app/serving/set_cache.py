@@ -35,7 +35,7 @@ from serve_app.core.own_sets import SetLoading
 log = logging.getLogger("ray.serve")
 
 # A first load's expected time, before any load of the set was timed here (seconds;
-# v6 tiny and v4 took 8-15 s on 2 shared cores: python -m load_tests footprint).
+# v6 tiny and v4 took 8-15 s on 2 shared cores: python -m load_tests memory footprint).
 FIRST_LOAD_GUESS_S = 20.0
 ANSWERED_S = 30.0  # DeploymentSets: how long a start's answer counts as "running" before Serve's status says so
 

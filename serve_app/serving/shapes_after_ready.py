@@ -12,7 +12,7 @@ nothing queued or running: a build is handed to the thread only when the
 scheduler is idle, and on the thread it is skipped if a batch was queued
 meanwhile (it waits for the next idle moment). A request arriving while a
 build runs waits for that one build at most (OpenVINO's first run at a new
-input shape: ~35 ms here, `python -m load_tests startup cold`), never for the rest. The
+input shape: ~35 ms here, `startup cold`, removed; commit 3f6bfa3 has it), never for the rest. The
 builds do take CPU from the other stages' replicas on the same cores (the
 recogniser is idle while the detector reads the next image): the first
 requests after ready are slower than with `warm: full` (measured there).

@@ -110,8 +110,8 @@ def _last_deconv_as_conv(code: str) -> tuple[str, int]:
     pixel (13 ms at 960x960 where a static shape takes 0.5), and the
     transposed convolutions in fp32 under bf16; after the rewrite the
     sigmoid is part of the convolution and the first transposed
-    convolution runs in bf16 (`python -m load_tests engine tiers-ops`;
-    docs/performance.md). The weight is rearranged in the program ([Ci, 1,
+    convolution runs in bf16 (`engine tiers-ops`, removed; commit 0cae5e7
+    has it; docs/performance.md). The weight is rearranged in the program ([Ci, 1,
     2, 2] -> [4, Ci, 1, 1], which OpenVINO folds to a constant); the check
     against onnxruntime (conversion_check.verify) proves the rewrite."""
     n = 0

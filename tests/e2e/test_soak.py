@@ -36,7 +36,7 @@ def check(summary: dict) -> None:
     for replica, growth in summary["memory_growth"].items():
         assert growth < 0.05, (replica, growth, summary["memory_mb"][replica], summary["shared_mb"][replica])
     # The hostile share got its own answers (and the good clients none of them: errors == 0 above).
-    # costly: load_tests/hostile_costs.py's cases in turn (issue 24): 400 for what cannot be a page or image,
+    # costly: harness/hostile.py's cases in turn (issue 24): 400 for what cannot be a page or image,
     # 413 for a page over its budget or text over its bound, 503 naming the jobs API for a request too big to take.
     expected = {"junk": {"400"}, "oversized": {"413"}, "slow": {"408"}, "expired": {"503", "504", "200"},
                 "costly": {"400", "413", "503"}}

@@ -8,8 +8,8 @@ that the answer came within its bound (printed, and checked against a
 generous bound that only an unbounded request would pass: minutes), the
 ingress's memory, and that a normal request meanwhile is answered (200).
 
-The cases are load_tests/hostile_costs.py's (the benchmark measures them
-for docs/operations.md)."""
+The cases are harness/hostile.py's (the soak's hostile share sends them
+too)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The model tiers' evaluation sets (harness/eval_sets.py): made the same
 every time, each image with its truth, and scored as a reader would judge
-the text (python -m load_tests tiers reads them with each model set)."""
+the text (python -m load_tests engine tiers reads them with each model set)."""
 
 from __future__ import annotations
 
