@@ -113,6 +113,14 @@ def test_table_decode_cuts_at_max_cells_after_a_whole_cell_and_closes_the_row():
     assert s.tokens == ("<tr>", "<td></td>", "<td></td>", "<td></td>", "</tr>")
 
 
+def test_a_table_whose_steps_run_out_before_eos_is_cut_after_its_last_whole_cell():
+    tokens = ["<tr>", "<td></td>", "<td></td>", "</tr>", "<tr>", "<td></td>", "<td", ' colspan="2"']
+    probs = probs_for(tokens)[:-1]  # no "eos": the network's last step came first
+    s = table_decode(np.zeros((len(probs), 8), np.float32), probs, 1.0, (100, 100))
+    assert s.truncated and len(s.cells) == 3
+    assert s.tokens == ("<tr>", "<td></td>", "<td></td>", "</tr>", "<tr>", "<td></td>", "</tr>")
+
+
 def test_table_preprocess_pads_to_the_square_input():
     x, ratio = table_preprocess(np.full((100, 244, 3), 255, np.uint8))
     assert x.shape == (3, SIDE, SIDE) and ratio == pytest.approx(2.0)
