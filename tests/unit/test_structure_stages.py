@@ -170,10 +170,18 @@ def test_a_table_without_cells_has_only_its_html():
 
 
 def test_each_line_goes_to_one_region_the_one_covering_it_most():
-    boxes = [LayoutBox("text", (0, 0, 100, 100), 0.9), LayoutBox("table", (0, 50, 100, 200), 0.9)]
+    boxes = [LayoutBox("text", (0, 0, 100, 100), 0.9), LayoutBox("figure", (0, 50, 100, 200), 0.9)]
     lines = [line("a", 10, 10, 90, 20), line("b", 10, 60, 90, 90), line("c", 10, 120, 90, 130),
-             line("d", 10, 80, 90, 120)]  # b: in both (the smaller takes it); d: half in text, all in table
+             line("d", 10, 80, 90, 120)]  # b: in both (the smaller takes it); d: half in text, all in figure
     assert assign_lines(boxes, lines) == [(0, 1), (2, 3)]
+
+
+def test_a_table_takes_its_lines_before_a_smaller_region_inside_it_which_is_left_out():
+    boxes = [LayoutBox("table", (0, 0, 400, 200), 0.9), LayoutBox("text", (10, 10, 190, 60), 0.8),
+             LayoutBox("title", (0, 300, 400, 340), 0.9)]
+    lines = [line("cell", 20, 20, 180, 40), line("T", 10, 305, 390, 335)]
+    assert assign_lines(boxes, lines) == [(0,), (), (1,)]
+    assert [(r.type, r.lines) for r in assemble_regions(boxes, lines)] == [("table", (0,)), ("title", (1,))]
 
 
 def test_free_lines_become_text_regions_and_regions_come_in_xy_cut_order():
