@@ -188,7 +188,15 @@ class Pipeline:
         ctx.check("table structure")
         found = await all_or_none([self.stages.table(np.ascontiguousarray(img[y0:y1, x0:x1]), ctx=ctx)
                                    for _, (x0, y0, x1, y1) in wanted])
-        return await asyncio.to_thread(page_regions, boxes, lines, wanted, found, notes)  # not on the loop
+        assigned = await asyncio.to_thread(assign_lines, boxes, lines)  # off the loop, as the matching below
+        matched: dict[int, Table] = {}
+        for (j, (x0, y0, _, _)), structure in zip(wanted, found):
+            note = None
+            if structure.truncated:
+                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
+                        f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
+            matched[j] = await asyncio.to_thread(match_table, structure, (x0, y0), [lines[i] for i in assigned[j]], note)
+        return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
 
     async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,
                      timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
@@ -381,21 +389,6 @@ class Pipeline:
         timings["total"] = _ms(t0)
         return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
                           result.visualization, result.blocks, result.orientation, regions=result.regions)
-
-
-def page_regions(boxes: list[LayoutBox], lines: tuple[TextLine, ...], wanted: list, found: list,
-                 notes: dict[int, str]) -> tuple[Region, ...]:
-    """The lines matched into each recognised table (`wanted`: (index in
-    `boxes`, crop box); `found`: their structures), then the regions."""
-    assigned = assign_lines(boxes, lines)
-    matched: dict[int, Table] = {}
-    for (j, (x0, y0, _, _)), structure in zip(wanted, found):
-        note = None
-        if structure.truncated:
-            note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
-                    f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
-        matched[j] = match_table(structure, (x0, y0), [lines[i] for i in assigned[j]], note)
-    return assemble_regions(boxes, lines, matched, notes)
 
 
 async def all_or_none(coros: list[Awaitable]) -> list:

@@ -41,17 +41,19 @@ def quad(b) -> list[list[float]]:
 
 def best_cell(box, cells: np.ndarray) -> int:
     """The cell a text box belongs to: the smallest 1 - IoU, then the
-    smallest corner distance, then the first (RapidTable's match_result:
-    its distance is the L1 of both corners plus the smaller corner's)."""
-    x0, y0, x1, y1 = box
-    ix = np.minimum(cells[:, 2], x1) - np.maximum(cells[:, 0], x0)
-    iy = np.minimum(cells[:, 3], y1) - np.maximum(cells[:, 1], y0)
+    smallest distance (RapidTable's match_result), over every cell at once
+    (a table of 1,000 cells and 1,500 lines took 7 s cell by cell in Python)."""
+    c = np.asarray(cells, dtype=np.float64).reshape(-1, 4)
+    x0, y0, x1, y1 = (float(v) for v in box)
+    ix = np.minimum(x1, c[:, 2]) - np.maximum(x0, c[:, 0])
+    iy = np.minimum(y1, c[:, 3]) - np.maximum(y0, c[:, 1])
     inter = np.where((ix > 0) & (iy > 0), ix * iy, 0.0)
-    union = (x1 - x0) * (y1 - y0) + (cells[:, 2] - cells[:, 0]) * (cells[:, 3] - cells[:, 1]) - inter
-    iou = np.where(inter > 0, inter / np.where(union > 0, union, 1.0), 0.0)
-    d2 = np.abs(cells[:, 0] - x0) + np.abs(cells[:, 1] - y0)
-    d3 = np.abs(cells[:, 2] - x1) + np.abs(cells[:, 3] - y1)
-    return int(np.lexsort((d2 + d3 + np.minimum(d2, d3), 1.0 - iou))[0])
+    union = (x1 - x0) * (y1 - y0) + (c[:, 2] - c[:, 0]) * (c[:, 3] - c[:, 1]) - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        miss = 1.0 - np.where(inter > 0, inter / union, 0.0)
+    d2 = np.abs(c[:, 0] - x0) + np.abs(c[:, 1] - y0)
+    d3 = np.abs(c[:, 2] - x1) + np.abs(c[:, 3] - y1)
+    return int(np.lexsort((d2 + d3 + np.minimum(d2, d3), miss))[0])  # by miss, then distance; ties: the first
 
 
 def grid_places(tokens: Sequence[str]) -> list[tuple[int, int, int, int]]:
