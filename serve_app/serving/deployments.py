@@ -281,11 +281,15 @@ class OcrPipeline:
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
                  lanes: LaneArgs = LaneArgs(),
                  others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle, EngineConfig]]] = None,
-                 loading: SetLoading = SetLoading()):
+                 loading: SetLoading = SetLoading(),
+                 structure: Optional[tuple[DeploymentHandle, DeploymentHandle]] = None):
         """`engine`: the default model set's config; `others`: each further
         catalogued set's (detector, recogniser) handles and config; the
         classifier is shared. A further set's deployments may be at zero
-        replicas until its first request (serve_app.serving.set_cache.DeploymentSets)."""
+        replicas until its first request (serve_app.serving.set_cache.DeploymentSets).
+        `structure`: the LayoutDetector and TableRecognizer handles, at zero
+        replicas until the first request that asks for structure
+        (serve_app/serving/structure_start.py); every set reads with them."""
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
         sets = {engine.model: (self._stages(detector, classifier, recognizer, rec_args), engine)}
         self._further = {name: (det, rec) for name, (det, rec, _) in (others or {}).items()}
@@ -294,6 +298,13 @@ class OcrPipeline:
             sets[name] = (self._stages(det, classifier, rec, rec_args), eng)
         self._setup(sets, lanes)
         self.sets = DeploymentSets(self.served, self._start_set, self._running_sets, loading)
+        self.structure = None
+        if structure is not None:
+            from serve_app.serving.structure_start import StructureStarter
+
+            self.structure = StructureStarter(*structure, loading)
+            for pipeline in self.pipelines.values():
+                pipeline.stages = self.structure.stages(pipeline.stages)
 
     async def _start_set(self, name: str) -> None:  # a call queued at zero replicas: Serve starts one
         det, rec = self._further[name]
@@ -306,7 +317,8 @@ class OcrPipeline:
                           h.deployment_name in app) for name, pair in self._further.items()}
 
     def _live(self) -> dict[str, DeploymentHandle]:  # the loaded sets' stages (a call would start the others)
-        return {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
+        live = {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
+        return {**live, **(self.structure.handles() if getattr(self, "structure", None) is not None else {})}
 
     @staticmethod
     def _stages(detector: DeploymentHandle, classifier: Optional[DeploymentHandle], recognizer: DeploymentHandle,
@@ -431,6 +443,8 @@ class OcrPipeline:
             return list({s["pid"]: s for s in got if s}.values())
 
         await self.sets.refresh()
+        if getattr(self, "structure", None) is not None:
+            await self.structure.sets.refresh()
         live = self._live()
         answers = await asyncio.gather(*(stage(n, h) for n, h in live.items()))
         return dict(zip(live, answers))
@@ -445,6 +459,8 @@ class OcrPipeline:
                 return False
 
         await self.sets.refresh()
+        if getattr(self, "structure", None) is not None:
+            await self.structure.sets.refresh()
         live = self._live()
         results = await asyncio.gather(*(one(h) for h in live.values()))
         return dict(zip(live, results))
