@@ -309,7 +309,7 @@ def join_lines(texts: list[str]) -> str:
 def parsing_results(page: dict, page_index: Optional[int], options: OcrOptions, defaults: PaddleXDefaults) -> dict:
     """One page's `layoutParsingResults` item: prunedResult and markdown."""
     from serve_app.core.results import REGION_TYPES
-    from serve_app.flow.formats import render_markdown
+    from serve_app.flow.markdown import render_markdown
 
     lines = page.get("results") or []
     texts = [str(line.get("text", "")) for line in lines]

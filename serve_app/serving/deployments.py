@@ -32,40 +32,13 @@ from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
 from serve_app.serving.set_cache import DeploymentSets
+from serve_app.serving.replica_calls import ReplicaCalls as _Replica, stage_batch as _batch
 from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
 from serve_app.core.app_args import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 from serve_app.ocr.recognition import batch_limit, batch_width, load_charset
 from serve_app.inference.weights import dictionary_path
-
-
-def _batch(stage: str, **kw):
-    """`@serve.batch` with the stage's default knobs (user_config replaces them)."""
-    return serve.batch(**BATCH_DEFAULTS[stage].model_dump(), **kw)
-
-
-class _Replica:
-    """The calls every model deployment answers, from its ModelReplica."""
-
-    replica: ModelReplica
-
-    async def check_health(self) -> None:
-        await self.replica.check_health_async()  # warmed, and the canary (serve_app.serving.canary) passes
-
-    def ready(self) -> bool:
-        return self.replica.ready_at is not None
-
-    def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
-        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
-
-    def close(self) -> None:
-        """Its predictor closed (a model set unloaded: serve_app/serving/set_cache.py); no call may follow."""
-        deferred = getattr(self.replica, "deferred", None)
-        if deferred is not None and deferred.task is not None:  # (called from a loader thread)
-            deferred.task.get_loop().call_soon_threadsafe(deferred.task.cancel)
-        self.replica.canary = self.replica._probe = None
-        self.replica.predictor.close()
 
 
 @serve.deployment(name="TextDetector")

@@ -151,6 +151,7 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         models (layout_args, table_args) are built here on the first request
         that asks for structure, on the recogniser's cores
         (serve_app/serving/structure_start.py StructureInProcess)."""
+        from serve_app.serving.structure_deployments import build_both
         from serve_app.serving.structure_start import StructureInProcess
 
         t0 = time.perf_counter()
@@ -163,8 +164,8 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         self._rec_args, self._det_args, self._lanes = rec_args, det_args, lanes
         same = {k: getattr(rec_args, k) for k in ModelArgs.model_fields
                 if k in ("cpu_cores", "threads") or k.startswith("malloc_")}  # one process, one affinity and heap
-        self.structure = StructureInProcess(engine, layout_args.model_copy(update=same),
-                                            table_args.model_copy(update=same), lanes, loading)
+        self.structure = StructureInProcess(lambda: build_both(engine, layout_args.model_copy(update=same),
+                                                               table_args.model_copy(update=same), lanes), loading)
         self._user_config: Optional[dict] = None
         self._peers: list[RecognizerWithParts] = [m]  # every loaded set's models: each one's _others_busy
         m.peers = self._peers

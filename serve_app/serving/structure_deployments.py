@@ -21,16 +21,12 @@ from serve_app.core.engine_config import EngineConfig
 from serve_app.core.lanes import lane_of
 from serve_app.serving.autoscaling import backlog_stats
 from serve_app.serving.batch_items import Timed, _expired, per_owner
-from serve_app.serving.deployments import _Replica
+from serve_app.serving.replica_calls import ReplicaCalls, stage_batch
 from serve_app.serving.metrics import LaneMetrics
 from serve_app.serving.replica import ModelReplica
 
 
-def _batch(stage: str, **kw):
-    return serve.batch(**BATCH_DEFAULTS[stage].model_dump(), **kw)
-
-
-class _StructureReplica(_Replica):
+class _StructureReplica(ReplicaCalls):
     """A structure model's replica: its ModelReplica, its runner, one batched call."""
 
     stage = ""
@@ -83,7 +79,7 @@ class LayoutDetectorDeployment(_StructureReplica):
         deadline (time.time()) passed before its batch ran is not run."""
         return await self.replica.queued(self._layout_batch, Timed(page, deadline, self), lane_of(lane))
 
-    @_batch("layout")
+    @stage_batch("layout")
     @per_owner
     async def _layout_batch(self, items: list) -> list:
         return await self._run(self.runner.detect, items)
@@ -106,7 +102,18 @@ class TableRecognizerDeployment(_StructureReplica):
         batched with other tables, this request's and others'."""
         return await self.replica.queued(self._table_batch, Timed(crop, deadline, self), lane_of(lane))
 
-    @_batch("table")
+    @stage_batch("table")
     @per_owner
     async def _table_batch(self, items: list) -> list:
         return await self._run(self.runner.recognize, items)
+
+
+def build_both(engine: EngineConfig, layout_args: ModelArgs, table_args: ModelArgs,
+               lanes: LaneArgs) -> tuple[LayoutDetectorDeployment, TableRecognizerDeployment]:
+    """Both as plain objects in this process (the light profile's StructureInProcess)."""
+    layout = LayoutDetectorDeployment.func_or_class(engine, layout_args, lanes)
+    try:
+        return layout, TableRecognizerDeployment.func_or_class(engine, table_args, lanes)
+    except BaseException:
+        layout.close()
+        raise

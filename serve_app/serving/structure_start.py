@@ -106,23 +106,10 @@ class StructureInProcess:
     set_loading.load_wait_s, then 503 with Retry-After), their batch queues
     as behind a handle."""
 
-    def __init__(self, engine: Any, layout_args: Any, table_args: Any, lanes: Any,
-                 loading: SetLoading = SetLoading(), build: Optional[Callable[[str], Any]] = None):
-        self._engine, self._args, self._lanes = engine, (layout_args, table_args), lanes
-        self.cache = SetCache((_NONE, STRUCTURE), build or self._build, self._close, loading.model_copy(
+    def __init__(self, build: Callable[[], tuple[Any, Any]], loading: SetLoading = SetLoading()):
+        """`build()`: the (layout, table) models, built and warmed (on the cache's loader thread)."""
+        self.cache = SetCache((_NONE, STRUCTURE), lambda _name: build(), self._close, loading.model_copy(
             update={"max_loaded": max(loading.max_loaded, 1)}))
-
-    def _build(self, _name: str) -> tuple[Any, Any]:
-        from serve_app.serving.structure_deployments import LayoutDetectorDeployment, TableRecognizerDeployment
-
-        layout_args, table_args = self._args
-        layout = LayoutDetectorDeployment.func_or_class(self._engine, layout_args, self._lanes)
-        try:
-            table = TableRecognizerDeployment.func_or_class(self._engine, table_args, self._lanes)
-        except BaseException:
-            layout.close()
-            raise
-        return layout, table
 
     @staticmethod
     def _close(models: tuple[Any, Any]) -> None:

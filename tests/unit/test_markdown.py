@@ -8,7 +8,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from serve_app.core.request_options import OcrOptions, with_format
-from serve_app.flow.formats import md_table, render
+from serve_app.flow.formats import render
+from serve_app.flow.markdown import md_table
 
 md = MarkdownIt("commonmark").enable("table")
 

@@ -99,12 +99,12 @@ def test_in_process_the_models_are_built_once_on_the_first_call_that_asks():
         def close(self):
             pass
 
-    def build(_name):
+    def build():
         built.append(1)
         return Part("layout"), Part("table")
 
     async def main():
-        here = StructureInProcess(None, None, None, None, SetLoading(load_wait_s=5), build=build)
+        here = StructureInProcess(build, SetLoading(load_wait_s=5))
         stages = here.stages(PLAIN)
         assert here.loaded() is None and built == []
         page = np.zeros((4, 4, 3), np.uint8)
