@@ -4,7 +4,8 @@ route (serve_app/http/routes/jobs.py) asks the JobStore for one page at a
 time (JobStore.page: the pages a running job has read are kept in its
 book, SQLite or Redis, until it ends) and polls every POLL_S while the next
 one is not read yet; once the job has ended, the rest come from its stored
-result. Here, without HTTP: the streams each client may hold open, and a
+result. With `?format=markdown` each line is `{"page", "markdown"}`: the
+page as format=markdown writes it (page_markdown). Here, without HTTP: the streams each client may hold open, and a
 finished result's pages as lines. No Ray import."""
 
 from __future__ import annotations
@@ -61,3 +62,12 @@ def result_pages(blob: Optional[bytes], start: int) -> Optional[list[bytes]]:
     if not isinstance(doc, dict) or "document" not in doc:
         return None
     return [encode_result(page) + b"\n" for page in doc.get("pages", []) if int(page.get("page", 0)) >= start]
+
+
+def page_markdown(line: bytes) -> bytes:
+    """A page's NDJSON line as {"page", "markdown"} (serve_app.flow.markdown:
+    from its regions when the job read structure, else its blocks)."""
+    from serve_app.flow.markdown import render_markdown
+
+    page = json.loads(line)
+    return json.dumps({"page": page.get("page"), "markdown": render_markdown(page)}, ensure_ascii=False).encode() + b"\n"

@@ -224,3 +224,25 @@ def test_a_client_holds_a_few_streams_at_once():
     slots.give(mine[0])  # given back once only
     assert over.value.status == 503 and "its share" in over.value.message and "streams are open" in full.value.message
     assert slots.take("d") is not None and slots.open == {"a": 3, "b": 1, "c": 1, "d": 1} and others
+
+
+def test_the_pages_stream_as_markdown_sends_each_page_written_so(make_book):
+    async def go():
+        doc = Document()
+        book = await make_book(doc.run)
+        async with http_over(book) as client:
+            job = (await book.submit(b"doc", OcrOptions(structure=True), client="c"))["job_id"]
+            live = asyncio.ensure_future(client.get(f"/v1/ocr/jobs/{job}/pages?format=markdown"))
+            for n in (2, 1, 3):
+                doc.release(n)
+            doc.finish.set()
+            live = await live
+            ended = await client.get(f"/v1/ocr/jobs/{job}/pages?format=markdown&from=2")
+            hocr = await client.get(f"/v1/ocr/jobs/{job}/pages?format=hocr")
+        await close(book)
+        return live, ended, hocr
+
+    live, ended, hocr = asyncio.run(go())
+    assert lines(live) == [{"page": n, "markdown": f"page {n}\n"} for n in (1, 2, 3)]
+    assert lines(ended) == [{"page": n, "markdown": f"page {n}\n"} for n in (2, 3)]
+    assert hocr.status_code == 400 and "json or markdown" in hocr.json()["error"]["message"]

@@ -21,7 +21,7 @@ from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.http.policies.admission import current_client
-from serve_app.jobs.page_stream import POLL_S, StreamSlots, result_pages
+from serve_app.jobs.page_stream import POLL_S, StreamSlots, page_markdown, result_pages
 from serve_app.http.policies.answers import job_answer
 from serve_app.ocr.image_header import check_image_header
 
@@ -102,11 +102,15 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
 
 @router.get("/v1/ocr/jobs/{job_id}/pages", dependencies=V1, response_class=StreamingResponse,
             summary="A document job's pages as NDJSON, in page order, as they are read")
-async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1):
-    """One line per page (the page's result as the job's result holds it),
-    from page `from` on, each sent once it and the pages before it are read;
-    the stream closes when the job has ended. A finished job's pages come
-    from its stored result; a finished job that is not a document is a 400."""
+async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1, fmt: Format = None):
+    """One line per page (the page's result as the job's result holds it;
+    `?format=markdown`: {"page", "markdown"}), from page `from` on, each
+    sent once it and the pages before it are read; the stream closes when
+    the job has ended. A finished job's pages come from its stored result;
+    a finished job that is not a document is a 400."""
+    if fmt not in (None, "json", "markdown"):
+        raise BadRequest(f"bad query parameter format: {fmt!r}; a job's page stream is json or markdown")
+    markdown = fmt == "markdown"
     found = await downstream(front.jobs.page.remote(job_id, start))
     if found is None:
         raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
@@ -114,9 +118,11 @@ async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1):
         lines = await finished_pages(front, job_id, start)
         if lines is None:
             raise BadRequest(f"job {job_id!r} read an image, not a document: it has no pages; GET /v1/ocr/jobs/{job_id}")
+        if markdown:
+            lines = await asyncio.to_thread(lambda: [page_markdown(line) for line in lines])
         return StreamingResponse(iter(lines), media_type=NDJSON)
     place = STREAM_SLOTS.take(current_client() or "addr:?")  # 503 past the client's or the replica's streams
-    lines = page_lines(front, job_id, start, place)
+    lines = page_lines(front, job_id, start, place, markdown)
     weakref.finalize(lines, STREAM_SLOTS.give, place)  # (a stream never started still gives its place back)
     return StreamingResponse(lines, media_type=NDJSON)
 
@@ -133,9 +139,9 @@ async def finished_pages(front, job_id: str, start: int) -> Optional[list[bytes]
         return await asyncio.to_thread(result_pages, blob, start)
 
 
-async def page_lines(front, job_id: str, n: int, place: int) -> AsyncIterator[bytes]:
+async def page_lines(front, job_id: str, n: int, place: int, markdown: bool = False) -> AsyncIterator[bytes]:
     """Page n, n + 1, ... while the job runs (one page held at a time), then
-    the rest from its result."""
+    the rest from its result; with `markdown`, each written so (off the loop)."""
     try:
         while True:
             found = await downstream(front.jobs.page.remote(job_id, n))
@@ -143,11 +149,11 @@ async def page_lines(front, job_id: str, n: int, place: int) -> AsyncIterator[by
                 return
             head, page = found
             if page is not None:
-                yield page + b"\n"
+                yield await asyncio.to_thread(page_markdown, page) if markdown else page + b"\n"
                 n += 1
             elif head["status"] in DONE:
                 for line in await finished_pages(front, job_id, n) or []:
-                    yield line
+                    yield await asyncio.to_thread(page_markdown, line) if markdown else line
                 return
             else:
                 await asyncio.sleep(POLL_S)
