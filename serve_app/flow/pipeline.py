@@ -193,8 +193,8 @@ class Pipeline:
         for (j, (x0, y0, _, _)), structure in zip(wanted, found):
             note = None
             if structure.truncated:
-                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells): "
-                        f"the lines of the rest are in the cells nearest them")
+                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
+                        f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
             matched[j] = match_table(structure, (x0, y0), [lines[i] for i in assigned[j]], note)
         return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
 
