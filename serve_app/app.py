@@ -45,7 +45,7 @@ def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> Mode
         from serve_app.structure.layout import INPUT_HW
         from serve_app.structure.table_structure import SIDE
 
-        batch = engine.structure.layout_batch_size if stage == "layout" else engine.structure.table_batch_size
+        batch = 1 if stage == "layout" else engine.structure.table_batch_size  # the layout graph takes one page
         h, w = INPUT_HW if stage == "layout" else (SIDE, SIDE)
         shapes = [(n, 3, h, w) for n in range(1, batch + 1)]
     else:
