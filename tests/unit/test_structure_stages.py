@@ -203,3 +203,29 @@ def test_xy_cut_reads_bands_then_columns():
 
 def test_no_layout_and_no_lines_is_no_regions():
     assert assemble_regions([], []) == ()
+
+
+def test_best_cell_is_rapidtables_rule():
+    """RapidTable's match_result, written as it is (per cell: (1 - IoU, distance), the first of the least)."""
+    from serve_app.structure.table_match import best_cell
+
+    def iou(a, b):
+        ix, iy = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
+        if ix <= 0 or iy <= 0:
+            return 0.0
+        inter = ix * iy
+        return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+    def distance(a, b):
+        d2, d3 = abs(b[0] - a[0]) + abs(b[1] - a[1]), abs(b[2] - a[2]) + abs(b[3] - a[3])
+        return d2 + d3 + min(d2, d3)
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        xy = rng.uniform(0, 300, (12, 2))
+        cells = np.concatenate([xy, xy + rng.uniform(5, 80, (12, 2))], axis=1)
+        cells[3] = cells[7]  # a tie: the first wins
+        p = rng.uniform(0, 300, 2)
+        box = (p[0], p[1], p[0] + rng.uniform(2, 60), p[1] + rng.uniform(2, 30))
+        keys = [(1.0 - iou(box, c), distance(box, c)) for c in cells]
+        assert best_cell(box, cells) == min(range(len(keys)), key=keys.__getitem__)
