@@ -33,8 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--words", action="store_true", help="add each word's box to every line")
     p.add_argument("--options", metavar="JSON", default="{}",
                    help='any per-request options as JSON, e.g. \'{"box_thresh": 0.7, "limit_side_len": 960}\'')
-    p.add_argument("--format", choices=["json", "text", "hocr", "alto"], default="json",
-                   help="json: one object per image and line (default); text, hocr, alto: each image's document")
+    p.add_argument("--format", choices=["json", "text", "hocr", "alto", "markdown"], default="json",
+                   help="json: one object per image and line (default); text, hocr, alto, markdown: each image's "
+                   "document (markdown reads the page's structure)")
     p.add_argument("--timings", action="store_true", help="add timings_ms to each line")
     p.add_argument("--pdf-text-layer", action="store_true",
                    help="PDF pages that have a text layer take their lines from it (marked source: text_layer)")
@@ -76,6 +77,8 @@ def main(argv=None) -> int:
             **({"pdf_text_layer": True} if args.pdf_text_layer else {}), **extra}
     if args.format in ("hocr", "alto"):  # they place words
         opts["return_words"] = True
+    if args.format == "markdown":  # written from the page's regions
+        opts["structure"] = True
     from serve_app.core.request_options import parse_options
 
     try:

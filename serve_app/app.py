@@ -41,7 +41,15 @@ def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> Mode
     opts: PredictorOptions = args.predictor or engine.predictor
     if opts.tensorrt is None:
         return args
-    shapes = stage_shapes(stage, engine.det, engine.cls, engine.rec)
+    if stage in ("layout", "table"):  # one input shape each (serve_app.inference.runners), every batch size of it
+        from serve_app.structure.layout import INPUT_HW
+        from serve_app.structure.table_structure import SIDE
+
+        batch = 1 if stage == "layout" else engine.structure.table_batch_size  # the layout graph takes one page
+        h, w = INPUT_HW if stage == "layout" else (SIDE, SIDE)
+        shapes = [(n, 3, h, w) for n in range(1, batch + 1)]
+    else:
+        shapes = stage_shapes(stage, engine.det, engine.cls, engine.rec)
     trt = opts.tensorrt.model_copy(update={"input_shapes": shapes, "max_batch_size": max(s[0] for s in shapes)})
     return args.model_copy(update={"predictor": opts.model_copy(update={"tensorrt": trt})})
 
@@ -70,7 +78,8 @@ def build_app(args: Optional[dict] = None):
         from serve_app.serving.stages_in_one_process import PipelineWithModels
 
         pipeline = PipelineWithModels.bind(engine, rec_args, cls_args if cls_beside else None, det_args, a.lanes,
-                                           engines, a.set_loading)
+                                           engines, a.set_loading, with_shape_ranges("layout", a.layout, engine),
+                                           with_shape_ranges("table", a.table, engine))
     else:
         def stage_deployments(eng: EngineConfig, with_cls: bool, suffix: str = ""):
             """(detector, recogniser, classifier) of one model set; a further
@@ -101,8 +110,14 @@ def build_app(args: Optional[dict] = None):
         for name in a.models[1:]:
             det, rec, _ = stage_deployments(engines[name], False, f"_{name}")
             others[name] = (det, rec, engines[name])
+        # Document structure: its own two deployments, at zero replicas until a request asks (the Serve config's
+        # autoscaling min_replicas 0; serve_app/serving/structure_deployments.py).
+        from serve_app.serving.structure_deployments import LayoutDetectorDeployment, TableRecognizerDeployment
+
+        structure = (LayoutDetectorDeployment.bind(engine, with_shape_ranges("layout", a.layout, engine), a.lanes),
+                     TableRecognizerDeployment.bind(engine, with_shape_ranges("table", a.table, engine), a.lanes))
         pipeline = OcrPipeline.bind(detector, classifier, recognizer, engine, a.recognizer, a.lanes, others,
-                                    a.set_loading)
+                                    a.set_loading, structure)
     jobs = JobStore.bind(pipeline, a.jobs, a.lanes)
     from serve_app.http.policies.result_cache import model_identity
     from serve_app.core.own_sets import described

@@ -199,10 +199,13 @@ BATCH_DEFAULTS = {
     "det": BatchKnobs(max_batch_size=4),
     "cls": BatchKnobs(max_batch_size=24),
     "rec": BatchKnobs(max_batch_size=24),
+    # Document structure (options.structure): pages per layout batch, table crops per table batch.
+    "layout": BatchKnobs(max_batch_size=4),
+    "table": BatchKnobs(max_batch_size=8),
 }
 
 
-STAGES = ("detector", "classifier", "recognizer")
+STAGES = ("detector", "classifier", "recognizer", "layout", "table")
 
 
 def _given(value: Any) -> dict[str, Any]:
@@ -258,6 +261,14 @@ class AppArgs(_Args):
     lanes: LaneArgs = Field(
         LaneArgs(),
         description="Priority lanes: interactive work first, bulk in the spare capacity.")
+    layout: ModelArgs = Field(
+        ModelArgs(),
+        description="How the LayoutDetector deployment's replicas run (document structure: started on the first "
+        "request that asks; with recognizer.with_pipeline, loaded in the pipeline's process and on the "
+        "recogniser's cores instead).")
+    table: ModelArgs = Field(
+        ModelArgs(),
+        description="How the TableRecognizer deployment's replicas run (likewise).")
 
     @model_validator(mode="before")
     @classmethod

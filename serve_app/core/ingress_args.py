@@ -52,6 +52,15 @@ class AdmissionArgs(_Args):
     s_per_picture_mp: float = Field(
         0.05, ge=0,
         description="A `visualize` picture adds this much work per megapixel (not learned).")
+    s_per_structure_page: float = Field(
+        0.3, ge=0,
+        description="Document structure (options.structure, format=markdown) adds this much work per page, its "
+        "layout (not learned; scaled by the model set's relative cost).")
+    s_per_table: float = Field(
+        0.6, ge=0,
+        description="... and this much per table region: tables_per_page of them priced per page at the door, the "
+        "answer drained at the table regions it had (at most engine.structure.max_tables a page).")
+    tables_per_page: float = Field(1.0, ge=0, description="(see s_per_table)")
     min_turned_share: float = Field(
         0.1, ge=0, le=1,
         description="With page orientation on, at least this share of pages is priced as read twice (turned); more "

@@ -11,9 +11,11 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from serve_app.core.engine_config import DetOptions
 from serve_app.core.errors import BadRequest
 
-FORMATS = ("json", "text", "hocr", "alto")
+FORMATS = ("json", "text", "hocr", "alto", "markdown")
 # Formats that place every word: they need word boxes from the pipeline.
 WORD_FORMATS = ("hocr", "alto")
+# Formats written from the page's typed regions: they need structure.
+STRUCTURE_FORMATS = ("markdown",)
 
 # Bounds of the numeric options: (low, high, low included, high included).
 # One table for the validation and for its error message.
@@ -47,7 +49,7 @@ class OcrOptions:
     return_words: bool = False  # add each word's box (and score) to every line
     # How the answer is written (serve_app.flow.formats); the pipeline always
     # makes the JSON body, the edge renders it.
-    format: Literal["json", "text", "hocr", "alto"] = "json"
+    format: Literal["json", "text", "hocr", "alto", "markdown"] = "json"
     # Detection, per request (None: the service's config). limit_side_len
     # caps the detector's long side (with the closed "ladder" input policy:
     # rounded down to a rung of det.side_ladder, never a new input shape);
@@ -83,7 +85,7 @@ class OcrOptions:
     # Document structure (serve_app.structure): the page's layout regions in
     # reading order, each table as rows and cells. Off: the answer has the
     # fields and text it has without it, at no cost. format "markdown"
-    # will imply it.
+    # implies it (for_pipeline).
     structure: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -114,8 +116,14 @@ class OcrOptions:
 
     def for_pipeline(self) -> "OcrOptions":
         """What the pipeline is asked: word boxes too when the format
-        places words (hOCR, ALTO)."""
-        return replace(self, return_words=True) if self.format in WORD_FORMATS and not self.return_words else self
+        places words (hOCR, ALTO), structure too when it is written from
+        the page's regions (Markdown)."""
+        out = self
+        if self.format in WORD_FORMATS and not self.return_words:
+            out = replace(out, return_words=True)
+        if self.format in STRUCTURE_FORMATS and not self.structure:
+            out = replace(out, structure=True)
+        return out
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The answer written as plain text, hOCR 1.2 or ALTO 4.4, from the JSON
+"""The answer written as plain text, hOCR 1.2, ALTO 4.4 or Markdown, from the JSON
 body of one image (`{"image": {...}, "results": [...]}`) or of a document
 (`{"document": {...}, "pages": [{"page", "width", "height", "results"}]}`).
 Pure functions over that body: no Ray, no models.
@@ -24,7 +24,10 @@ by their share of the line's characters.
 
 Boxes are axis-aligned pixel rectangles around each quad (hOCR and ALTO
 have no quads); a vertical line (read top to bottom) carries hOCR's
-`textangle 270`, any other its bottom edge as hOCR's `baseline`."""
+`textangle 270`, any other its bottom edge as hOCR's `baseline`.
+
+- Markdown (format=markdown implies options.structure): from each page's
+  typed regions (serve_app/flow/markdown.py)."""
 
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ MEDIA_TYPES = {
     "text": "text/plain; charset=utf-8",
     "hocr": "application/xhtml+xml; charset=utf-8",
     "alto": "application/xml; charset=utf-8",
+    "markdown": "text/markdown; charset=utf-8",
 }
 
 XHTML_NS = "http://www.w3.org/1999/xhtml"
@@ -94,7 +98,7 @@ class Page:
 
 def render(body: dict, fmt: str) -> tuple[str, str]:
     """(document, media type) of a result body in `fmt` (json, text, hocr,
-    alto). json gives the body back as it is (the caller serialises it)."""
+    alto, markdown). json gives the body back as it is (the caller serialises it)."""
     if fmt not in FORMATS:
         raise BadRequest(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt == "json":
@@ -103,6 +107,10 @@ def render(body: dict, fmt: str) -> tuple[str, str]:
         return json.dumps(body, ensure_ascii=False), MEDIA_TYPES["json"]
     if fmt == "text":
         return render_text(body), MEDIA_TYPES[fmt]
+    if fmt == "markdown":
+        from serve_app.flow.markdown import render_markdown
+
+        return render_markdown(body), MEDIA_TYPES[fmt]
     pages = pages_of(body)
     out = {"hocr": render_hocr, "alto": render_alto}[fmt](pages)
     return out, MEDIA_TYPES[fmt]

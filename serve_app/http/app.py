@@ -187,7 +187,7 @@ def _count(request: Request, start: Message, t0: float) -> None:
     """At the answer's start: the route's counts and latency, and the
     Server-Timing header (this replica's own time on the request)."""
     path = getattr(request.scope.get("route"), "path", "")
-    if not (path.startswith("/v1/") or path == "/ocr"):
+    if not (path.startswith("/v1/") or path in ("/ocr", "/layout-parsing")):
         return
     front, status = _front(request), start["status"]
     metrics = front.metrics

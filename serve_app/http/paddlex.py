@@ -1,5 +1,6 @@
-"""PaddleX's OCR serving API (`POST /ocr`) on top of this service: its
-request in, its response shape out. No Ray import: unit-tested on its own.
+"""PaddleX's OCR serving API (`POST /ocr`) and PP-StructureV3's
+(`POST /layout-parsing`) on top of this service: their request in, their
+response shape out. No Ray import: unit-tested on its own.
 
 Built from PaddleX's own serving code and docs (PaddlePaddle/PaddleX):
 - paddlex/inference/serving/schemas/ocr.py and schemas/shared/ocr.py: the
@@ -36,14 +37,32 @@ Where this service differs, on purpose:
 - `ocrImage` is the input with the line boxes drawn on it (PaddleX also
   renders the text beside it, which needs its fonts); the pipeline draws it
   (`visualize: "boxes"`, serve_app/ocr/visualize.py) from the image it decoded.
+
+`POST /layout-parsing` (PP-StructureV3: schemas/pp_structurev3.py,
+basic_serving/_pipeline_apps/pp_structurev3.py) reads with options.structure:
+the same `file`, `fileType`, text detection and recognition fields; per page
+`layoutParsingResults[]` with `prunedResult` (`parsing_res_list`: each region
+in reading order as `block_label`, `block_content` (its text; a table's
+HTML), `block_bbox` [x0, y0, x1, y1], `block_id`, `block_order`;
+`layout_det_res.boxes`; `overall_ocr_res`, the page's OCR prunedResult;
+`table_res_list`: each table's `pred_html` and `cell_box_list`) and
+`markdown` (`text`: the page as format=markdown writes it, `images` {},
+`isStart`/`isEnd` true). Where it differs: the layout model is PicoDet on
+CDLA's ten classes, named as PP-DocLayout names them (LAYOUT_LABELS: title
+is `paragraph_title`, figure `image`, equation `formula`, captions
+`figure_title`/`table_title`; `cls_id` is the index in REGION_TYPES); seal,
+formula, chart and region recognition, and the layout_* knobs, are not
+here (true or set is a 400 naming the field); useTableRecognition false is
+a 400 (tables are always read); pictures (`visualize` true) are the OCR
+boxes drawn on the page (outputImages `overall_ocr_res`), off by default.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -100,21 +119,63 @@ class PaddleXValidation(OcrError):
     code = "invalid_request"
 
 
-def parse_request(body: bytes) -> PaddleXOcrRequest:
+def parse_request(body: bytes, model: type[PaddleXOcrRequest] = PaddleXOcrRequest) -> PaddleXOcrRequest:
     # The request is one flat object: refuse a body of nested bombs unparsed.
     if body.count(b"{") + body.count(b"[") > 16:
         raise PaddleXValidation("body: not the PaddleX OCR request object (too many nested objects or arrays)")
     try:
-        return PaddleXOcrRequest.model_validate_json(body)
+        return model.model_validate_json(body)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(x) for x in first["loc"]) or "body"
         raise PaddleXValidation(f"{where}: {first['msg']}") from None
 
 
-def to_call(req: PaddleXOcrRequest) -> tuple[bytes, OcrOptions]:
+class PaddleXLayoutRequest(PaddleXOcrRequest):
+    """schemas/pp_structurev3.py InferRequest: the OCR request's fields and
+    the structure switches (those this service has no model for refused
+    when asked for: LAYOUT_OPTION_FIELDS)."""
+
+    useSealRecognition: Optional[bool] = None
+    useTableRecognition: Optional[bool] = None
+    useFormulaRecognition: Optional[bool] = None
+    useChartRecognition: Optional[bool] = None
+    useRegionDetection: Optional[bool] = None
+    layoutThreshold: Optional[Union[float, dict]] = None
+    layoutNms: Optional[bool] = None
+    layoutUnclipRatio: Optional[Union[float, list, dict]] = None
+    layoutMergeBboxesMode: Optional[Union[str, dict]] = None
+
+
+# PaddleX's PP-StructureV3 switches -> None: not served here (true, or any
+# value for the layout_* knobs, is a 400 naming it). useTableRecognition is
+# checked on its own: true or null reads tables, false is refused.
+LAYOUT_OPTION_FIELDS: dict[str, Optional[str]] = {
+    **OPTION_FIELDS,
+    "useSealRecognition": None,  # no seal model here
+    "useFormulaRecognition": None,  # no formula model here (an equation region is its recognised text)
+    "useChartRecognition": None,  # no chart model here
+    "useRegionDetection": None,  # no region detector beside the layout model
+    "layoutThreshold": None,  # the layout model's own thresholds (engine config)
+    "layoutNms": None,
+    "layoutUnclipRatio": None,
+    "layoutMergeBboxesMode": None,
+}
+
+# This service's region types (serve_app.core.results.REGION_TYPES) as
+# PP-DocLayout labels them in PP-StructureV3's answers.
+LAYOUT_LABELS = {"text": "text", "title": "paragraph_title", "figure": "image", "figure_caption": "figure_title",
+                 "table": "table", "table_caption": "table_title", "header": "header", "footer": "footer",
+                 "reference": "reference", "equation": "formula"}
+# Labels PP-StructureV3 gives no reading-order number (block_order null).
+UNORDERED = ("header", "footer")
+
+
+def to_call(req: PaddleXOcrRequest, fields_of: Optional[dict[str, Optional[str]]] = None) -> tuple[bytes, OcrOptions]:
     """The file's bytes and this service's options; BadRequest for what
-    cannot be honoured."""
+    cannot be honoured. `fields_of`: the request's field map (OPTION_FIELDS
+    for /ocr, LAYOUT_OPTION_FIELDS for /layout-parsing)."""
+    fields_of = OPTION_FIELDS if fields_of is None else fields_of
     data = file_bytes(req.file)
     pdf = document_format(data) == "pdf"
     if req.fileType == 0 and not pdf:
@@ -122,7 +183,7 @@ def to_call(req: PaddleXOcrRequest) -> tuple[bytes, OcrOptions]:
     if req.fileType == 1 and pdf:
         raise BadRequest("fileType is 1 (image) but file is a PDF; send fileType 0")
     fields: dict[str, Any] = {}
-    for name, field in OPTION_FIELDS.items():
+    for name, field in fields_of.items():
         value = getattr(req, name)
         if value is None or (value is False and name.startswith("use")):
             if field is not None and value is not None:
@@ -130,7 +191,7 @@ def to_call(req: PaddleXOcrRequest) -> tuple[bytes, OcrOptions]:
             continue
         if field is None:
             raise BadRequest(f"{name}={value!r} is not supported by this service (supported: "
-                             f"{', '.join(n for n, f in OPTION_FIELDS.items() if f)}); leave it out or null")
+                             f"{', '.join(n for n, f in fields_of.items() if f)}); leave it out or null")
         fields[field] = value
     return data, parse_options(fields)
 
@@ -188,12 +249,13 @@ def pruned_result(lines: list[dict], page_index: Optional[int], options: OcrOpti
 
 
 def pages_of(body: dict) -> list[dict]:
-    """This service's body (image or document) as pages: {width, height, results}."""
+    """This service's body (image or document) as pages: {width, height, results} (and regions, a picture)."""
     if "document" in body:
         return body["pages"]
     page = {"width": body["image"]["width"], "height": body["image"]["height"], "results": body["results"]}
-    if "visualization" in body:
-        page["visualization"] = body["visualization"]
+    for key in ("visualization", "regions", "blocks"):
+        if key in body:
+            page[key] = body[key]
     return [page]
 
 
@@ -209,12 +271,107 @@ def result(body: dict, options: OcrOptions, defaults: PaddleXDefaults,
         if images is not None:
             item.update(images[k])
         items.append(item)
+    return {"ocrResults": items, "dataInfo": data_info(pages, pdf)}
+
+
+# -- PP-StructureV3's /layout-parsing --------------------------------------------
+
+
+def to_layout_call(req: PaddleXLayoutRequest) -> tuple[bytes, OcrOptions]:
+    """The file's bytes and this service's options, structure on."""
+    if req.useTableRecognition is False:
+        raise BadRequest("useTableRecognition=false is not supported by this service: a table region is always "
+                         "read as rows and cells; leave it out, null or true")
+    data, opts = to_call(req, LAYOUT_OPTION_FIELDS)
+    return data, replace(opts, structure=True)
+
+
+def _bbox(box: list) -> list[int]:
+    xs, ys = [float(p[0]) for p in box], [float(p[1]) for p in box]
+    return [int(round(min(xs))), int(round(min(ys))), int(round(max(xs))), int(round(max(ys)))]
+
+
+def join_lines(texts: list[str]) -> str:
+    """A block's lines as one text, as PP-StructureV3 writes block_content:
+    a space between two Latin lines, none between CJK ones."""
+    out = ""
+    for t in (t.strip() for t in texts):
+        if not t:
+            continue
+        if out and (out[-1].isascii() and out[-1].isalnum() or out[-1] in ".,;:!?)") and t[0].isascii():
+            out += " "
+        elif out and out[-1] == "-" and t[0].isascii():  # a word broken at the line's end
+            out = out[:-1]
+        out += t
+    return out
+
+
+def parsing_results(page: dict, page_index: Optional[int], options: OcrOptions, defaults: PaddleXDefaults) -> dict:
+    """One page's `layoutParsingResults` item: prunedResult and markdown."""
+    from serve_app.core.results import REGION_TYPES
+    from serve_app.flow.markdown import render_markdown
+
+    lines = page.get("results") or []
+    texts = [str(line.get("text", "")) for line in lines]
+    regions = [r for r in page.get("regions") or () if isinstance(r, dict)]
+    blocks, boxes, tables = [], [], []
+    order = 0
+    for k, r in enumerate(regions):
+        kind = str(r.get("type", "text"))
+        label = LAYOUT_LABELS.get(kind, kind)
+        bbox = _bbox(r["box"])
+        table = r.get("table") if isinstance(r.get("table"), dict) else None
+        if table is not None:
+            content = str(table.get("html", ""))
+            tables.append({"pred_html": content,
+                           "cell_box_list": [_bbox(c["box"]) for c in table.get("cells") or () if "box" in c]})
+        else:
+            content = join_lines([texts[i] for i in r.get("lines") or () if 0 <= int(i) < len(texts)])
+        if kind not in UNORDERED:
+            order += 1
+        blocks.append({"block_label": label, "block_content": content, "block_bbox": bbox, "block_id": k,
+                       "block_order": None if kind in UNORDERED else order})
+        boxes.append({"cls_id": REGION_TYPES.index(kind) if kind in REGION_TYPES else -1, "label": label,
+                      "score": r.get("score", 0.0), "coordinate": [float(v) for v in bbox]})
+    use_cls = defaults.use_textline_orientation if options.cls is None else options.cls
+    pruned = {
+        "page_index": page_index,
+        "model_settings": {"use_doc_preprocessor": False, "use_textline_orientation": bool(use_cls),
+                           "use_seal_recognition": False, "use_table_recognition": True,
+                           "use_formula_recognition": False, "use_chart_recognition": False,
+                           "use_region_detection": False},
+        "parsing_res_list": blocks,
+        "layout_det_res": {"boxes": boxes},
+        "overall_ocr_res": pruned_result(lines, page_index, options, defaults),
+        "table_res_list": tables,
+    }
+    md = render_markdown({"results": lines, "regions": page.get("regions"), **(
+        {"blocks": page["blocks"]} if "blocks" in page else {})})
+    return {"prunedResult": pruned, "markdown": {"text": md, "images": {}, "isStart": True, "isEnd": True}}
+
+
+def layout_result(body: dict, options: OcrOptions, defaults: PaddleXDefaults, visualize: bool = False) -> dict:
+    """`result` of /layout-parsing: layoutParsingResults (one per page) and
+    dataInfo; with `visualize`, each page's picture (the OCR boxes drawn)
+    as outputImages.overall_ocr_res and inputImage."""
+    pages = pages_of(body)
+    pdf = "document" in body
+    items = []
+    for k, page in enumerate(pages):
+        item = parsing_results(page, k if pdf else None, options, defaults)
+        picture = images_of(page) if visualize else {}
+        if picture:
+            item["outputImages"] = {"overall_ocr_res": picture["ocrImage"]}
+            item["inputImage"] = picture["inputImage"]
+        items.append(item)
+    return {"layoutParsingResults": items, "dataInfo": data_info(pages, pdf)}
+
+
+def data_info(pages: list[dict], pdf: bool) -> dict:
     if pdf:
-        info = {"numPages": len(pages), "pages": [{"width": p["width"], "height": p["height"]} for p in pages],
+        return {"numPages": len(pages), "pages": [{"width": p["width"], "height": p["height"]} for p in pages],
                 "type": "pdf"}
-    else:
-        info = {"width": pages[0]["width"], "height": pages[0]["height"], "type": "image"}
-    return {"ocrResults": items, "dataInfo": info}
+    return {"width": pages[0]["width"], "height": pages[0]["height"], "type": "image"}
 
 
 def success(log_id: str, result_: dict) -> dict:

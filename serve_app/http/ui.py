@@ -69,7 +69,7 @@ OPTIONS: tuple[dict[str, Any], ...] = (
 
 # Output formats (the `format` query parameter); the page draws boxes for
 # json and shows any other answer as text.
-FORMATS: tuple[str, ...] = ("json", "text", "hocr", "alto")
+FORMATS: tuple[str, ...] = ("json", "text", "hocr", "alto", "markdown")
 
 
 def page_config() -> dict[str, Any]:

@@ -8,7 +8,9 @@ result, also one page a call (FinishedPages). Every stream, of a running job
 or an ended one, holds one of the stream slots; each line is sent when the
 reader has taken the last (the HTTP server's flow control), so a slow reader
 holds one page in the ingress. Here, without HTTP: the slots, and a
-finished result's pages one at a time. No Ray import."""
+finished result's pages one at a time. With `?format=markdown` each line is
+{"page", "markdown"}: the page as format=markdown writes it (page_markdown).
+No Ray import."""
 
 from __future__ import annotations
 
@@ -167,3 +169,12 @@ def redis_page_head(status: bytes, done: Any, total: Any, document: Any, error: 
 def error_line(head: dict) -> bytes:
     """The last line of a failed job's stream: its error, so a reader can tell it from the end of a document."""
     return encode_result({"status": head.get("status"), "error": head.get("error")}) + b"\n"
+
+
+def page_markdown(line: bytes) -> bytes:
+    """A page's NDJSON line as {"page", "markdown"} (serve_app.flow.markdown:
+    from its regions when the job read structure, else its blocks)."""
+    from serve_app.flow.markdown import render_markdown
+
+    page = json.loads(line)
+    return json.dumps({"page": page.get("page"), "markdown": render_markdown(page)}, ensure_ascii=False).encode() + b"\n"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 # The custom metric each stage reports (record_autoscaling_stats).
-BACKLOG_METRIC = {"det": "queued_images", "rec": "queued_crops"}
+BACKLOG_METRIC = {"det": "queued_images", "rec": "queued_crops", "layout": "queued_pages", "table": "queued_tables"}
 
 
 def backlog_stats(stage: str, queued: int, metrics: Any = None) -> dict[str, float]:

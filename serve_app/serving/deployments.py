@@ -32,40 +32,13 @@ from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
 from serve_app.serving.set_cache import DeploymentSets
+from serve_app.serving.replica_calls import ReplicaCalls as _Replica, stage_batch as _batch
 from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
 from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
 from serve_app.core.app_args import BATCH_DEFAULTS, ClassifierArgs, DetectorArgs, LaneArgs, RecognizerArgs
 from serve_app.ocr.recognition import batch_limit, batch_width, load_charset
 from serve_app.inference.weights import dictionary_path
-
-
-def _batch(stage: str, **kw):
-    """`@serve.batch` with the stage's default knobs (user_config replaces them)."""
-    return serve.batch(**BATCH_DEFAULTS[stage].model_dump(), **kw)
-
-
-class _Replica:
-    """The calls every model deployment answers, from its ModelReplica."""
-
-    replica: ModelReplica
-
-    async def check_health(self) -> None:
-        await self.replica.check_health_async()  # warmed, and the canary (serve_app.serving.canary) passes
-
-    def ready(self) -> bool:
-        return self.replica.ready_at is not None
-
-    def stats(self, stage: Optional[str] = None) -> dict[str, Any]:
-        return self.replica.stats()  # (stage: for a replica of two stages, serve_app/serving/stages_in_one_process.py)
-
-    def close(self) -> None:
-        """Its predictor closed (a model set unloaded: serve_app/serving/set_cache.py); no call may follow."""
-        deferred = getattr(self.replica, "deferred", None)
-        if deferred is not None and deferred.task is not None:  # (called from a loader thread)
-            deferred.task.get_loop().call_soon_threadsafe(deferred.task.cancel)
-        self.replica.canary = self.replica._probe = None
-        self.replica.predictor.close()
 
 
 @serve.deployment(name="TextDetector")
@@ -281,11 +254,15 @@ class OcrPipeline:
                  recognizer: DeploymentHandle, engine: EngineConfig, rec_args: RecognizerArgs,
                  lanes: LaneArgs = LaneArgs(),
                  others: Optional[dict[str, tuple[DeploymentHandle, DeploymentHandle, EngineConfig]]] = None,
-                 loading: SetLoading = SetLoading()):
+                 loading: SetLoading = SetLoading(),
+                 structure: Optional[tuple[DeploymentHandle, DeploymentHandle]] = None):
         """`engine`: the default model set's config; `others`: each further
         catalogued set's (detector, recogniser) handles and config; the
         classifier is shared. A further set's deployments may be at zero
-        replicas until its first request (serve_app.serving.set_cache.DeploymentSets)."""
+        replicas until its first request (serve_app.serving.set_cache.DeploymentSets).
+        `structure`: the LayoutDetector and TableRecognizer handles, at zero
+        replicas until the first request that asks for structure
+        (serve_app/serving/structure_start.py); every set reads with them."""
         self.handles = {"det": detector, "rec": recognizer, **({"cls": classifier} if classifier else {})}
         sets = {engine.model: (self._stages(detector, classifier, recognizer, rec_args), engine)}
         self._further = {name: (det, rec) for name, (det, rec, _) in (others or {}).items()}
@@ -294,6 +271,13 @@ class OcrPipeline:
             sets[name] = (self._stages(det, classifier, rec, rec_args), eng)
         self._setup(sets, lanes)
         self.sets = DeploymentSets(self.served, self._start_set, self._running_sets, loading)
+        self.structure = None
+        if structure is not None:
+            from serve_app.serving.structure_start import StructureStarter
+
+            self.structure = StructureStarter(*structure, loading)
+            for pipeline in self.pipelines.values():
+                pipeline.stages = self.structure.stages(pipeline.stages)
 
     async def _start_set(self, name: str) -> None:  # a call queued at zero replicas: Serve starts one
         det, rec = self._further[name]
@@ -306,7 +290,8 @@ class OcrPipeline:
                           h.deployment_name in app) for name, pair in self._further.items()}
 
     def _live(self) -> dict[str, DeploymentHandle]:  # the loaded sets' stages (a call would start the others)
-        return {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
+        live = {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}
+        return {**live, **(self.structure.handles() if getattr(self, "structure", None) is not None else {})}
 
     @staticmethod
     def _stages(detector: DeploymentHandle, classifier: Optional[DeploymentHandle], recognizer: DeploymentHandle,
@@ -431,6 +416,8 @@ class OcrPipeline:
             return list({s["pid"]: s for s in got if s}.values())
 
         await self.sets.refresh()
+        if getattr(self, "structure", None) is not None:
+            await self.structure.sets.refresh()
         live = self._live()
         answers = await asyncio.gather(*(stage(n, h) for n, h in live.items()))
         return dict(zip(live, answers))
@@ -445,6 +432,8 @@ class OcrPipeline:
                 return False
 
         await self.sets.refresh()
+        if getattr(self, "structure", None) is not None:
+            await self.structure.sets.refresh()
         live = self._live()
         results = await asyncio.gather(*(one(h) for h in live.values()))
         return dict(zip(live, results))

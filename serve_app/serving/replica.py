@@ -106,10 +106,12 @@ class ModelReplica:
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
               knobs: BatchKnobs, int8_inputs: Optional[Callable] = None,
-              model: str = "ppocrv4_mobile") -> "ModelReplica":
+              model: str = "ppocrv4_mobile", files: Any = None) -> "ModelReplica":
         """In a Serve replica: the Paddle predictor, pinned and sized for
         where Ray placed this replica, with Prometheus metrics. int8_inputs:
-        the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs)."""
+        the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs).
+        `files`: the model's ModelFiles when not a model set's stage (the
+        structure models: serve_app.inference.weights.structure_files)."""
         from serve_app.serving.metrics import StageMetrics
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files
@@ -125,7 +127,7 @@ class ModelReplica:
         set_mmap_threshold(args.malloc_mmap_threshold)
         trimmer = process_trimmer(args.malloc_trim_idle_s)
         options = placed_options(args.predictor or options, replica_cores(args, _replica_rank()), share)
-        predictor = PaddlePredictor(model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs,
+        predictor = PaddlePredictor(files or model_files(stage, model_dir, model), options, stage, int8_inputs=int8_inputs,
                                     thread_init=idle_on_cpu)
         yield_to_front()  # serve_app/serving/heap.py: the model's threads nicer than the front's
         trt = predictor.options.tensorrt

@@ -140,13 +140,20 @@ class PipelineWithModels(OcrPipeline.func_or_class):
 
     def __init__(self, engine: EngineConfig, rec_args: RecognizerArgs, cls_args: Optional[ClassifierArgs],
                  det_args: DetectorArgs, lanes: LaneArgs = LaneArgs(),
-                 engines: Optional[dict[str, EngineConfig]] = None, loading: SetLoading = SetLoading()):
+                 engines: Optional[dict[str, EngineConfig]] = None, loading: SetLoading = SetLoading(),
+                 layout_args: ModelArgs = ModelArgs(), table_args: ModelArgs = ModelArgs()):
         """`engine`: the default model set's config; `engines`: every
         catalogued set's (default: engine's alone), the default first. The
         default set's detector and recogniser, and the classifier (shared by
         every set), are built and warmed here, before the replica is ready;
         each other set's on its first request, at most loading.max_loaded
-        at once (serve_app/serving/set_cache.py)."""
+        at once (serve_app/serving/set_cache.py). The document-structure
+        models (layout_args, table_args) are built here on the first request
+        that asks for structure, on the recogniser's cores
+        (serve_app/serving/structure_start.py StructureInProcess)."""
+        from serve_app.serving.structure_deployments import build_both
+        from serve_app.serving.structure_start import StructureInProcess
+
         t0 = time.perf_counter()
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here
@@ -155,6 +162,10 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         if next(iter(self._engines)) != engine.model:
             raise ValueError(f"the first model set served ({next(iter(self._engines))}) must be engine's ({engine.model})")
         self._rec_args, self._det_args, self._lanes = rec_args, det_args, lanes
+        same = {k: getattr(rec_args, k) for k in ModelArgs.model_fields
+                if k in ("cpu_cores", "threads") or k.startswith("malloc_")}  # one process, one affinity and heap
+        self.structure = StructureInProcess(lambda: build_both(engine, layout_args.model_copy(update=same),
+                                                               table_args.model_copy(update=same), lanes), loading)
         self._user_config: Optional[dict] = None
         self._peers: list[RecognizerWithParts] = [m]  # every loaded set's models: each one's _others_busy
         m.peers = self._peers
@@ -164,9 +175,9 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         self.sets.add(engine.model, (m, self.pipeline), time.perf_counter() - t0)
 
     def _stages(self, s: "RecognizerWithParts") -> Stages:
-        return Stages(detect=lambda image, params, ctx: s.detect(image, ctx.deadline, params, ctx.lane),
-                      classify=self._classify,
-                      recognize=lambda crops, ctx=None: s.recognize(crops, ctx.deadline, ctx.lane))
+        return self.structure.stages(Stages(
+            detect=lambda image, params, ctx: s.detect(image, ctx.deadline, params, ctx.lane),
+            classify=self._classify, recognize=lambda crops, ctx=None: s.recognize(crops, ctx.deadline, ctx.lane)))
 
     def _build_set(self, name: str) -> tuple["RecognizerWithParts", Pipeline]:
         """A further set's detector and recogniser, built and warmed (on the set cache's loader thread)."""
@@ -201,6 +212,8 @@ class PipelineWithModels(OcrPipeline.func_or_class):
     async def check_health(self) -> None:
         for s in self._loaded().values():
             await s.check_health()
+        for part in self._structure_parts().values():
+            await part.check_health()
 
     def _loaded(self) -> dict[str, "RecognizerWithParts"]:
         """The loaded sets' models, the default first."""
@@ -217,11 +230,19 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         for suffix, s in self._named():
             out.update({f"{name}{suffix}": [s.stats(name)] for name in s.parts})
             out[f"rec{suffix}"] = [s.stats()]
+        for name, part in self._structure_parts().items():
+            out[name] = [part.stats()]
         return out
+
+    def _structure_parts(self) -> dict[str, Any]:
+        """The structure models, once a request has loaded them."""
+        loaded = self.structure.loaded()
+        return {} if loaded is None else dict(zip(("layout", "table"), loaded))
 
     async def ready(self) -> dict[str, bool]:
         out: dict[str, bool] = {}
         for suffix, s in self._named():
             out.update({f"{name}{suffix}": part.ready() for name, part in s.parts.items()})
             out[f"rec{suffix}"] = s.ready()
+        out.update({name: part.ready() for name, part in self._structure_parts().items()})
         return out

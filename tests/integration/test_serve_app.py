@@ -461,7 +461,7 @@ def test_formats_over_http_are_read_by_hocr_and_alto_readers(service, engine_rea
     assert alto_schema().validate(tree), alto_schema().error_log
     assert [s.get("CONTENT") for s in tree.iter(f"{ALTO}String")] == [w.text for w in words]
     bad = post_with_options(url, name, {}, "?format=docx")
-    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
+    assert bad.status_code == 400 and "format is one of json, text, hocr, alto, markdown" in bad.json()["error"]["message"]
 
 
 def test_handle_and_job_give_a_format(service):

@@ -152,7 +152,7 @@ def test_json_passes_through_and_an_unknown_format_is_refused():
     import json
 
     assert json.loads(render(IMAGE_BODY, "json")[0]) == IMAGE_BODY
-    with pytest.raises(BadRequest, match="format must be one of json, text, hocr, alto"):
+    with pytest.raises(BadRequest, match="format must be one of json, text, hocr, alto, markdown"):
         render(IMAGE_BODY, "pdf")
 
 

@@ -444,7 +444,7 @@ def test_format_query_or_option_renders_the_answer_and_asks_for_word_boxes(app):
     sent = Fake.calls[-1][1]
     assert sent.format == "hocr" and sent.return_words  # the query wins; hOCR places words
     bad = client.post("/v1/ocr?format=pdf", content=PNG, headers={"Content-Type": "image/png"})
-    assert bad.status_code == 400 and "format is one of json, text, hocr, alto" in bad.json()["error"]["message"]
+    assert bad.status_code == 400 and "format is one of json, text, hocr, alto, markdown" in bad.json()["error"]["message"]
 
 
 def test_a_job_result_stays_json_and_renders_on_get_with_format(app):

@@ -335,3 +335,25 @@ def test_a_retried_attempts_pages_are_counted_once():
     job.progress(2, 3, pages[:2], limit=size)
     job.progress(3, 3, pages, limit=size)  # the next attempt reads the same pages again, then page 3
     assert job.page_bytes == size and sorted(job.page_results) == [1, 2, 3]
+
+
+def test_the_pages_stream_as_markdown_sends_each_page_written_so(make_book):
+    async def go():
+        doc = Document()
+        book = await make_book(doc.run)
+        async with http_over(book) as client:
+            job = (await book.submit(DOC, OcrOptions(structure=True), client="c"))["job_id"]
+            live = asyncio.ensure_future(client.get(f"/v1/ocr/jobs/{job}/pages?format=markdown"))
+            for n in (2, 1, 3):
+                doc.release(n)
+            doc.finish.set()
+            live = await live
+            ended = await client.get(f"/v1/ocr/jobs/{job}/pages?format=markdown&from=2")
+            hocr = await client.get(f"/v1/ocr/jobs/{job}/pages?format=hocr")
+        await close(book)
+        return live, ended, hocr
+
+    live, ended, hocr = asyncio.run(go())
+    assert lines(live) == [{"page": n, "markdown": f"page {n}\n"} for n in (1, 2, 3)]
+    assert lines(ended) == [{"page": n, "markdown": f"page {n}\n"} for n in (2, 3)]
+    assert hocr.status_code == 400 and "json or markdown" in hocr.json()["error"]["message"]

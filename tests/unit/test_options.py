@@ -73,7 +73,7 @@ def test_detection_options_within_bounds_are_taken():
 
 def test_format_is_one_of_four_and_word_formats_ask_for_word_boxes():
     assert parse_options({"format": "alto"}).format == "alto"
-    with pytest.raises(BadRequest, match="format is one of json, text, hocr, alto"):
+    with pytest.raises(BadRequest, match="format is one of json, text, hocr, alto, markdown"):
         parse_options({"format": "pdf"})
     with pytest.raises(BadRequest, match="query parameter format"):
         with_format(OcrOptions(), "xml")

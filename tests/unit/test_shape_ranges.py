@@ -207,3 +207,13 @@ def test_collection_makes_paddle_record_the_served_optimum(stage, opt):
     assert set(runs) == set(shapes)  # min and max still come from the whole set
     # Any tensor derived from the input (here: height x width) gets opt's value too.
     assert collections.Counter(s[2] * s[3] for s in runs).most_common(1)[0][0] == r.opt[2] * r.opt[3]
+
+
+def test_gpu_profile_gives_the_structure_models_their_one_shape_at_every_batch_size():
+    a = gpu_args()
+    layout = with_shape_ranges("layout", a.layout, a.engine).predictor.tensorrt
+    table = with_shape_ranges("table", a.table, a.engine).predictor.tensorrt
+    n_layout, n_table = 1, a.engine.structure.table_batch_size  # the layout graph takes one page at a time
+    assert [tuple(s) for s in layout.input_shapes] == [(n, 3, 800, 608) for n in range(1, n_layout + 1)]
+    assert [tuple(s) for s in table.input_shapes] == [(n, 3, 488, 488) for n in range(1, n_table + 1)]
+    assert layout.max_batch_size == n_layout and table.max_batch_size == n_table

@@ -16,7 +16,7 @@ def test_every_request_option_has_a_control_on_the_page_and_no_other():
         assert o["kind"] in ("bool", "choice", "number") and o["label"]
         if o["kind"] == "choice":
             assert all(len(c) == 2 for c in o["choices"])
-    assert FORMATS == ("json", "text", "hocr", "alto") and page_config()["options"][0]["name"] == OPTIONS[0]["name"]
+    assert FORMATS == ("json", "text", "hocr", "alto", "markdown") and page_config()["options"][0]["name"] == OPTIONS[0]["name"]
 
 
 def test_the_page_files_are_package_files_and_nothing_else_is_served():

@@ -6,8 +6,8 @@ it when alone ("seconds of work"), from its pixels (the image header; a
 document: each page's own, from PDFium's page sizes at the render DPI or
 the TIFF's directories; a bad document is refused before it is priced)
 and the work its options add (fine-pass tiles, turned pages read twice, a
-picture), before anything is decoded, by the cost model of the model set
-that reads it (options.model):
+picture, structure: a page's layout and its table regions), before anything
+is decoded, by the cost model of the model set that reads it (options.model):
 
     seconds = base + per_mp * megapixels + per_line * lines,
     lines   = (lines per megapixel, learned) * megapixels at the door.
@@ -161,7 +161,9 @@ class Admission:
             r = (SETS[name].cost.relative or 1.0) / SETS[DEFAULT_MODEL].cost.relative if name in SETS else 1.0
             model = CostModel(a.prior_base_s * r, a.prior_s_per_mp * r, a.prior_s_per_line * r,
                               s_per_tile=a.prior_s_per_tile * r, drift=a.model_drift,
-                              s_per_picture_mp=a.s_per_picture_mp, min_turned=a.min_turned_share)
+                              s_per_picture_mp=a.s_per_picture_mp, min_turned=a.min_turned_share,
+                              s_per_structure_page=a.s_per_structure_page * r, s_per_table=a.s_per_table,
+                              tables_per_page=a.tables_per_page)
             if len(self.models) < self.MAX_MODELS or name is None:
                 self.models[name] = model
         return model
@@ -316,7 +318,7 @@ class Admission:
         seconds = now - ticket.admitted_at
         if result is not None:
             model = self.model_for(ticket.size.model)
-            self.meter.finished(now, model.read_cost(ticket.size, ticket.cost_s, count_lines(result)))
+            self.meter.finished(now, model.read_cost(ticket.size, ticket.cost_s, count_lines(result), count_tables(result)))
             turned, read = count_turned(result)
             if ticket.size.orientation:
                 model.observe_turned(turned, read)
@@ -356,6 +358,12 @@ def count_turned(result: dict) -> tuple[int, int]:
     pages = result.get("pages") if "pages" in result else [result]
     turned = sum(1 for p in pages if isinstance(p, dict) and "orientation" in (p.get("timings_ms") or {}))
     return turned, len(pages)
+
+
+def count_tables(result: dict) -> int:
+    """Table regions in a result body (options.structure), every page's."""
+    pages = result.get("pages") if "pages" in result else [result]
+    return sum(1 for p in pages if isinstance(p, dict) for r in p.get("regions") or () if r.get("type") == "table")
 
 
 def count_lines(result: dict) -> int:

@@ -48,6 +48,7 @@ class Size:
     orientation: bool = False  # turned pages are read twice (options.page_orientation)
     picture: bool = False  # a `visualize` picture is drawn
     model: Optional[str] = None  # the model set that reads it (options.model): its own cost model
+    structure: bool = False  # document structure is read (options.structure, format markdown): layout and tables
 
     @property
     def megapixels(self) -> float:
@@ -76,7 +77,8 @@ class Size:
             cap = PipelineOptions().max_tiles
             extra = min(cap, math.ceil(self.width / side) * math.ceil(self.height / side)) - 1
         orient = getattr(options, "page_orientation", None)
-        return replace(self, extra_tiles=max(0, extra),
+        structure = bool(getattr(options, "structure", False)) or getattr(options, "format", None) == "markdown"
+        return replace(self, extra_tiles=max(0, extra), structure=structure,
                        orientation=orient is not False and getattr(options, "det", True)
                        and getattr(options, "cls", None) is not False,
                        picture=bool(getattr(options, "visualize", False)),
@@ -162,6 +164,10 @@ class CostModel:
     picture (s_per_picture_mp of the page), and with page orientation on
     the share of pages read twice (turned), learned from answers (at least
     `min_turned`: a service never shown a turned page still prices some).
+    Structure (options.structure) adds per page its layout
+    (s_per_structure_page) and `tables_per_page` table regions at
+    s_per_table each; an answer is drained at the table regions it had
+    (read_cost), as lines are.
 
     Learning is bounded so that blank or adversarial pages cannot move it
     far: only answers that read text (at least one line) teach it, and a
@@ -180,11 +186,13 @@ class CostModel:
 
     def __init__(self, base_s: float, s_per_mp: float, s_per_line: float, lines_per_mp: float = 30.0,
                  forget: float = 0.97, ridge: float = 1e-3, s_per_tile: float = 0.0, drift: float = 4.0,
-                 s_per_picture_mp: float = 0.05, min_turned: float = 0.1):
+                 s_per_picture_mp: float = 0.05, min_turned: float = 0.1, s_per_structure_page: float = 0.0,
+                 s_per_table: float = 0.0, tables_per_page: float = 1.0):
         self.prior = np.array([base_s, s_per_mp, s_per_line])
         self.prior_lines_per_mp = lines_per_mp
         self.s_per_tile = s_per_tile
         self.s_per_picture_mp = s_per_picture_mp
+        self.s_per_structure_page, self.s_per_table, self.tables_per_page = s_per_structure_page, s_per_table, tables_per_page
         self.drift = drift
         self.forget = forget
         self.ridge = ridge * np.eye(3)
@@ -222,20 +230,26 @@ class CostModel:
             read *= 1.0 + self.turned_share()
         if size.picture:
             read += self.s_per_picture_mp * mp
+        if size.structure:
+            read += self.s_per_structure_page + self.s_per_table * self.tables_per_page
         return max(0.01, read)
 
     def estimate(self, size: Size) -> float:
         """Seconds of work of a request of this size, alone (at least 10 ms a page)."""
         return sum(self.page_seconds(px, tiles, size) for px, tiles in size.each_page())
 
-    def read_cost(self, size: Size, cost_s: float, lines: int) -> float:
+    def read_cost(self, size: Size, cost_s: float, lines: int, tables: int = 0) -> float:
         """A request priced at `cost_s` at the door, re-priced from what was
         detected: the lines it read over (or under) the lines its pixels
-        were priced for, at the learned seconds a line. A page of 1,000
-        lone letters priced from its pixels as ~100 lines is drained as
-        1,000 (what the drain rate is credited with)."""
+        were priced for, at the learned seconds a line, and with structure
+        the table regions it had over (or under) those priced. A page of
+        1,000 lone letters priced from its pixels as ~100 lines is drained
+        as 1,000 (what the drain rate is credited with)."""
         expected_lines = self.lines_per_mp() * size.total_megapixels
-        return max(0.01, cost_s + float(self.theta[2]) * (lines - expected_lines))
+        cost = cost_s + float(self.theta[2]) * (lines - expected_lines)
+        if size.structure:
+            cost += self.s_per_table * (tables - self.tables_per_page * size.pages)
+        return max(0.01, cost)
 
     def observe_turned(self, turned: int, pages: int) -> None:
         """Of `pages` read with page orientation on, `turned` were read twice."""
@@ -246,7 +260,7 @@ class CostModel:
     def observe(self, size: Size, lines: int, seconds: float) -> None:
         """One request (one image) that ran alone: its size, the lines it
         read and its seconds (an image read twice is not one read's measure)."""
-        if (size.pages != 1 or size.tiles != 1 or size.extra_tiles or size.picture or not size.known
+        if (size.pages != 1 or size.tiles != 1 or size.extra_tiles or size.picture or size.structure or not size.known
                 or not math.isfinite(seconds) or seconds <= 0 or lines < 1):
             return  # lines < 1: a blank page is no measure of what a page with text costs
         mp = size.megapixels

@@ -21,7 +21,7 @@ from serve_app.http.headers import idempotency_key
 from serve_app.http.routes.deps import V1, CurrentFront, Format, with_lane
 from serve_app.http.schema import ocr_request_body
 from serve_app.http.policies.admission import current_client
-from serve_app.jobs.page_stream import POLL_S, StreamSlots, error_line
+from serve_app.jobs.page_stream import POLL_S, StreamSlots, error_line, page_markdown
 from serve_app.http.policies.answers import job_answer
 from serve_app.ocr.image_header import check_image_header
 
@@ -103,27 +103,32 @@ async def http_get_job(job_id: str, front: CurrentFront, fmt: Format = None):
 
 @router.get("/v1/ocr/jobs/{job_id}/pages", dependencies=V1, response_class=StreamingResponse,
             summary="A document job's pages as NDJSON, in page order, as they are read")
-async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1):
-    """One line per page (the page's result as the job's result holds it),
-    from page `from` on, each sent once it and the pages before it are read
-    and the reader has taken the line before; a failed job's stream ends
-    with an error line; the stream closes when the job has ended. A job
-    that is not a document is a 400 at once, running or not."""
+async def http_job_pages(job_id: str, front: CurrentFront, start: FromPage = 1, fmt: Format = None):
+    """One line per page (the page's result as the job's result holds it;
+    `?format=markdown`: {"page", "markdown"}), from page `from` on, each
+    sent once it and the pages before it are read and the reader has taken
+    the line before; a failed job's stream ends with an error line; the
+    stream closes when the job has ended. A job that is not a document is a
+    400 at once, running or not."""
+    if fmt not in (None, "json", "markdown"):
+        raise BadRequest(f"bad query parameter format: {fmt!r}; a job's page stream is json or markdown")
     found = await downstream(front.jobs.page.remote(job_id, start))
     if found is None:
         raise NotFound(f"no job {job_id!r}: unknown, or expired after its time to live")
     if found[0].get("document") is False:
         raise BadRequest(f"job {job_id!r} reads an image, not a document: it has no pages; GET /v1/ocr/jobs/{job_id}")
     place = STREAM_SLOTS.take(current_client() or "addr:?")  # 503 past the client's or the replica's streams
-    lines = page_lines(front, job_id, start, place, found)
+    lines = page_lines(front, job_id, start, place, found, fmt == "markdown")
     weakref.finalize(lines, STREAM_SLOTS.give, place)  # (a stream never started still gives its place back)
     return StreamingResponse(lines, media_type=NDJSON)
 
 
-async def page_lines(front, job_id: str, n: int, place: int, first=None) -> AsyncIterator[bytes]:
+async def page_lines(front, job_id: str, n: int, place: int, first=None,
+                     markdown: bool = False) -> AsyncIterator[bytes]:
     """Page n, n + 1, ... one store call a page, while the job runs and
     after (one page held here at a time; the next asked for once the last
-    is sent), then a failed job's error line."""
+    is sent), then a failed job's error line; with `markdown`, each page
+    written so (off the loop)."""
     try:
         found = first
         while True:
@@ -134,7 +139,7 @@ async def page_lines(front, job_id: str, n: int, place: int, first=None) -> Asyn
             head, page = found
             found = None
             if page is not None:
-                yield page + b"\n"
+                yield await asyncio.to_thread(page_markdown, page) if markdown else page + b"\n"
                 n = (head.get("page") or n) + 1
             elif head["status"] == "failed":
                 yield error_line(head)

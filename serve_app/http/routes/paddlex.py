@@ -1,5 +1,5 @@
-"""PaddleX's route, POST /ocr: an adapter on the one read path (its shapes:
-serve_app/http/paddlex.py)."""
+"""PaddleX's routes, POST /ocr and PP-StructureV3's POST /layout-parsing:
+adapters on the one read path (their shapes: serve_app/http/paddlex.py)."""
 
 import asyncio
 from dataclasses import replace
@@ -37,5 +37,28 @@ async def paddlex_ocr(request: Request, front: CurrentFront, rid: RequestId):
     images = [paddlex.images_of(page) for page in paddlex.pages_of(result)] if opts.visualize else None
     response = await formatted(paddlex.success(request.state.log_id, paddlex.result(result, opts, front.paddlex, images)),
                                "json", front)  # written off the loop, at most ingress.max_answer_bytes
+    response.headers["X-Cache"] = cache
+    return response
+
+
+@router.post("/layout-parsing", dependencies=PADDLEX, summary="PaddleX-compatible layout parsing (PP-StructureV3's "
+             "serving API: regions, tables as HTML, Markdown per page)", openapi_extra={"requestBody": {
+                 "required": True, "content": {"application/json": {
+                     "schema": paddlex.PaddleXLayoutRequest.model_json_schema()}}}})
+async def paddlex_layout_parsing(request: Request, front: CurrentFront, rid: RequestId):
+    """/ocr's adapter with options.structure on: PP-StructureV3's request
+    in, its layoutParsingResults out; errors in PaddleX's shape."""
+    async with front.lease(request, JSON_ONLY) as lease:
+        req = await asyncio.to_thread(paddlex.parse_request, lease.body, paddlex.PaddleXLayoutRequest)
+        data, opts = await asyncio.to_thread(paddlex.to_layout_call, req)
+        upload = upload_of(data, front.limits, "file")
+        del data
+        if req.visualize:  # off unless asked: the page's regions are the answer here
+            opts = replace(opts, visualize="boxes")
+        opts = lease.take_lane(with_lane(opts, request, INTERACTIVE))
+        result, cache = await front.read_upload(upload, opts, lease.context(rid, opts), lease.late(),
+                                                wants_fresh(request.headers.get("cache-control")))
+    body = await asyncio.to_thread(paddlex.layout_result, result, opts, front.paddlex, bool(opts.visualize))
+    response = await formatted(paddlex.success(request.state.log_id, body), "json", front)
     response.headers["X-Cache"] = cache
     return response

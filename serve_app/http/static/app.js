@@ -208,10 +208,11 @@ function clearResult() {
 function pagesOf(body) {
   if (Array.isArray(body.pages)) {
     return body.pages.map((p, k) => ({ number: p.page || k + 1, width: p.width, height: p.height,
-                                       results: p.results || [], visualization: p.visualization }));
+                                       results: p.results || [], visualization: p.visualization,
+                                       regions: p.regions || null }));
   }
   return [{ number: null, width: body.image.width, height: body.image.height, results: body.results || [],
-            visualization: body.visualization }];
+            visualization: body.visualization, regions: body.regions || null }];
 }
 
 function show(body, roundTrip) {
@@ -264,6 +265,7 @@ function show(body, roundTrip) {
       head.textContent = `Page ${page.number}`;
       list.appendChild(head);
     }
+    if (page.regions) drawRegions(svg, list, page.regions);  // options.structure: under the lines' boxes
     for (const line of page.results) {
       const i = index++;
       const poly = document.createElementNS(SVG, "polygon");
@@ -298,6 +300,61 @@ function show(body, roundTrip) {
     fig.querySelector("img").src = `data:${body.visualization.media_type};base64,${body.visualization.base64}`;
     fig.hidden = false;
   }
+}
+
+// options.structure: each region a rectangle coloured by its type (app.css
+// .region-TYPE), a legend of the types found, and each table as a table.
+function drawRegions(svg, list, regions) {
+  const found = new Set();
+  for (const r of regions) {
+    const poly = document.createElementNS(SVG, "polygon");
+    poly.setAttribute("points", r.box.map((p) => p.join(",")).join(" "));
+    poly.setAttribute("class", `region region-${r.type}`);
+    const tip = document.createElementNS(SVG, "title");
+    tip.textContent = `${r.type} (${Number(r.score).toFixed(2)})` + (r.note ? ` · ${r.note}` : "");
+    poly.appendChild(tip);
+    svg.appendChild(poly);
+    found.add(r.type);
+  }
+  const legend = document.createElement("li");
+  legend.className = "pagehead regions-legend";
+  for (const type of found) {
+    const item = document.createElement("span");
+    item.className = `region-key region-${type}`;
+    item.textContent = type.replace("_", " ");
+    legend.appendChild(item);
+  }
+  if (found.size) list.appendChild(legend);
+  for (const r of regions) {
+    if (r.type !== "table" || !r.table) continue;
+    const li = document.createElement("li");
+    li.className = "table-item";
+    li.appendChild(tableOf(r.table));
+    if (r.table.note || r.note) {
+      const note = document.createElement("small");
+      note.textContent = r.table.note || r.note;
+      li.appendChild(note);
+    }
+    list.appendChild(li);
+  }
+}
+
+// A table from its cells (text set as text, never as HTML), spans honoured.
+function tableOf(table) {
+  const el = document.createElement("table");
+  el.className = "rendered";
+  const rows = [];
+  for (const c of table.cells) (rows[c.row] = rows[c.row] || []).push(c);
+  for (const cells of rows) {
+    const tr = el.insertRow();
+    for (const c of (cells || []).sort((a, b) => a.col - b.col)) {
+      const td = tr.insertCell();
+      td.textContent = c.text;
+      if (c.rowspan > 1) td.rowSpan = c.rowspan;
+      if (c.colspan > 1) td.colSpan = c.colspan;
+    }
+  }
+  return el;
 }
 
 // Each picture as large as its column allows (small images up to twice
