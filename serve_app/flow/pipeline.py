@@ -90,7 +90,8 @@ class Pipeline:
         self.stages = stages
         self.config = config
         # admit(lane, owner): held while one image (or page) is read, e.g. the Serve pipeline's cap on bulk work in
-        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request (a document's pages share it).
+        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request's client (else the request: a
+        # document's pages share it), whose turn it takes.
         self.admit = admit
         # Document pages read at once in this process, whatever the documents (serve_app.core.lanes.PriorityGate).
         self.pages = PriorityGate(config.documents.page_concurrency, max_wait_s=30.0)
@@ -102,7 +103,7 @@ class Pipeline:
         ctx = context_of(ctx, options)
         if self.admit is None:
             return await self._read(image, options, ctx)
-        async with self.admit(ctx.lane, id(ctx)):
+        async with self.admit(ctx.lane, ctx.client or id(ctx)):
             return await self._read(image, options, ctx)
 
     async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
@@ -278,7 +279,8 @@ class Pipeline:
 
             async def one(index: int) -> PageResult:
                 nonlocal done
-                async with gate, self.pages.hold(ctx.lane):  # of this document, and of all here
+                # of this document, and of all here: the places go to clients (else documents) in turn
+                async with gate, self.pages.hold(ctx.lane, 1, ctx.client or id(ctx)):
                     try:
                         page = await self._read_page(pdf, index, options, ctx, chars)
                     except PageOverBudget as e:  # this page only: the others are still read
