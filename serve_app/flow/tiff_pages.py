@@ -238,6 +238,9 @@ class TiffPages:
         return await loop.run_in_executor(self.pool.executor, functools.partial(method, *args, **kwargs))
 
     def close(self) -> None:
+        """Done with it: a page of it waiting for a child, or decoding, is stopped (as PdfFile.close)."""
+        if not getattr(self, "_closed", True):
+            self.pool.forget(self.key)
         self._data = b""
         self._closed = True
 
