@@ -13,10 +13,8 @@ What a careless or hostile client can cost is bounded here:
 - one client holds at most its share of capacity and queued bytes once
   another client has jobs here, all but one share while alone (503,
   serve_app.jobs.shares); the workers take jobs client by client in turn,
-  a newcomer before the client served last, and a client with nothing
-  running whose job would wait for a busy worker starts it at once on a
-  place of its own (at most `concurrency` such places): another client's
-  queued documents never hold its first job back for a whole document;
+  a newcomer before the client served last (one with nothing running: at
+  once, on a place of its own: serve_app.jobs.dispatch);
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -30,7 +28,6 @@ What a careless or hostile client can cost is bounded here:
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import math
 import time
@@ -43,6 +40,7 @@ from serve_app.jobs import book_callbacks
 from serve_app.jobs.callbacks import Callbacks
 from serve_app.jobs.journal import JobJournal
 from serve_app.jobs.results import ALL, ResultShares
+from serve_app.jobs.dispatch import JOB_CLIENT, newcomer_place, running, work
 from serve_app.jobs.shares import check_room, hold
 from serve_app.jobs.state import Job, JobStatus, encode_result, fingerprint, image_nbytes, result_too_large  # noqa: F401
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
@@ -56,14 +54,6 @@ log = logging.getLogger("ray.serve")
 RunOcr = Callable[[Any, OcrOptions, Callable[[int, int], None]], Awaitable[dict]]
 
 JOURNAL_RETRY_AFTER_S = 5
-
-# The client whose job an attempt runs, for the run function (the job store
-# gives it to the pipeline's context: its work takes that client's turns).
-JOB_CLIENT: contextvars.ContextVar[str] = contextvars.ContextVar("ocr_job_client", default="")
-
-
-def job_client() -> str:
-    return JOB_CLIENT.get()
 
 
 class JobBook:
@@ -90,8 +80,7 @@ class JobBook:
         # age (serve_app.core.lanes); the lane lives in each job's options.
         self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
         self.workers: list[asyncio.Task] = []
-        self._busy = 0  # workers running a job
-        self.running: dict[str, int] = {}  # client -> its jobs running
+        self.running: dict[str, int] = {}  # client -> its jobs running (serve_app.jobs.dispatch)
         self.newcomers: set[asyncio.Task] = set()  # jobs of clients that had nothing running, on places of their own
         self.journal: Optional[JobJournal] = JobJournal(args.journal) if args.journal else None
         self.journal_error: Optional[str] = None  # the last journal failure, until a write succeeds
@@ -259,22 +248,7 @@ class JobBook:
         self.queue.put_nowait(job.job_id, self._lane(job), job.client)
         if job.callback is not None:
             self.deliveries[job.job_id] = job.callback
-        self._place_for_newcomer(job.client)
-
-    def _place_for_newcomer(self, client: str) -> None:
-        """Every worker busy and `client` running nothing: its oldest job
-        starts now on a place of its own (at most `concurrency` such places
-        at once), not after one of the running jobs ends (a document's
-        every page)."""
-        if (self._closed or not self.workers or self._busy < len(self.workers) or self.running.get(client)
-                or len(self.newcomers) >= self.args.concurrency):
-            return
-        job_id = self.queue.take(client)
-        if job_id is None:
-            return
-        task = asyncio.create_task(self._one_safely(job_id), name="job-newcomer")
-        self.newcomers.add(task)
-        task.add_done_callback(self.newcomers.discard)
+        newcomer_place(self, job.client)
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -348,30 +322,9 @@ class JobBook:
                 self._journal_failed(e)
 
     async def _worker(self) -> None:
-        """Runs jobs until the store closes. Any exception of one job,
+        """Runs jobs until the store closes; any exception of one job,
         cancellation from below included, fails or requeues that job only."""
-        while True:
-            job_id = await self.queue.get()  # cancelled here only when the store closes
-            self._busy += 1
-            try:
-                await self._one_safely(job_id)
-            finally:
-                self._busy -= 1
-
-    async def _one_safely(self, job_id: str) -> None:
-        """One job; any exception of it, cancellation from below included,
-        fails or requeues that job only."""
-        try:
-            await self._one(job_id)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closed or (task is not None and task.cancelling()):
-                raise  # the store is stopping: the journal keeps the job as accepted
-            log.error("job %s: cancelled from below; failed", job_id)
-            await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
-        except Exception as e:
-            log.error("job %s: %r", job_id, e)
-            await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+        await work(self)
 
     async def _one(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
@@ -385,13 +338,11 @@ class JobBook:
                 return
         job.start()
         t0 = time.monotonic()
-        self.running[job.client] = self.running.get(job.client, 0) + 1
+        running(self, job.client, +1)
         try:
             await self._run(job)
         finally:
-            self.running[job.client] -= 1
-            if not self.running[job.client]:
-                del self.running[job.client]
+            running(self, job.client, -1)
             # Still running only when cancelled (the store is stopping):
             # then the journal keeps the job as accepted, to run again.
             if job.status is not JobStatus.RUNNING:

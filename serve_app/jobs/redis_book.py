@@ -33,7 +33,8 @@ import uuid
 from typing import Any, Optional
 
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
-from serve_app.jobs.book import JOB_CLIENT, JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
+from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
+from serve_app.jobs.dispatch import JOB_CLIENT
 from serve_app.jobs.journal import decode_image, encode_image
 from serve_app.jobs.shares import client_limits, over_share_message
 from serve_app.jobs.state import Job, JobStatus

@@ -25,7 +25,8 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from serve_app.core.errors import ConfigError
-from serve_app.jobs.book import JobBook, job_client
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.dispatch import job_client
 from serve_app.jobs.journal import journal_path
 from serve_app.core.lanes import BULK, lane_of
 from serve_app.core.request_options import OcrOptions, parse_options

@@ -91,9 +91,8 @@ class TextDetectorDeployment(_Replica):
         """Serve's custom-metrics hook: images queued here (serve_app.serving.autoscaling)."""
         return backlog_stats("det", self.replica.pending, self.replica.metrics)
 
-    async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
-                     params: Optional[DetParams] = None, lane: Optional[str] = None,
-                     client: Optional[str] = None) -> np.ndarray:
+    async def detect(self, image: np.ndarray, deadline: Optional[float] = None, params: Optional[DetParams] = None,
+                     lane: Optional[str] = None, client: Optional[str] = None) -> np.ndarray:
         """Boxes (N,4,2) for one working image, in its coordinates; batched
         with other requests' images (whatever their detection params: only
         the input shape separates batches, serve_app.inference.runners.TextDetector).
@@ -264,10 +263,8 @@ class TextRecognizerDeployment(_Replica):
             out = await self.replica.isolated(self.recognizer.recognize, [i.crops for i in items])
             self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
             return out
-        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None),
-                                                           getattr(i, "lane", INTERACTIVE), getattr(i, "client", None))
-                                     for i in items),
-                                   return_exceptions=True)
+        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None), getattr(
+            i, "lane", INTERACTIVE), getattr(i, "client", None)) for i in items), return_exceptions=True)
         for o in out:
             if isinstance(o, Exception):
                 self.replica.metrics.errors.inc()
@@ -319,9 +316,8 @@ class OcrPipeline:
         return Stages(
             detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
                                                                                     ctx.lane, ctx.client),
-            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane,
-                                                                                  ctx.client))
-            if classifier is not None else None,
+            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(
+                crops, ctx.deadline, ctx.lane, ctx.client)) if classifier is not None else None,
             recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
                                  .options(multiplexed_model_id=route_tag(part))
                                  .recognize.remote(crops, ctx.deadline, ctx.lane, ctx.client),

@@ -319,7 +319,7 @@ def test_a_client_with_nothing_running_starts_its_job_at_once_beside_another_cli
     a's documents to end: every page of it), its run told b's name (its
     pipeline work takes b's turns); a's queued jobs wait for a worker, and
     b's second job waits too (b is running one)."""
-    from serve_app.jobs.book import job_client
+    from serve_app.jobs.dispatch import job_client
 
     async def go():
         pipe = FakePipeline(open_gate=False)
