@@ -417,3 +417,42 @@ def test_a_long_image_s_tiles_reach_the_detector_through_a_bounded_window():
     calls = Window([])
     asyncio.run(Pipeline(calls.stages(), cfg).read(np.full((40, 19_000, 3), 255, np.uint8)))
     assert 10 <= total <= 20 and len(calls.seen["det"]) == total and Window.most == 3
+
+
+def test_a_requests_work_takes_its_clients_turn_at_the_bulk_gate_and_every_stage():
+    """The bulk gate's owner is the request's client (a job's pages, many
+    jobs of one client: one turn), and each stage call is given that
+    client (the detector's and classifier's gates and the recogniser's
+    scheduler give bulk places to clients in turn). Before, the owner was
+    the request: one client's 100 documents had 100 turns to another's one."""
+    import contextlib
+
+    from serve_app.core.request_context import RequestContext
+
+    owners: list = []
+    clients: list = []
+
+    @contextlib.asynccontextmanager
+    async def admit(lane, owner):
+        owners.append((lane, owner))
+        yield
+
+    class Seen(Calls):
+        async def detect(self, work, params=None, ctx=None):
+            clients.append(("det", ctx.client))
+            return await super().detect(work, params)
+
+        async def classify(self, crops, ctx=None):
+            clients.append(("cls", ctx.client))
+            return await super().classify(crops)
+
+        async def recognize(self, crops, ctx=None):
+            clients.append(("rec", ctx.client))
+            return await super().recognize(crops)
+
+    pipe = Pipeline(Seen([BOX_A]).stages(), EngineConfig(), admit)
+    for job in range(2):
+        ctx = RequestContext(f"job{job}", None, "bulk", "addr:10.0.0.1")
+        asyncio.run(pipe.read(png(100, 240), OcrOptions(page_orientation=False), ctx))
+    assert owners == [("bulk", "addr:10.0.0.1")] * 2
+    assert clients == [("det", "addr:10.0.0.1"), ("cls", "addr:10.0.0.1"), ("rec", "addr:10.0.0.1")] * 2
