@@ -100,7 +100,7 @@ class Pipeline:
         ctx = context_of(ctx, options)
         if self.admit is None:
             return await self._read(image, options, ctx)
-        async with self.admit(ctx.lane, ctx.client or id(ctx)):
+        async with self.admit(ctx.lane, owner=ctx.client or id(ctx)):
             return await self._read(image, options, ctx)
 
     async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
