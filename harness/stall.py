@@ -579,8 +579,14 @@ def bomb(front: Front, seconds: float, pages: int = 500) -> dict:
         pdf_s.append(time.perf_counter() - t)
         time.sleep(0.5)
 
+    seen: dict = {}
+    watcher = threading.Thread(target=lambda: seen.update(watch_job(front, job, t0, max(90.0, seconds))),
+                               daemon=True)
+    if job:
+        watcher.start()  # beside the one-page PDFs: when the job started and ended
     loop_threads(1, seconds, one_pdf, address=NEWCOMER_ADDRESS)
-    seen = watch_job(front, job, t0, max(90.0, seconds)) if job else {}
+    if job:
+        watcher.join()
     return {"sent": f"a {pages}-page PDF of render-bomb pages as a job; another client's one-page PDF beside it",
             "codes": _count([r.status_code]), "one_page_pdf": {"codes": _count(pdf_codes),
                                                                "worst_s": round(max(pdf_s, default=math.nan), 2)},
