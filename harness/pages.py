@@ -223,6 +223,44 @@ def fax_tiff(pages: list[MadePage]) -> bytes:
 # -- how well an answer's order follows the truth --------------------------------
 
 
+def tiled_tiff(pages: int, side: int = 4000, tile: int = 16, first: int = 0) -> bytes:
+    """A little-endian TIFF of `pages` white side x side 8-bit pages, each
+    stored as uncompressed tile x tile px tiles (62,500 a 16 MP page) that
+    all point at one tile of data: a few bytes a tile in its directory
+    (each page has its own offsets and byte counts: Pillow refuses tag data
+    shared past the file's size), decoded tile by tile. `first` > 0: the
+    first page is first x first px in one tile (a small page ahead of big ones)."""
+    import struct
+
+    out = bytearray(b"II*\x00" + bytes(4))
+    data_at = len(out)
+    out += b"\xff" * (tile * tile) + bytes(4)
+    directories = []
+    for k in range(pages):
+        w = h = first if k == 0 and first else side
+        tw = first if k == 0 and first else tile
+        n = -(-w // tw) * -(-h // tw)
+        offsets_at = len(out)
+        out += struct.pack("<I", data_at) * n
+        counts_at = len(out)
+        out += struct.pack("<H", tw * tw if tw * tw < 65536 else 65535) * n
+        if len(out) % 2:
+            out += b"\0"
+        entries = [(256, 4, 1, w), (257, 4, 1, h), (258, 3, 1, 8), (259, 3, 1, 1), (262, 3, 1, 1),
+                   (277, 3, 1, 1), (322, 3, 1, tw), (323, 3, 1, tw),
+                   (324, 4, n, offsets_at if n > 1 else data_at), (325, 3, n, counts_at if n > 2 else tw * tw)]
+        directories.append(len(out))
+        out += struct.pack("<H", len(entries))
+        for tag, typ, count, value in entries:
+            out += struct.pack("<HHI", tag, typ, count) + (struct.pack("<HH", value, 0) if typ == 3 and count <= 2
+                                                            else struct.pack("<I", value))
+        out += bytes(4)
+    struct.pack_into("<I", out, 4, directories[0])
+    for at, nxt in zip(directories, directories[1:]):
+        struct.pack_into("<I", out, at + 2 + 12 * 10, nxt)
+    return bytes(out)
+
+
 def _similar(a: str, b: str) -> float:
     from difflib import SequenceMatcher
 

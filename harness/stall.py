@@ -26,6 +26,7 @@ from requests.adapters import HTTPAdapter
 from harness.procfs import descendants, pss_mb
 
 OTHER_ADDRESS = "127.0.0.2"  # the normal client: another address, so another client for the fair shares
+NEWCOMER_ADDRESS = "127.0.0.3"  # a third client: the one-image job beside another client's flood
 
 
 class SourceAddressAdapter(HTTPAdapter):
@@ -494,8 +495,134 @@ def documents(front: Front, seconds: float, tiffs: int = 100) -> dict:
             "codes": _count(codes)}
 
 
+def _submit(front: Front, body: bytes, ctype: str, session: Optional[requests.Session] = None) -> requests.Response:
+    return (session or requests).post(f"{front.url}/v1/ocr/jobs", data=body,
+                                      headers={"Content-Type": ctype, **front.auth}, timeout=120)
+
+
+def watch_job(front: Front, job_id: str, since: float, bound_s: float,
+              session: Optional[requests.Session] = None) -> dict:
+    """A job polled every 0.25 s until it ends or `bound_s` after `since`
+    (time.monotonic()): {"status", "started_s", "ended_s"} (seconds after
+    `since`; None: not seen)."""
+    s = session or requests.Session()
+    started = ended = None
+    status = "?"
+    while time.monotonic() - since < bound_s:
+        try:
+            status = s.get(f"{front.url}/v1/ocr/jobs/{job_id}", headers=front.auth, timeout=30).json()["status"]
+        except Exception:
+            status = "?"
+        now = time.monotonic() - since
+        if status != "queued" and status != "?" and started is None:
+            started = now
+        if status in ("succeeded", "failed"):
+            ended = now
+            break
+        time.sleep(0.25)
+    return {"status": status, "started_s": started, "ended_s": ended}
+
+
+def flood(front: Front, seconds: float, tiffs: int = 100) -> dict:
+    """One client's `tiffs` 4-page TIFF jobs, then another client's
+    one-image job: when that one started and ended after its submit."""
+    tiff = multipage_tiff(4)
+    codes = [_submit(front, tiff, "image/tiff").status_code for _ in range(tiffs)]
+    other = session_from(NEWCOMER_ADDRESS)
+    t0 = time.monotonic()
+    r = _submit(front, front.small, "image/jpeg", other)
+    codes.append(r.status_code)
+    seen = watch_job(front, r.json()["job_id"], t0, max(90.0, seconds), other) if r.status_code == 202 else {}
+    time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+    return {"sent": f"{tiffs} 4-page TIFF jobs ({len(tiff) / 1024:.0f} KB each) from one client, then another "
+                    f"client's one-image job", "codes": _count(codes),
+            "newcomer": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in seen.items()}}
+
+
+def tiled(front: Front, seconds: float, pages: int = 40) -> dict:
+    """A job of a `pages`-page TIFF of 16 MP pages stored as 16 x 16 px
+    tiles (62,500 a page; harness.pages.tiled_tiff): when it ended."""
+    from harness.pages import tiled_tiff
+
+    body = tiled_tiff(pages)
+    t0 = time.monotonic()
+    r = _submit(front, body, "image/tiff")
+    seen = watch_job(front, r.json()["job_id"], t0, max(90.0, seconds)) if r.status_code == 202 else {}
+    time.sleep(max(0.0, seconds - (time.monotonic() - t0)))
+    return {"sent": f"a {pages}-page TIFF of 16 MP pages in 16 x 16 px tiles ({len(body) / 2**20:.0f} MB) as a job",
+            "codes": _count([r.status_code]), "job": {k: (round(v, 1) if isinstance(v, float) else v)
+                                                      for k, v in seen.items()}}
+
+
+def bomb(front: Front, seconds: float, pages: int = 500) -> dict:
+    """A job of a `pages`-page PDF whose every page burns its render budget,
+    and meanwhile another client reading a one-page PDF one request after
+    another: that PDF's worst time, and when the bomb's job ended."""
+    from harness.pdfs import blank_pdf, nested_forms_pdf
+
+    one = blank_pdf(1, (595, 842))
+    t0 = time.monotonic()
+    r = _submit(front, nested_forms_pdf(depth=7, pages=pages), "application/pdf")
+    job = r.json()["job_id"] if r.status_code == 202 else None
+    pdf_codes: list[int] = []
+    pdf_s: list[float] = []
+
+    def one_pdf(_k: int, s: requests.Session) -> None:
+        t = time.perf_counter()
+        try:
+            code = s.post(f"{front.url}/v1/ocr", data=one, headers={"Content-Type": "application/pdf",
+                                                                    "Cache-Control": "no-cache", **front.auth},
+                          timeout=120).status_code
+        except Exception:
+            code = 0
+        pdf_codes.append(code)
+        pdf_s.append(time.perf_counter() - t)
+        time.sleep(0.5)
+
+    seen: dict = {}
+    watcher = threading.Thread(target=lambda: seen.update(watch_job(front, job, t0, max(90.0, seconds))),
+                               daemon=True)
+    if job:
+        watcher.start()  # beside the one-page PDFs: when the job started and ended
+    loop_threads(1, seconds, one_pdf, address=NEWCOMER_ADDRESS)
+    if job:
+        watcher.join()
+    return {"sent": f"a {pages}-page PDF of render-bomb pages as a job; another client's one-page PDF beside it",
+            "codes": _count([r.status_code]), "one_page_pdf": {"codes": _count(pdf_codes),
+                                                               "worst_s": round(max(pdf_s, default=math.nan), 2)},
+            "job": {k: (round(v, 1) if isinstance(v, float) else v) for k, v in seen.items()}}
+
+
+def door(front: Front, seconds: float, n: int = 2, pages: int = 199) -> dict:
+    """n clients sending, one request after another, a `pages`-page TIFF
+    whose first page is 16 x 16 px and the rest 16 MP (in 256 px tiles: a
+    small file) to the sync API: priced at the door from every page's
+    directory (a 503 naming the jobs API)."""
+    from harness.pages import tiled_tiff
+
+    body = tiled_tiff(pages, tile=256, first=16)
+    codes: list[int] = []
+    worst = [0.0]
+
+    def one(_k: int, s: requests.Session) -> None:
+        t = time.perf_counter()
+        try:
+            r = s.post(f"{front.url}/v1/ocr", data=body, headers={"Content-Type": "image/tiff", **front.auth},
+                       timeout=120)
+            codes.append(r.status_code)
+        except Exception:
+            codes.append(0)
+        worst[0] = max(worst[0], time.perf_counter() - t)
+        time.sleep(0.2)
+
+    loop_threads(n, seconds, one)
+    return {"sent": f"{n} clients sending a {pages}-page TIFF (first page 16 x 16, the rest 16 MP; "
+                    f"{len(body) / 1024:.0f} KB) to /v1/ocr", "codes": _count(codes), "worst_s": round(worst[0], 2)}
+
+
 CLASSES: dict[str, Callable[[Front, float], dict]] = {
-    "readers": readers, "probes": probes, "submits": submits, "layout": layout, "documents": documents,
+    "readers": readers, "probes": probes, "submits": submits, "layout": layout, "door": door, "tiled": tiled,
+    "bomb": bomb, "documents": documents, "flood": flood,
 }
 
 

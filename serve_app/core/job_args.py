@@ -134,7 +134,8 @@ class LaneArgs(_Args):
     det_bulk_batch: int = Field(1, ge=1, description="bulk images in the detector's batch queue at once (of its "
                                 "max_batch_size): a batch runs to its end, so an interactive image that arrives "
                                 "waits for at most this many bulk images")
-    bulk_in_stages: int = Field(8, ge=1, description="bulk images (or PDF pages) one pipeline replica has in the "
-                                "model stages at once: bulk never fills a stage's max_ongoing_requests")
+    bulk_in_stages: int = Field(1, ge=1, description="bulk images (or PDF pages) one pipeline replica has in the "
+                                "model stages at once: bulk never fills a stage's max_ongoing_requests, and on a "
+                                "few cores an interactive request waits behind little bulk work in each stage")
     bulk_max_in_flight: int = Field(16, ge=1, description="bulk synchronous requests one ingress replica works on at "
                                     "once (more: 503); the rest of ingress.max_in_flight stays for interactive")

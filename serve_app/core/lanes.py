@@ -269,6 +269,18 @@ class LaneQueue:
         self._n[lane] -= 1
         return item
 
+    def take(self, owner: Any) -> Any:
+        """`owner`'s oldest item, whatever the turn (interactive first);
+        None if it has none queued. (The job book's place for a client with
+        nothing running.)"""
+        for lane in LANES:
+            if self._q[lane].get(owner):
+                self._q[lane].move_to_end(owner, last=False)
+                item = self._pop(lane)  # served: it goes to the back of the turn
+                self._report()
+                return item[2]  # its permit stays: a get() that finds nothing waits again
+        return None
+
     def get_nowait(self) -> Any:
         """The next item (IndexError when empty)."""
         if not self.qsize():
@@ -290,8 +302,10 @@ class LaneQueue:
         return item[2]
 
     async def get(self) -> Any:
-        await self._ready.acquire()
-        return self.get_nowait()
+        while True:
+            await self._ready.acquire()
+            if self.qsize():  # else its item was take()n
+                return self.get_nowait()
 
     def _report(self) -> None:
         for lane in LANES:

@@ -1,8 +1,9 @@
 """One request's context: its id, its deadline and its lane, in one small
 frozen value that the door makes once and every stage call is given
 explicitly (the detector, the direction classifier and the recogniser
-alike), so that a replica drops work whose request is gone and serves the
-interactive lane first. No Ray import."""
+alike), so that a replica drops work whose request is gone, serves the
+interactive lane first, and gives bulk places to clients in turn (the
+client: serve_app/http/clients.py at the door, the job's for a job). No Ray import."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class RequestContext:
     request_id: str = ""
     deadline: Optional[float] = None  # wall-clock time.time(); None: no deadline
     lane: str = INTERACTIVE
+    client: str = ""  # whose turn its work takes at the stages' gates ("": no client named)
 
     @staticmethod
     def of(request_id: str, timeout_s: Optional[float], lane: Optional[str]) -> "RequestContext":

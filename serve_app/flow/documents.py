@@ -234,6 +234,11 @@ class PdfFile:
         return await loop.run_in_executor(self.pool.executor, functools.partial(method, *args, **kwargs))
 
     def close(self) -> None:
+        """Done with it: a page call of it still waiting for a child, or
+        running in one, is stopped (a document given up after pages over
+        their budget)."""
+        if self._data is not None:
+            self.pool.forget(self.key)
         self._data = None
 
     def __enter__(self) -> "PdfFile":

@@ -180,6 +180,14 @@ class _Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def stop(self) -> None:
+        """Killed from another thread than its call's: the call reads its end
+        (WorkerDied) and gives it back, closing its pipes there."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
     def kill(self) -> None:
         try:
             self.proc.kill()
@@ -215,6 +223,11 @@ class WorkerPool:
         self.in_use: dict[Optional[str], int] = {}  # document key -> children it holds now
         self.waiting: dict[Optional[str], int] = {}  # document key -> its calls waiting for a child
         self.shares: dict[Optional[str], int] = {}  # document key (waiting) -> its share
+        # Documents held to their share even while nobody else waits (a page of theirs ran past its
+        # budget: the rest of the children are kept for everyone else), until they are closed.
+        self.strict: set[Optional[str]] = set()
+        self.calls: dict[_Child, Optional[str]] = {}  # child -> the document its call is for
+        self.closed_keys: set[Optional[str]] = set()  # closed documents whose calls still wait: they give up
 
     def _checkout(self, key: Optional[str], wait_s: float, share: int = 0) -> _Child:
         """An idle child (or a new one, up to `workers`), waited for at most
@@ -228,6 +241,8 @@ class WorkerPool:
             self.shares[key] = share
             try:
                 while True:
+                    if key in self.closed_keys:
+                        raise PoolBusy()  # its document was closed (given up) while this call waited
                     self.idle = [c for c in self.idle if c.alive() or self._drop(c)]
                     if self._may_take(key, share):
                         if self.idle:
@@ -239,6 +254,10 @@ class WorkerPool:
                             self.started += 1
                             self._hold(key)
                             break
+                    if key in self.strict and not self._under_share(key, share):
+                        # held to its share and waiting for its own pages: not the pool being busy
+                        # (they end within their budget, and it is given up after a few of them)
+                        deadline = max(deadline, time.monotonic() + wait_s)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise PoolBusy()
@@ -247,6 +266,7 @@ class WorkerPool:
                 self.waiting[key] -= 1
                 if not self.waiting[key]:
                     del self.waiting[key], self.shares[key]
+                    self.closed_keys.discard(key)
         try:
             return self._spawner.submit(_Child, self.memory_mb).result()
         except BaseException:
@@ -262,6 +282,8 @@ class WorkerPool:
     def _may_take(self, key: Optional[str], share: int) -> bool:
         if self._under_share(key, share):
             return True
+        if key in self.strict:
+            return False
         # over its share: only while no other document within its own waits
         # (a free child is never kept idle)
         return not any(k != key and self._under_share(k, self.shares.get(k, 0)) for k in self.waiting)
@@ -282,6 +304,8 @@ class WorkerPool:
         return False
 
     def _give_back(self, child: _Child, ok: bool, key: Optional[str] = None) -> None:
+        with self.cond:
+            self.calls.pop(child, None)
         if not ok:
             child.kill()
         with self.cond:
@@ -297,9 +321,12 @@ class WorkerPool:
         """Run `op` on document `key` (its bytes `data`, sent only to a child
         that does not hold it) within budget_s seconds; a free child is
         waited for at most wait_s (PoolBusy); `share`: see _checkout.
-        WorkerTimeout (the child was killed), WorkerDied, WorkerError (the
+        WorkerTimeout (the child was killed; the document is held to its
+        share from then on, whoever waits), WorkerDied, WorkerError (the
         child's own refusal)."""
         child = self._checkout(key, wait_s, share)
+        with self.cond:
+            self.calls[child] = key
         ok = False
         try:
             payload = b"" if child.key == key else bytes(data)
@@ -312,7 +339,11 @@ class WorkerPool:
             try:
                 header, body = child.reader.frame(deadline)
             except WorkerTimeout:
-                self.killed += 1
+                with self.cond:
+                    # past its budget: this document's further calls get no child past its share,
+                    # whoever waits (more such pages would take every core)
+                    self.strict.add(key)
+                    self.killed += 1
                 raise
             ok = True  # the child answered: it can serve again
             if "error" in header:
@@ -322,6 +353,20 @@ class WorkerPool:
             return header, body
         finally:
             self._give_back(child, ok, key)
+
+    def forget(self, key: str) -> None:
+        """Document `key` is closed: its calls waiting for a child give up
+        (PoolBusy), a call of it still running has its child killed, and
+        its share rule is dropped. (A document given up after pages over
+        their budget stops at once, not after the pages it had queued.)"""
+        with self.cond:
+            self.strict.discard(key)
+            if key in self.waiting:
+                self.closed_keys.add(key)
+            for child, k in self.calls.items():
+                if k == key:
+                    child.stop()
+            self.cond.notify_all()
 
     def close(self) -> None:
         with self.cond:

@@ -91,13 +91,11 @@ class Pipeline:
 
     def __init__(self, stages: Stages, config: EngineConfig,
                  admit: Optional[Callable[[str, int], contextlib.AbstractAsyncContextManager]] = None):
-        self.stages = stages
-        self.config = config
+        self.stages, self.config = stages, config
         # admit(lane, owner): held while one image (or page) is read, e.g. the Serve pipeline's cap on bulk work in
-        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: the request (a document's pages share it).
+        # the stages (serve_app.core.lanes.PriorityGate.hold); owner: whose turn it takes (the request's client).
         self.admit = admit
-        # Document pages read at once in this process, whatever the documents (serve_app.core.lanes.PriorityGate).
-        self.pages = PriorityGate(config.documents.page_concurrency, max_wait_s=30.0)
+        self.pages = PriorityGate(config.documents.page_concurrency, max_wait_s=30.0)  # document pages here, at once
 
     async def read(self, image: ImageInput, options: OcrOptions = OcrOptions(), ctx: Context = None) -> OcrResult:
         """With a deadline (the context's, time.time()), a step not started
@@ -106,7 +104,7 @@ class Pipeline:
         ctx = context_of(ctx, options)
         if self.admit is None:
             return await self._read(image, options, ctx)
-        async with self.admit(ctx.lane, id(ctx)):
+        async with self.admit(ctx.lane, owner=ctx.client or id(ctx)):
             return await self._read(image, options, ctx)
 
     async def _read(self, image: ImageInput, options: OcrOptions, ctx: RequestContext) -> OcrResult:
@@ -335,7 +333,7 @@ class Pipeline:
 
             async def one(index: int) -> PageResult:
                 nonlocal done
-                async with gate, self.pages.hold(ctx.lane):  # of this document, and of all here
+                async with gate, self.pages.hold(ctx.lane, 1, ctx.client or id(ctx)):  # clients take turns here
                     try:
                         page = await self._read_page(pdf, index, options, ctx, chars)
                     except PageOverBudget as e:  # this page only: the others are still read

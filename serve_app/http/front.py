@@ -122,7 +122,7 @@ class Lease:
         return opts
 
     def context(self, request_id: str, opts: OcrOptions) -> RequestContext:
-        return RequestContext(request_id, self.deadline, opts.priority or INTERACTIVE)
+        return RequestContext(request_id, self.deadline, opts.priority or INTERACTIVE, current_client() or "")
 
     def late(self) -> str:
         return f"not done within the {self.timeout_s:g} s deadline"

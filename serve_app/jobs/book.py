@@ -13,7 +13,8 @@ What a careless or hostile client can cost is bounded here:
 - one client holds at most its share of capacity and queued bytes once
   another client has jobs here, all but one share while alone (503,
   serve_app.jobs.shares); the workers take jobs client by client in turn,
-  a newcomer before the client served last;
+  a newcomer before the client served last (one with nothing running: at
+  once, on a place of its own: serve_app.jobs.dispatch);
 - one job's result is at most max_result_bytes (else the job fails with
   `result_too_large`);
 - an Idempotency-Key stands for one payload (image and options): reused
@@ -39,6 +40,7 @@ from serve_app.jobs.callbacks import Callbacks
 from serve_app.jobs.journal import JobJournal
 from serve_app.jobs.page_stream import FinishedPages, job_page
 from serve_app.jobs.results import ALL, ResultShares
+from serve_app.jobs.dispatch import JOB_CLIENT, newcomer_place, running, work
 from serve_app.jobs.shares import check_room, hold, release, retry_after
 from serve_app.jobs.state import Job, JobStatus, encode_result, fingerprint, image_nbytes, result_too_large  # noqa: F401
 from serve_app.core.lanes import BULK, LaneQueue, lane_of
@@ -78,6 +80,8 @@ class JobBook:
         # age (serve_app.core.lanes); the lane lives in each job's options.
         self.queue = LaneQueue(lanes.bulk_max_wait_s, lanes.enabled, lane_metrics)
         self.workers: list[asyncio.Task] = []
+        self.running: dict[str, int] = {}  # client -> its jobs running (serve_app.jobs.dispatch)
+        self.newcomers: set[asyncio.Task] = set()  # jobs of clients that had nothing running, on places of their own
         self.journal: Optional[JobJournal] = JobJournal(args.journal) if args.journal else None
         self.journal_error: Optional[str] = None  # the last journal failure, until a write succeeds
         self._job_seconds: Optional[float] = None  # moving average of a job's time (for Retry-After)
@@ -132,7 +136,7 @@ class JobBook:
         """Stop the workers. A job they were running stays accepted in the
         journal and runs again in the next store."""
         self._closed = True
-        for w in self.workers:
+        for w in [*self.workers, *self.newcomers]:
             w.cancel()
         self.callbacks.close()
         self._io.shutdown(wait=False)
@@ -249,6 +253,7 @@ class JobBook:
         if key:
             self.by_key[key] = job.job_id
         self.queue.put_nowait(job.job_id, self._lane(job), job.client)
+        newcomer_place(self, job.client)
 
     async def get(self, job_id: str) -> Optional[dict]:
         self.replace_dead_workers()
@@ -316,21 +321,9 @@ class JobBook:
                 self._journal_failed(e)
 
     async def _worker(self) -> None:
-        """Runs jobs until the store closes. Any exception of one job,
+        """Runs jobs until the store closes; any exception of one job,
         cancellation from below included, fails or requeues that job only."""
-        while True:
-            job_id = await self.queue.get()  # cancelled here only when the store closes
-            try:
-                await self._one(job_id)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._closed or (task is not None and task.cancelling()):
-                    raise  # the store is stopping: the journal keeps the job as accepted
-                log.error("job %s: cancelled from below; failed", job_id)
-                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
-            except Exception as e:
-                log.error("job %s: %r", job_id, e)
-                await self._fail_safely(job_id, "internal", "internal error; the job was not completed")
+        await work(self)
 
     async def _one(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
@@ -344,9 +337,11 @@ class JobBook:
                 return
         job.start()
         t0 = time.monotonic()
+        running(self, job.client, +1)
         try:
             await self._run(job)
         finally:
+            running(self, job.client, -1)
             # Still running only when cancelled (the store is stopping):
             # then the journal keeps the job as accepted, to run again.
             if job.status is not JobStatus.RUNNING:
@@ -427,6 +422,7 @@ class JobBook:
         return True
 
     async def _attempt(self, job: Job) -> dict:
+        JOB_CLIENT.set(job.client)  # this attempt's task only
         return await self.run(job.image, job.options, lambda d, t, pages=(): job.progress(d, t, pages, self.result_limit))
 
     async def page(self, job_id: str, number: int) -> Optional[tuple[dict, Optional[bytes]]]:

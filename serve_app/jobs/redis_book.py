@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from serve_app.core.errors import ConfigError, IdempotencyConflict, Overloaded, Unavailable
 from serve_app.jobs.book import JOURNAL_RETRY_AFTER_S, JobBook, RunOcr, fingerprint, image_nbytes
+from serve_app.jobs.dispatch import JOB_CLIENT
 from serve_app.jobs.journal import decode_image, encode_image
 from serve_app.jobs.page_stream import finished_page, redis_page_head
 from serve_app.jobs.shares import client_limits, over_share_message
@@ -377,6 +378,8 @@ class RedisJobBook(JobBook):
                 log.warning("job %s: lease not renewed: %r", job_id, e)
 
     async def _attempt(self, job: Job) -> dict:
+        JOB_CLIENT.set(job.client)  # this attempt's task only (serve_app.jobs.book.job_client)
+
         def progress(done: int, total: int, pages=()) -> None:
             job.progress(done, total, pages, self.result_limit)  # (encodes the pages; kept here within the bound)
             self._spawn(self._progress(args=[self.P, job.job_id, self.owner, done, total]))

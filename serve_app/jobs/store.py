@@ -26,6 +26,7 @@ from ray.serve.handle import DeploymentHandle
 
 from serve_app.core.errors import ConfigError
 from serve_app.jobs.book import JobBook
+from serve_app.jobs.dispatch import job_client
 from serve_app.jobs.journal import journal_path
 from serve_app.core.lanes import BULK, lane_of
 from serve_app.core.request_options import OcrOptions, parse_options
@@ -86,7 +87,8 @@ class JobStore:
         # the replicas when the job times out is dropped there. A PDF is
         # read as a stream of progress reports ending in its result.
         upload = upload_of(image)  # what it is was decided when it was submitted; bytes from the journal: again
-        ctx = RequestContext("", time.time() + self.args.job_timeout_s, lane_of(options.priority, BULK))
+        ctx = RequestContext("", time.time() + self.args.job_timeout_s, lane_of(options.priority, BULK),
+                             job_client())  # its work takes its client's turns in the stages
         pipeline = sized(self.pipeline, upload.data)  # big images by reference (serve_app/serving/payloads.py)
         if not upload.is_document:
             return await pipeline.ocr.remote(upload, options, ctx)

@@ -32,6 +32,7 @@ class TimedCrops(Crops):
     deadline: Optional[float] = None
     lane: str = INTERACTIVE
     owner: Any = field(default=None, compare=False, repr=False)
+    client: Optional[str] = None  # whose turn its crops take (serve_app.serving.crop_scheduler)
 
 
 def per_owner(body):

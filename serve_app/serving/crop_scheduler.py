@@ -17,6 +17,11 @@ batch:
   the predictor, then runs; and newcomers and requests in progress take
   alternate batches while both wait, so the big one gets a turn every round
   of the rotation however fast small ones arrive: it never starves.
+- By client: requests that name a client (a job's pages, another client's
+  one image) lead batches by their client's turn, not their age: the
+  client whose requests have led the fewest batches goes first (a client
+  that arrives counts one less than the least served). One client's
+  hundred queued pages are not all read before another client's one.
 - Lanes (serve_app.core.lanes): interactive requests lead every batch while any
   has crops pending (fresh first, then in turns); bulk ones only when none
   has, or once a bulk request has waited `max_wait_s` since it came (then
@@ -44,12 +49,13 @@ from serve_app.core.lanes import BULK, INTERACTIVE, LANES, _Null
 
 class _Request:
     __slots__ = ("id", "items", "buckets", "order", "pos", "received", "results", "future", "deadline", "lane",
-                 "since")
+                 "since", "client")
 
     def __init__(self, rid: int, items: list, buckets: list[int], future: asyncio.Future,
-                 deadline: Optional[float] = None, lane: str = INTERACTIVE):
+                 deadline: Optional[float] = None, lane: str = INTERACTIVE, client: Any = None):
         self.id = rid
         self.lane = lane
+        self.client = client or None  # requests that name none share one turn (in rotation within it)
         self.since = time.monotonic()
         self.deadline = deadline  # time.time(); unread crops are dropped once it has passed
         self.items = items
@@ -102,6 +108,8 @@ class CropScheduler:
         self.metrics: Any = _Null()  # serve_app.serving.metrics.LaneMetrics
         self._ids = itertools.count()
         self._fresh_led = False  # the last batch was led by a newcomer
+        self.turns: dict[Any, int] = {}  # client -> batches its requests have led (while it has some here)
+        self._entered: dict[Any, int] = {}  # client -> its turn's count when it came
         self._worker: Optional[asyncio.Task] = None
         # True from a submit until the worker has nothing queued or running;
         # read from the predictor's thread too (serve_app.serving.shapes_after_ready).
@@ -125,14 +133,18 @@ class CropScheduler:
     def _urgent(self, r: _Request, now: float) -> bool:
         return not self.lanes or r.lane != BULK or now - r.since >= self.max_wait_s
 
-    async def submit(self, items: list, deadline: Optional[float] = None, lane: str = INTERACTIVE) -> list:
+    async def submit(self, items: list, deadline: Optional[float] = None, lane: str = INTERACTIVE,
+                     client: Any = None) -> list:
         """One result per item. With a deadline (time.time()), crops not yet
         handed to the predictor when it passes are dropped and the caller
-        gets DeadlineExceeded; a cancelled caller's unread crops are dropped too."""
+        gets DeadlineExceeded; a cancelled caller's unread crops are dropped too.
+        `client`: whose turn the request takes (None: the turn of all that name none)."""
         if not items:
             return []
         fut = asyncio.get_running_loop().create_future()
-        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline, lane)
+        req = _Request(next(self._ids), list(items), [self.bucket_of(x) for x in items], fut, deadline, lane, client)
+        if req.client not in self.turns:  # a client arriving: next in turn
+            self._enter(req.client)
         self.queue.append(req)
         self.active = True
         if self._worker is None or self._worker.done():
@@ -143,6 +155,7 @@ class CropScheduler:
             # The caller gave up (deadline, disconnect): drop what is not read yet.
             if req in self.queue:
                 self.queue.remove(req)
+                self._forget(req.client)
             raise
 
     def _take(self) -> list[tuple[_Request, int]]:
@@ -172,9 +185,12 @@ class CropScheduler:
         started = [r for r in pool if r.pos > 0]
         # Newcomers and requests in progress alternate while both wait: a
         # stream of newcomers (each needing a batch or two) never holds
-        # the rotation back for good.
-        leader = fresh[0] if fresh and not (started and self._fresh_led) else (started or pool)[0]
+        # the rotation back for good. Among either, the client with the
+        # fewest batches led goes first (min keeps the queue's order within it).
+        candidates = fresh if fresh and not (started and self._fresh_led) else (started or pool)
+        leader = min(candidates, key=lambda r: self.turns.get(r.client, 0))
         self._fresh_led = leader.pos == 0
+        self.turns[leader.client] = self.turns.get(leader.client, 0) + 1
         if leader.lane == BULK and self.lanes and urgent and any(r.lane != BULK for r in waiting):
             self.promoted += 1  # aged bulk ahead of interactive work
             self.metrics.promotions.inc()
@@ -210,9 +226,23 @@ class CropScheduler:
             return self.depth
         return min(self.depth, self.bulk_depth)
 
+    def _enter(self, client: Any) -> None:
+        """A client arriving goes before every client that has led a batch
+        since it came, beside (after, by age) those that have not yet."""
+        floor = min(self.turns.values(), default=0)
+        waiting = any(t == floor and self._entered.get(c) == t for c, t in self.turns.items())
+        self.turns[client] = self._entered[client] = floor if waiting or not self.turns else floor - 1
+
+    def _forget(self, client: Any) -> None:
+        """A client with no request here leaves the turn."""
+        if not any(r.client == client for r in self.queue):
+            self.turns.pop(client, None)
+            self._entered.pop(client, None)
+
     def _finish(self, req: _Request, error: Optional[BaseException] = None) -> None:
         if req in self.queue:
             self.queue.remove(req)
+            self._forget(req.client)
         if not req.future.done():
             if error is not None:
                 req.future.set_exception(error)

@@ -64,17 +64,17 @@ class TextDetectorDeployment(_Replica):
         """Serve's custom-metrics hook: images queued here (serve_app.serving.autoscaling)."""
         return backlog_stats("det", self.replica.pending, self.replica.metrics)
 
-    async def detect(self, image: np.ndarray, deadline: Optional[float] = None,
-                     params: Optional[DetParams] = None, lane: Optional[str] = None) -> np.ndarray:
+    async def detect(self, image: np.ndarray, deadline: Optional[float] = None, params: Optional[DetParams] = None,
+                     lane: Optional[str] = None, client: Optional[str] = None) -> np.ndarray:
         """Boxes (N,4,2) for one working image, in its coordinates; batched
         with other requests' images (whatever their detection params: only
         the input shape separates batches, serve_app.inference.runners.TextDetector).
         An image whose deadline (time.time()) has passed by the time its
         batch runs is not run (504 to its caller, which is usually gone): a
         burst of expired pages costs nothing. Interactive images enter the
-        batch queue before bulk ones (serve_app.core.lanes)."""
+        batch queue before bulk ones, bulk ones client by client in turn (serve_app.core.lanes)."""
         return await self.replica.queued(self._detect_batch, Timed((image, params or DetParams()), deadline, self),
-                                         lane_of(lane))
+                                         lane_of(lane), client=client)
 
     @_batch("det")
     @per_owner
@@ -112,7 +112,7 @@ class DirectionClassifierDeployment(_Replica):
         self.replica.reconfigure(user_config, self._classify_batch)
 
     async def classify(self, crops: list[np.ndarray], deadline: Optional[float] = None,
-                       lane: Optional[str] = None) -> list[Direction]:
+                       lane: Optional[str] = None, client: Optional[str] = None) -> list[Direction]:
         """One call per image with all its crops; crops of every image in a
         batch are classified together (interactive calls first). An image
         whose deadline (time.time()) has passed by the time its batch runs
@@ -120,7 +120,7 @@ class DirectionClassifierDeployment(_Replica):
         c = self.replica.crops(crops)
         return await self.replica.queued(self._classify_batch,
                                          TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self),
-                                         lane_of(lane), c.weight)
+                                         lane_of(lane), c.weight, client)
 
     @_batch("cls", batch_size_fn=crops_weight)
     @per_owner
@@ -205,14 +205,14 @@ class TextRecognizerDeployment(_Replica):
             self.scheduler.cross_request = knobs.max_batch_size > 1
 
     async def recognize(self, crops: list[np.ndarray], deadline: Optional[float] = None,
-                        lane: Optional[str] = None) -> list[Recognition]:
+                        lane: Optional[str] = None, client: Optional[str] = None) -> list[Recognition]:
         """One call per image with all its crops. Crops not yet read when
         the deadline (time.time()) passes are dropped by the scheduler,
         which also puts the interactive lane's crops first."""
         self._build_later()
         c = self.replica.crops(crops)
         return await self.replica.queued(self._recognize_batch,
-                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self))
+                                         TimedCrops(c.crops, c.weight, deadline, lane_of(lane), self, client))
 
     async def check_health(self) -> None:
         self._build_later()
@@ -236,9 +236,8 @@ class TextRecognizerDeployment(_Replica):
             out = await self.replica.isolated(self.recognizer.recognize, [i.crops for i in items])
             self.replica.record(len(items), sum(len(i.crops) for i in items), time.perf_counter() - t0)
             return out
-        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None),
-                                                           getattr(i, "lane", INTERACTIVE)) for i in items),
-                                   return_exceptions=True)
+        out = await asyncio.gather(*(self.scheduler.submit(i.crops, getattr(i, "deadline", None), getattr(
+            i, "lane", INTERACTIVE), getattr(i, "client", None)) for i in items), return_exceptions=True)
         for o in out:
             if isinstance(o, Exception):
                 self.replica.metrics.errors.inc()
@@ -301,12 +300,12 @@ class OcrPipeline:
         # message limit under RAY_SERVE_THROUGHPUT_OPTIMIZED=1.
         return Stages(
             detect=lambda image, params, ctx: sized(detector, image).detect.remote(image, ctx.deadline, params,
-                                                                                    ctx.lane),
-            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(crops, ctx.deadline, ctx.lane))
-            if classifier is not None else None,
+                                                                                    ctx.lane, ctx.client),
+            classify=(lambda crops, ctx: sized(classifier, crops).classify.remote(
+                crops, ctx.deadline, ctx.lane, ctx.client)) if classifier is not None else None,
             recognize=fanned_out(lambda crops, ctx=None, part=None: sized(recognizer, crops)
                                  .options(multiplexed_model_id=route_tag(part))
-                                 .recognize.remote(crops, ctx.deadline, ctx.lane),
+                                 .recognize.remote(crops, ctx.deadline, ctx.lane, ctx.client),
                                  rec_args.fan_out, rec_args.fan_out_min_items, tag_parts=True),
         )
 

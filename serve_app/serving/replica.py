@@ -276,16 +276,17 @@ class ModelReplica:
                                  bulk_capacity=bulk_capacity)
 
     async def queued(self, batched: Callable[[Any], Awaitable], item: Any, lane: Optional[str] = None,
-                     weight: int = 1):
+                     weight: int = 1, client: Optional[str] = None):
         """`await batched(item)`, counted in the queue-depth gauge while it
         waits for (or is in) a batch; with a lane and a gate, after its turn
-        at the gate (weight: what it counts against max_batch_size)."""
+        at the gate (weight: what it counts against max_batch_size; client:
+        whose turn it takes among bulk items, serve_app.core.lanes.PriorityGate)."""
         self._pending += 1
         self.metrics.queue_depth.set(self._pending)
         try:
             if self.gate is None or lane is None:
                 return await batched(item)
-            async with self.gate.hold(lane, weight):
+            async with self.gate.hold(lane, weight, client or None):
                 return await batched(item)
         finally:
             self._pending -= 1

@@ -92,11 +92,13 @@ class RecognizerWithParts(_Recognizer):
             peer.replica.pending or any(part.replica.pending for part in peer.parts.values())
             for peer in self.peers if peer is not self)
 
-    async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None):
-        return await self.parts["cls"].classify(crops, deadline, lane)
+    async def classify(self, crops, deadline: Optional[float] = None, lane: Optional[str] = None,
+                       client: Optional[str] = None):
+        return await self.parts["cls"].classify(crops, deadline, lane, client)
 
-    async def detect(self, image, deadline: Optional[float] = None, params=None, lane: Optional[str] = None):
-        return await self.parts["det"].detect(image, deadline, params, lane)
+    async def detect(self, image, deadline: Optional[float] = None, params=None, lane: Optional[str] = None,
+                     client: Optional[str] = None):
+        return await self.parts["det"].detect(image, deadline, params, lane, client)
 
     def reconfigure(self, user_config: dict) -> None:
         super().reconfigure(user_config)
@@ -157,7 +159,8 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         t0 = time.perf_counter()
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here
-        self._classify = (lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane)) if "cls" in m.parts else None
+        self._classify = ((lambda crops, ctx: m.classify(crops, ctx.deadline, ctx.lane, ctx.client))
+                          if "cls" in m.parts else None)
         self._engines = dict(engines or {engine.model: engine})
         if next(iter(self._engines)) != engine.model:
             raise ValueError(f"the first model set served ({next(iter(self._engines))}) must be engine's ({engine.model})")
@@ -176,8 +179,9 @@ class PipelineWithModels(OcrPipeline.func_or_class):
 
     def _stages(self, s: "RecognizerWithParts") -> Stages:
         return self.structure.stages(Stages(
-            detect=lambda image, params, ctx: s.detect(image, ctx.deadline, params, ctx.lane),
-            classify=self._classify, recognize=lambda crops, ctx=None: s.recognize(crops, ctx.deadline, ctx.lane)))
+            detect=lambda image, params, ctx: s.detect(image, ctx.deadline, params, ctx.lane, ctx.client),
+            classify=self._classify,
+            recognize=lambda crops, ctx=None: s.recognize(crops, ctx.deadline, ctx.lane, ctx.client)))
 
     def _build_set(self, name: str) -> tuple["RecognizerWithParts", Pipeline]:
         """A further set's detector and recogniser, built and warmed (on the set cache's loader thread)."""

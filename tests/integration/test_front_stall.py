@@ -130,8 +130,49 @@ def test_a_page_of_a_thousand_lone_letters_is_read_and_takes_only_its_share(fron
     assert outcome["codes"].get(200, 0) >= 1 and outcome["lines"] and max(outcome["lines"]) > 500, outcome
 
 
+def test_a_many_page_tiff_is_priced_at_the_door_off_its_loop_and_refused_naming_the_jobs_api(front, baseline):
+    """A 199-page TIFF, its first page 16 x 16 px and the rest 16 MP, sent
+    to the sync API: the 503 naming the jobs API came at once, but Pillow
+    walked every page's directory in the ingress's process meanwhile
+    (/healthz 990 ms); the directories are read from the bytes now."""
+    outcome = checked("door", front, baseline, ingress_mb=50, seconds=10)
+    assert set(outcome["codes"]) == {503}, outcome
+
+
+def test_a_tiff_of_pages_in_sixty_thousand_tiles_ends_within_a_minute(front, baseline):
+    """40 pages of 16 MP in 16 x 16 px tiles (Pillow decodes ~1-2.5 s a
+    page): priced by its tiles, each page under the page budget, the
+    document given up after a few pages over it (was still running after 65 s)."""
+    outcome = checked("tiled", front, baseline, ingress_mb=50, seconds=10, beside_detector=True)
+    assert outcome["codes"] == {202: 1} and outcome["job"]["ended_s"] is not None, outcome
+    assert outcome["job"]["ended_s"] < 60, outcome
+
+
+def test_a_render_bomb_job_ends_within_a_minute_and_a_one_page_pdf_is_read_beside_it(front, baseline):
+    """500 pages that each burn their render budget: given up after a few
+    of them, and held to its share of the PDF children once one did (a
+    one-page PDF beside it waited 22.8 s, a normal image 14.6 s)."""
+    outcome = checked("bomb", front, baseline, ingress_mb=50, seconds=15, beside_detector=True)
+    assert outcome["codes"] == {202: 1} and outcome["job"]["ended_s"] is not None, outcome
+    assert outcome["job"]["ended_s"] < 60, outcome
+    assert set(outcome["one_page_pdf"]["codes"]) == {200}, outcome
+
+
 def test_a_render_bomb_and_a_hundred_queued_tiff_jobs_leave_the_front_answering(front, baseline):
     """Last: the service works on these for minutes after the test."""
     outcome = checked("documents", front, baseline, ingress_mb=50, seconds=20,
                       beside_detector=True)
     assert outcome["codes"].get(202, 0) >= 100, outcome
+
+
+def test_another_clients_job_starts_within_seconds_beside_one_clients_hundred_documents(front, baseline):
+    """Last (after the documents class, whose jobs are still running): one
+    client's 100 more 4-page TIFF jobs, then another client's one-image
+    job. It waited over 60 s, still queued, while each running document
+    held its worker for every page and the pipeline's places went by age;
+    a client with nothing running now starts at once, and its pages take
+    turns with the other client's in every stage."""
+    outcome = checked("flood", front, baseline, ingress_mb=50, seconds=20, beside_detector=True)
+    seen = outcome["newcomer"]
+    assert seen["started_s"] is not None and seen["started_s"] < 5, outcome
+    assert seen["ended_s"] is not None and seen["ended_s"] < 60 and seen["status"] == "succeeded", outcome

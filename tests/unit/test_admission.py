@@ -917,3 +917,18 @@ def test_running_requests_are_credited_at_their_expected_pace_and_at_their_price
     for t in held:
         a.finish(t, RESULT)
     assert a.running_work(clock.t) == 0 and a.rate(clock.t) == pytest.approx(3.0 / 1.5)
+
+
+def test_a_tiffs_pages_stored_in_many_tiles_are_priced_by_their_tile_count():
+    """A 16 MP page of 62,500 16 x 16 px tiles decodes for ~1-2.5 s (Pillow
+    walks every tile) whatever it shows: priced by its tiles past an
+    ordinary page's, at the door, from its directory."""
+    from harness.pages import tiled_tiff
+    from serve_app.http.policies.cost import CHUNKS_FREE, S_PER_CHUNK
+
+    tiled = image_size(tiled_tiff(4, first=16), DocumentLimits())
+    assert tiled.pages == 4 and tiled.page_chunks == (1, 62500, 62500, 62500)
+    plain = Size(tiled.pixels, tiled.pages, tiled.tiles, page_pixels=tiled.page_pixels, page_tiles=tiled.page_tiles)
+    model = CostModel(0.05, 0.3, 0.002)
+    assert model.estimate(tiled) - model.estimate(plain) == pytest.approx(3 * (62500 - CHUNKS_FREE) * S_PER_CHUNK)
+    assert model.estimate(tiled) > 3 * 2.5  # each big page at least the ~2.5 s it decodes for beside other work

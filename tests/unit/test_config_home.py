@@ -182,7 +182,7 @@ def test_the_cpu_profile_keeps_its_effective_settings():
     assert a.jobs.journal == "/tmp/ocr-serve-{uid}/{app}/jobs.sqlite"
     ln = a.lanes
     assert (ln.enabled, ln.bulk_max_wait_s, ln.bulk_fill, ln.bulk_depth, ln.det_bulk_batch, ln.bulk_in_stages,
-            ln.bulk_max_in_flight) == (True, 5, False, 1, 1, 8, 16)
+            ln.bulk_max_in_flight) == (True, 5, False, 1, 1, 1, 16)
 
 
 # --- the generated reference -------------------------------------------------------------

@@ -258,3 +258,33 @@ def test_pending_crops_are_counted_by_lane():
         await asyncio.gather(a, b)
         assert sched.pending_by_lane() == {"interactive": 0, "bulk": 0}
     asyncio.run(go())
+
+
+def test_a_clients_one_page_leads_a_batch_before_another_clients_queued_pages():
+    """Client a's 12 bulk pages are queued (one batch each), then client
+    b's one page: b's leads the next batch composed, not the thirteenth
+    (requests not yet served once led by age: a's every queued page first)."""
+    async def go():
+        pred = StepPredictor()
+        sched = make(pred, batch_size=2)
+        a = [asyncio.create_task(sched.submit([(1, 10 * k), (1, 10 * k + 1)], lane="bulk", client="a"))
+             for k in range(12)]
+        await pred.step()  # a's first page read, its second handed to the predictor
+        b = asyncio.create_task(sched.submit([(1, 1000), (1, 1001)], lane="bulk", client="b"))
+        await settle()
+        pred.free = True
+        for _ in range(pred.waiting):
+            pred._go.release()
+        assert await b == [2000, 2002]
+        at = next(k for k, batch in enumerate(pred.batches) if (1, 1000) in batch)
+        assert at == 2, pred.batches  # behind only the batch handed out before it came
+        assert await asyncio.gather(*a) == [[20 * k, 20 * k + 2] for k in range(12)]
+        # two clients with pages queued: their pages lead in turn
+        pred.batches.clear()
+        a2 = [asyncio.create_task(sched.submit([(1, k)], lane="bulk", client="a")) for k in range(4)]
+        b2 = [asyncio.create_task(sched.submit([(1, 100 + k)], lane="bulk", client="b")) for k in range(4)]
+        await asyncio.gather(*a2, *b2)
+        leaders = ["b" if batch[0][1] >= 100 else "a" for batch in pred.batches]
+        assert leaders == ["a", "b", "a", "b"], pred.batches  # each batch led by the other client, filled by both
+        assert sched.turns == {}  # nothing queued: no client keeps a turn
+    asyncio.run(go())

@@ -508,3 +508,58 @@ def test_pictures_are_drawn_for_a_documents_first_pages_only():
     body = doc.to_dict()
     assert ["visualization" in p for p in body["pages"]] == [True, True, False, False, False]
     assert [p["results"][0]["text"] for p in body["pages"]] == ["grey255"] * 5  # every page still read
+
+
+def test_a_document_whose_page_ran_past_its_budget_keeps_to_its_share_and_its_close_stops_its_calls():
+    """A PDF of slow pages read two pages at a time, alone: before, its
+    pages took both children (both cores, on a 2-core box) from the first
+    page to the last; once a page of it has run past its budget it holds
+    at most its share (one of two), whoever waits, the other child kept
+    for everyone else. Closing it (the document given up) stops its call
+    waiting for a child at once, not after that wait."""
+    import threading
+
+    from serve_app.core.errors import Overloaded
+
+    pool = WorkerPool(2)
+    slow = nested_forms_pdf(depth=6, pages=6)
+    held_after_a_kill: list[int] = []
+    hold = pool._hold
+
+    def noting(key):  # children the document holds, each time it is given one after a page was stopped
+        hold(key)
+        if pool.killed:
+            held_after_a_kill.append(pool.in_use[key])
+
+    pool._hold = noting
+    try:
+        with PdfFile(slow, DocumentLimits(page_timeout_s=0.4), pool=pool) as bomb:
+            def pages(ks):
+                for k in ks:
+                    with pytest.raises((PageOverBudget, Overloaded)):
+                        bomb.render(k)
+
+            threads = [threading.Thread(target=pages, args=(ks,)) for ks in ((0, 2, 4), (1, 3, 5))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            assert pool.killed >= 2 and held_after_a_kill and max(held_after_a_kill) == 1, held_after_a_kill
+            assert bomb.key in pool.strict
+            # a call of it waiting for a child while both are busy: closing it ends that wait
+            with pool.cond:
+                pool.in_use, taken = {"x": 2}, pool.started
+                pool.started = pool.workers
+            waiting = threading.Thread(target=pages, args=((0,),))
+            waiting.start()
+            while bomb.key not in pool.waiting:  # an explicit step: the call waits for a child
+                time.sleep(0.005)
+            t0 = time.monotonic()
+            bomb.close()
+            waiting.join(30)
+            assert not waiting.is_alive() and time.monotonic() - t0 < 0.8  # not its 0.8 s wait for a child
+            assert bomb.key not in pool.strict and bomb.key not in pool.closed_keys
+            with pool.cond:
+                pool.in_use, pool.started = {}, taken
+    finally:
+        pool.close()

@@ -386,8 +386,9 @@ def test_a_lone_client_fills_the_book_but_a_share_and_is_held_to_its_share_once_
 
 def test_another_clients_job_is_the_next_one_started_behind_a_backlog(books):
     """One client's 30 jobs are queued behind the one running (one worker);
-    another client's job, sent after them, is the next one started when the
-    running job ends, not one more of the backlog's; then they alternate."""
+    another client's job, sent after them, starts at once (a client with
+    nothing running: a place of its own), not after one more of the
+    backlog's; then their jobs alternate on the worker."""
     async def go():
         pipeline = FakePipeline(open_gate=False)
         book = await books(pipeline.run, capacity=40, client_share=0.25, concurrency=1)
@@ -403,4 +404,4 @@ def test_another_clients_job_is_the_next_one_started_behind_a_backlog(books):
         return order
 
     order = run(go())
-    assert order[:4] == [b"bomb0", b"honest0", b"bomb1", b"honest1"]
+    assert order[:4] == [b"bomb0", b"honest0", b"bomb1", b"honest1"], order

@@ -311,3 +311,38 @@ def test_a_job_still_overloaded_after_overloaded_wait_s_fails_overloaded():
     assert done["status"] == "failed" and done["error"]["code"] == "overloaded"
     assert "jobs.overloaded_wait_s" in done["error"]["message"]
     assert sum(pauses) <= 100 and pauses == [2.0, 4.0, 8.0, 16.0, 32.0]
+
+
+def test_a_client_with_nothing_running_starts_its_job_at_once_beside_another_clients_running_documents():
+    """Client a's documents hold both workers and more are queued; client
+    b's one job starts at once on a place of its own (it waited for one of
+    a's documents to end: every page of it), its run told b's name (its
+    pipeline work takes b's turns); a's queued jobs wait for a worker, and
+    b's second job waits too (b is running one)."""
+    from serve_app.jobs.dispatch import job_client
+
+    async def go():
+        pipe = FakePipeline(open_gate=False)
+        clients: dict[bytes, str] = {}
+
+        async def run_ocr(image, options, progress=None):
+            clients[bytes(image)] = job_client()
+            return await pipe.run(image, options, progress)
+
+        book = JobBook(run_ocr, JobArgs(concurrency=2))
+        await book.start()
+        a = [(await book.submit(f"a{k}".encode(), OcrOptions(), client="a"))["job_id"] for k in range(6)]
+        await until(lambda: len(pipe.calls) == 2)
+        b = [(await book.submit(f"b{k}".encode(), OcrOptions(), client="b"))["job_id"] for k in range(2)]
+        await until(lambda: len(pipe.calls) == 3)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert [bytes(c[0]) for c in pipe.calls] == [b"a0", b"a1", b"b0"]  # b1 and a2.. wait for a worker
+        assert (await book.get(b[0]))["status"] == "running" and (await book.get(a[2]))["status"] == "queued"
+        pipe.gate.set()
+        views = await settle(book, a + b)
+        assert all(v["status"] == "succeeded" for v in views.values())
+        assert clients == {**{f"a{k}".encode(): "a" for k in range(6)}, b"b0": "b", b"b1": "b"}
+        assert not book.newcomers and not book.running and book.queue.qsize() == 0
+        book.close()
+    run(go())

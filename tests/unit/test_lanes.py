@@ -280,6 +280,26 @@ def test_lane_queue_serves_a_newcomer_before_the_backlog_it_arrives_behind():
     assert asyncio.run(go()) == ["b0", "c0", "a1", "b1", "a2", "a3", "a4"]
 
 
+def test_lane_queue_take_gives_an_owners_oldest_item_which_then_waits_its_turn_like_one_served():
+    """take(owner) (the job book's place for a client with nothing running):
+    that owner's oldest item, interactive first; the owner then goes to the
+    back of the turn as if served; a get() never returns a taken item, and
+    with nothing left it waits."""
+    async def go():
+        q = LaneQueue(max_wait_s=60.0)
+        for k in range(3):
+            q.put_nowait(f"a{k}", BULK, owner="A")
+        q.put_nowait("b0", BULK, owner="B")
+        q.put_nowait("b1", INTERACTIVE, owner="B")
+        assert q.take("B") == "b1" and q.take("C") is None and q.qsize() == 4
+        got = [await q.get() for _ in range(4)]
+        assert q.qsize() == 0 and q.take("A") is None
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(q.get(), 0.05)  # the taken item's permit is spent on nothing
+        return got
+    assert asyncio.run(go()) == ["a0", "b0", "a1", "a2"]
+
+
 def test_a_bulk_gate_admits_the_owner_holding_fewest_places_first_also_once_everything_has_aged():
     """The pipeline's bulk gate (interactive bypasses it): two documents'
     pages (owners A and B) hold its 2 places and 6 more wait; a one-page

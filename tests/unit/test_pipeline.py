@@ -417,3 +417,39 @@ def test_a_long_image_s_tiles_reach_the_detector_through_a_bounded_window():
     calls = Window([])
     asyncio.run(Pipeline(calls.stages(), cfg).read(np.full((40, 19_000, 3), 255, np.uint8)))
     assert 10 <= total <= 20 and len(calls.seen["det"]) == total and Window.most == 3
+
+
+def test_a_requests_work_takes_its_clients_turn_at_the_bulk_gate_and_every_stage():
+    """The Serve pipeline's bulk gate (a PriorityGate's hold) holds a bulk
+    image as one place of its client's (a job's pages, many jobs of one
+    client: one turn), and each stage call is given that client (the
+    detector's and classifier's gates and the recogniser's scheduler give
+    bulk places to clients in turn). On main the request's id went in as
+    the place's weight: every bulk image went through the gate alone, and
+    no owner was ever given a turn."""
+    from serve_app.core.lanes import INTERACTIVE, PriorityGate
+    from serve_app.core.request_context import RequestContext
+
+    gate = PriorityGate(8, 5.0, bypass=(INTERACTIVE,))
+    seen: list = []
+
+    class Seen(Calls):
+        async def detect(self, work, params=None, ctx=None):
+            seen.append(("det", ctx.client, gate.used, dict(gate.held)))
+            return await super().detect(work, params)
+
+        async def classify(self, crops, ctx=None):
+            seen.append(("cls", ctx.client))
+            return await super().classify(crops)
+
+        async def recognize(self, crops, ctx=None):
+            seen.append(("rec", ctx.client))
+            return await super().recognize(crops)
+
+    pipe = Pipeline(Seen([BOX_A]).stages(), EngineConfig(), gate.hold)
+    for job in range(2):
+        ctx = RequestContext(f"job{job}", None, "bulk", "addr:10.0.0.1")
+        assert len(asyncio.run(pipe.read(png(100, 240), OcrOptions(page_orientation=False), ctx)).lines) == 1
+    assert seen == [("det", "addr:10.0.0.1", 1, {"addr:10.0.0.1": 1}), ("cls", "addr:10.0.0.1"),
+                    ("rec", "addr:10.0.0.1")] * 2
+    assert gate.used == 0 and gate.held == {} and gate.given == {}

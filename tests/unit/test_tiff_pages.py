@@ -170,3 +170,44 @@ def test_a_page_decoded_in_a_child_is_the_page_decoded_here(mode):
             want.append(to_bgr(img.copy()))
     for g, w in zip(got, want):
         assert g.shape == w.shape and np.array_equal(g, w)
+
+
+# -- pages stored in many tiles (issue 61) ----------------------------------------------------
+
+
+def test_a_tiled_tiffs_pages_are_sized_and_counted_from_their_directories_never_by_pil_here(monkeypatch):
+    """Pillow's directory set-up loops in Python over every tile (0.2 s a
+    16 MP page of 16 x 16 px tiles, holding the interpreter: the door's
+    walk of a 199-page TIFF kept /healthz waiting 990 ms). The page sizes
+    and tile counts come from the directories' bytes; Pillow opens the
+    TIFF only in the child that decodes a page."""
+    from PIL import TiffImagePlugin
+
+    from harness.pages import tiled_tiff
+
+    def refused(self):
+        raise AssertionError("Pillow set up a TIFF directory in the serving process")
+
+    data = tiled_tiff(3, first=16)
+    monkeypatch.setattr(TiffImagePlugin.TiffImageFile, "_setup", refused)
+    assert check_document(data, DocumentLimits()) == 3
+    with TiffPages(data, DocumentLimits()) as doc:
+        assert doc.page_sizes() == [(16, 16), (4000, 4000), (4000, 4000)]
+        assert doc.page_chunks() == [1, 62500, 62500]
+
+
+def test_a_page_of_sixty_thousand_tiles_is_stopped_at_its_budget_in_the_child():
+    from serve_app.core.errors import PageOverBudget
+    from serve_app.flow.pdf_worker import WorkerPool
+
+    from harness.pages import tiled_tiff
+
+    pool = WorkerPool(1)
+    try:
+        with TiffPages(tiled_tiff(2, first=16), DocumentLimits(page_timeout_s=0.05), pool=pool) as doc:
+            assert doc.render(0).shape == (16, 16, 3)
+            with pytest.raises(PageOverBudget, match="page 2 of the TIFF took over 0.05 s"):
+                doc.render(1)
+        assert pool.killed == 1
+    finally:
+        pool.close()

@@ -24,6 +24,15 @@ from serve_app.flow.upload import upload_of
 # refuses it cheaply), it is costed as an image of this many pixels.
 UNKNOWN_PIXELS = 1_000_000
 
+# Decoding a TIFF page walks each strip or tile it is stored in: Pillow took
+# 0.9 s for a 16 MP page of 65,536 tiles of 16 x 16 px here idle (0.18 s of
+# directory set-up, 0.74 s decoding; Pillow 11, 2-core EPYC, 2026-12-07) and
+# ~2.5 s beside other work (issue 61). A page's chunks past CHUNKS_FREE are
+# priced at S_PER_CHUNK each, the loaded figure; an ordinary page (a strip
+# per few rows, or 256 px tiles) is under it.
+CHUNKS_FREE = 1024
+S_PER_CHUNK = 40e-6
+
 
 # -- size at the door ------------------------------------------------------------
 
@@ -44,6 +53,7 @@ class Size:
     height: int = 0
     page_pixels: tuple[int, ...] = ()  # a document's pages, each its own (empty: `pages` x `pixels`)
     page_tiles: tuple[int, ...] = ()  # (with page_pixels) each page's detector calls
+    page_chunks: tuple[int, ...] = ()  # a TIFF's pages: the strips or tiles each is stored in (decode_seconds)
     extra_tiles: int = 0  # per page: the fine pass's tiles (options.limit_side_len), at most max_tiles
     orientation: bool = False  # turned pages are read twice (options.page_orientation)
     picture: bool = False  # a `visualize` picture is drawn
@@ -63,6 +73,11 @@ class Size:
     @property
     def total_megapixels(self) -> float:
         return sum(px for px, _ in self.each_page()) / 1e6
+
+    @property
+    def decode_seconds(self) -> float:
+        """What decoding its pages' strips or tiles costs past an ordinary page's (CHUNKS_FREE)."""
+        return S_PER_CHUNK * sum(max(0, c - CHUNKS_FREE) for c in self.page_chunks)
 
     def with_options(self, options: Any) -> "Size":
         """This size as `options` (OcrOptions, or None) read it."""
@@ -109,9 +124,10 @@ def document_size(data: bytes, documents: Any) -> Size:
     the page pixel limit) and tiles; the document's own error if it is bad."""
     with open_document(data, documents) as doc:
         sizes = doc.page_sizes()
+        chunks = tuple(doc.page_chunks()) if doc.kind == "tiff" else ()
     pixels = tuple(w * h for w, h in sizes)
     return Size(max(pixels), len(sizes), max(_tiles(h, w) for w, h in sizes),
-                page_pixels=pixels, page_tiles=tuple(_tiles(h, w) for w, h in sizes))
+                page_pixels=pixels, page_tiles=tuple(_tiles(h, w) for w, h in sizes), page_chunks=chunks)
 
 
 def _image_size(upload: Any, header_bytes: int) -> Size:
@@ -235,8 +251,9 @@ class CostModel:
         return max(0.01, read)
 
     def estimate(self, size: Size) -> float:
-        """Seconds of work of a request of this size, alone (at least 10 ms a page)."""
-        return sum(self.page_seconds(px, tiles, size) for px, tiles in size.each_page())
+        """Seconds of work of a request of this size, alone (at least 10 ms a
+        page), a TIFF's decoding of many strips or tiles included."""
+        return sum(self.page_seconds(px, tiles, size) for px, tiles in size.each_page()) + size.decode_seconds
 
     def read_cost(self, size: Size, cost_s: float, lines: int, tables: int = 0) -> float:
         """A request priced at `cost_s` at the door, re-priced from what was
