@@ -14,7 +14,8 @@ from typing import Any, Coroutine, Optional
 from serve_app.core.engine_config import EngineConfig, PipelineOptions, for_model
 from serve_app.core.errors import BadImage
 from serve_app.core.request_options import OcrOptions, parse_options
-from serve_app.flow.pipeline import ImageInput, Pipeline, Stages, load_image, round_box
+from serve_app.flow.assemble import round_box
+from serve_app.flow.pipeline import ImageInput, Pipeline, Stages, load_image
 from serve_app.inference.predictor import PaddlePredictor
 from serve_app.core.results import Direction, DocumentResult, OcrResult
 from serve_app.inference.runners import (DirectionClassifier, LayoutDetector, TableRecognizer, TextDetector,

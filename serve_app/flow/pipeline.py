@@ -23,24 +23,18 @@ from serve_app.core.errors import BadImage, BadRequest, PageOverBudget, TooLarge
 from serve_app.core.lanes import BULK, PriorityGate
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
-from serve_app.core.results import (
-    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, Region, Table, TextLine, WordBox,
-)
-from serve_app.ocr.crop import char_quad, crop_quad, is_vertical
+from serve_app.core.results import Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine
+from serve_app.flow.assemble import all_or_none, assemble, crop_lines, whole_image_box
+from serve_app.flow.structure_step import read_structure
+from serve_app.ocr.crop import is_vertical
 from serve_app.ocr.visualize import draw_result
-from serve_app.ocr.db_postprocess import order_clockwise
 from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image, frame_count
 from serve_app.ocr.det_preprocess import Geometry, boxes_to_original, det_layout, prepare_image
 from serve_app.ocr.direction import apply_direction, is_flipped
 from serve_app.ocr.layout import arrange
 from serve_app.ocr.orientation import OrientationParams, decide, line_vote, quality, turn_lines, upright
-from serve_app.ocr.reading_order import reading_order
 from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
-from serve_app.ocr.words import split_words
 from serve_app.flow.upload import Upload, upload_of
-from serve_app.structure.layout import LayoutBox
-from serve_app.structure.regions import assemble_regions, assign_lines
-from serve_app.structure.table_match import match_table
 
 CLS_PART = 48  # crops a classifier call at most: others' calls wait a part, not a page of 1,000 crops (7 s)
 ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
@@ -144,7 +138,7 @@ class Pipeline:
         regions = None
         if options.structure:
             t = time.perf_counter()
-            regions = await self._structure(img, lines, ctx)
+            regions = await read_structure(self.stages, self.config.structure, img, lines, ctx)
             if not asked.return_words:
                 lines = tuple(dataclasses.replace(line, words=None) for line in lines)
             timings["structure"] = _ms(t)
@@ -156,45 +150,6 @@ class Pipeline:
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
         return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation, regions)
-
-    async def _structure(self, img: np.ndarray, lines: tuple[TextLine, ...],
-                         ctx: RequestContext) -> tuple[Region, ...]:
-        """The page's regions in reading order: its layout, each table
-        region's structure (at most structure.max_tables of them, the
-        largest; concurrently), the lines matched into them."""
-        opts = self.config.structure
-        ctx.check("layout")
-        boxes: list[LayoutBox] = list(await self.stages.layout(img, ctx=ctx))
-        notes: dict[int, str] = {}
-        if len(boxes) > opts.max_regions:  # a stage of another config: the bound is this pipeline's
-            boxes = sorted(boxes, key=lambda b: -b.score)[: opts.max_regions]
-        h, w = img.shape[:2]
-        tables = [j for j, b in enumerate(boxes) if b.type == "table"]
-        tables.sort(key=lambda j: -(boxes[j].box[2] - boxes[j].box[0]) * (boxes[j].box[3] - boxes[j].box[1]))
-        wanted = []
-        for j in tables:
-            x0, y0, x1, y1 = (int(round(v)) for v in boxes[j].box)
-            x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w, x1), min(h, y1)
-            if len(wanted) >= opts.max_tables:
-                notes[j] = (f"table not recognised: the page has more than {opts.max_tables} table regions "
-                            f"(engine.structure.max_tables); its lines are in this region")
-            elif x1 - x0 < opts.min_table_side or y1 - y0 < opts.min_table_side:
-                notes[j] = (f"table not recognised: {x1 - x0}x{y1 - y0} px is under "
-                            f"engine.structure.min_table_side ({opts.min_table_side} px)")
-            else:
-                wanted.append((j, (x0, y0, x1, y1)))
-        ctx.check("table structure")
-        found = await all_or_none([self.stages.table(np.ascontiguousarray(img[y0:y1, x0:x1]), ctx=ctx)
-                                   for _, (x0, y0, x1, y1) in wanted])
-        assigned = await asyncio.to_thread(assign_lines, boxes, lines)  # off the loop, as the matching below
-        matched: dict[int, Table] = {}
-        for (j, (x0, y0, _, _)), structure in zip(wanted, found):
-            note = None
-            if structure.truncated:
-                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
-                        f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
-            matched[j] = await asyncio.to_thread(match_table, structure, (x0, y0), [lines[i] for i in assigned[j]], note)
-        return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
 
     async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,
                      timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
@@ -389,19 +344,6 @@ class Pipeline:
                           result.visualization, result.blocks, result.orientation, regions=result.regions)
 
 
-async def all_or_none(coros: list[Awaitable]) -> list:
-    """The coroutines' results in order; if one fails, the others are
-    cancelled (and awaited) before its exception propagates."""
-    tasks = [asyncio.ensure_future(c) for c in coros]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
-
-
 # -- whole-image steps around the models ---------------------------------------
 
 
@@ -435,72 +377,6 @@ def read_file(path: Path, limits: ImageLimits) -> bytes:
         raise BadImage(f"{path}: no such file")
     limits.check_bytes(path.stat().st_size, str(path))
     return path.read_bytes()
-
-
-def crop_lines(work: np.ndarray, boxes: np.ndarray, limits: ImageLimits) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Boxes in reading order (at most max_crops of them) and their crops."""
-    if len(boxes) == 0:
-        return boxes, []
-    order = reading_order(boxes)[: limits.max_crops]
-    boxes = boxes[order]
-    return boxes, [crop_quad(work, b) for b in boxes]
-
-
-def assemble(
-    boxes: np.ndarray,
-    recs: list[Recognition],
-    geometry: Geometry,
-    drop_score: float,
-    flipped: Optional[list[bool]] = None,
-    return_chars: bool = False,
-    return_words: bool = False,
-) -> tuple[TextLine, ...]:
-    """Lines whose score reaches drop_score, boxes mapped to the original;
-    with return_chars, each line also lists its characters' boxes, with
-    return_words its words' (serve_app.ocr.words)."""
-    mapped = boxes_to_original(boxes, geometry)
-    flipped = flipped or [False] * len(recs)
-    lines = []
-    for b, r, flip in zip(mapped, recs, flipped):
-        r = strip_reading(r)
-        if r.score < drop_score or not r.text:
-            continue
-        chars = words = None
-        vertical = is_vertical(b)
-
-        def quad(s0: float, s1: float) -> list[list[float]]:
-            return round_box(order_clockwise(char_quad(b, s0, s1, vertical, flip)))
-
-        if return_chars:
-            chars = tuple(CharBox(ch, quad(s0, s1)) for ch, (s0, s1) in zip(r.text, r.char_spans) if not ch.isspace())
-        if return_words:
-            words = tuple(WordBox(w.text, quad(w.start, w.end), w.score)
-                          for w in split_words(r.text, r.char_spans, r.char_scores))
-        lines.append(TextLine(r.text, r.score, round_box(b), chars, words))
-    return tuple(lines)
-
-
-def strip_reading(r: Recognition) -> Recognition:
-    """The reading without leading and trailing whitespace (the recogniser
-    reads the crop's margins as spaces at times), its characters' spans and
-    scores cut the same way so that character and word boxes stay on their
-    characters."""
-    text = r.text
-    start = len(text) - len(text.lstrip())
-    end = len(text.rstrip())
-    if start == 0 and end == len(text):
-        return r
-    spans = r.char_spans[start:end] if len(r.char_spans) == len(text) else r.char_spans
-    scores = r.char_scores[start:end] if len(r.char_scores) == len(text) else r.char_scores
-    return Recognition(text[start:end], r.score, tuple(spans), tuple(scores))
-
-
-def round_box(b: Any) -> list[list[float]]:
-    return np.round(np.asarray(b, dtype=np.float64), 1).tolist()
-
-
-def whole_image_box(w: int, h: int) -> list[list[float]]:
-    return [[0.0, 0.0], [float(w), 0.0], [float(w), float(h)], [0.0, float(h)]]
 
 
 def _ms(t0: float) -> float:

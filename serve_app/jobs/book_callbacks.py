@@ -1,12 +1,14 @@
 """The SQLite book's side of job callbacks (serve_app.jobs.callbacks): its
 open deliveries in memory (book.deliveries), each state written to the
 journal's `callbacks` table, and recovered from it at start. Functions and
-a ledger over a JobBook (serve_app.jobs.book). No Ray import."""
+a ledger over a JobBook (serve_app.jobs.book); RedisLedger, the Redis
+book's (serve_app.jobs.redis_book). No Ray import."""
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any, Optional
 
 from serve_app.jobs.callbacks import OPEN, PENDING, WAITING, host_of, job_ended, new_record
@@ -128,3 +130,28 @@ class JournalLedger:
             await book._write("callback", job_id, rec, job is not None)
         except Exception as e:  # noqa: BLE001  memory has it; a restart may send it once more
             book._journal_failed(e)
+
+
+class RedisLedger:
+    """Deliveries on the Redis book: due ones claimed by a script (each for
+    its attempt's time and 30 s more), outcomes recorded by another."""
+
+    def __init__(self, book: Any):  # a RedisJobBook (serve_app.jobs.redis_book)
+        self.book = book
+
+    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
+        b = self.book
+        flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n, 256,
+                                       per_target, json.dumps(busy), repr(now + 1.0), uuid.uuid4().hex])
+        return [(flat[i].decode(), {**json.loads(flat[i + 1]), CLAIM: flat[i + 2].decode()})
+                for i in range(0, len(flat), 3)]
+
+    async def record(self, job_id: str, rec: dict) -> bool:  # False: another replica claimed it since (kept nothing)
+        b = self.book
+        rec = dict(rec)
+        token = rec.pop(CLAIM, "")
+        return bool(await b._cb_record(args=[b.P, job_id, json.dumps(rec), rec["state"],
+                                             repr(rec.get("next_attempt_at") or 0), token]))
+
+
+CLAIM = "_claim"  # a claimed delivery's token, carried with its record to its outcome (never stored in it)

@@ -42,7 +42,7 @@ from serve_app.jobs.state import Job, JobStatus, is_document_input
 from serve_app.core.lanes import BULK
 from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.core.app_args import JobArgs, LaneArgs
-from serve_app.jobs.book_callbacks import redis_admit, redis_record
+from serve_app.jobs.book_callbacks import RedisLedger, redis_admit, redis_record
 from serve_app.jobs.callbacks import job_ended
 from serve_app.jobs.redis_scripts import (_CB_CLAIM, _CB_RECORD, _CLAIM, _EXPIRE, _FINISH, _FORGET_ONE, _PAGE,
                                           _PROGRESS, _RENEW, _SUBMIT, check_fsync)
@@ -425,29 +425,3 @@ class RedisJobBook(JobBook):
                                  self.share_count, self.share_bytes, due])
         if due:
             self.callbacks.wake.set()
-
-
-class RedisLedger:
-    """Deliveries on the Redis book: due ones claimed by a script (each for
-    its attempt's time and 30 s more), outcomes recorded by another."""
-
-    def __init__(self, book: RedisJobBook):
-        self.book = book
-
-    async def due(self, now: float, n: int, busy: dict[str, int], per_target: int) -> list[tuple[str, dict]]:
-        b = self.book
-        flat = await b._cb_claim(args=[b.P, repr(now), repr(now + b.args.callbacks.timeout_s + 30), n, 256,
-                                       per_target, json.dumps(busy), repr(now + 1.0), uuid.uuid4().hex])
-        return [(flat[i].decode(), {**json.loads(flat[i + 1]), CLAIM: flat[i + 2].decode()})
-                for i in range(0, len(flat), 3)]
-
-    async def record(self, job_id: str, rec: dict) -> bool:  # False: another replica claimed it since (kept nothing)
-        b = self.book
-        rec = dict(rec)
-        token = rec.pop(CLAIM, "")
-        return bool(await b._cb_record(args=[b.P, job_id, json.dumps(rec), rec["state"],
-                                             repr(rec.get("next_attempt_at") or 0), token]))
-
-
-CLAIM = "_claim"  # a claimed delivery's token, carried with its record to its outcome (never stored in it)
-

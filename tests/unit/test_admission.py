@@ -13,8 +13,9 @@ import pytest
 from PIL import Image
 
 from harness.pdfs import blank_pdf, lying_count_pdf
+from serve_app.http.policies.drain import DrainMeter
 from serve_app.http.policies.cost import (
-    UNKNOWN_PIXELS, Calibration, CostModel, DrainMeter, Size, decide, expected_seconds, image_size, retry_after,
+    UNKNOWN_PIXELS, Calibration, CostModel, Size, decide, expected_seconds, image_size, retry_after,
 )
 from serve_app.http.policies.admission import Admission, Gate, count_lines
 from serve_app.core.engine_config import DocumentLimits

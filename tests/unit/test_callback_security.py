@@ -332,7 +332,8 @@ def test_the_redis_claim_scan_is_not_blocked_by_due_deliveries_to_busy_hosts(red
     the other is claimed in one scan."""
     import redis as syncredis
 
-    from serve_app.jobs.redis_book import RedisJobBook, RedisLedger
+    from serve_app.jobs.book_callbacks import RedisLedger
+    from serve_app.jobs.redis_book import RedisJobBook
 
     prefix = "ocr:{scan}:"
     r = syncredis.Redis.from_url(redis_url)
@@ -389,7 +390,8 @@ def test_redis_a_late_outcome_after_a_reclaim_changes_nothing(redis_url):
     it again; A's late outcome (given up) is refused; B's is kept."""
     import redis as syncredis
 
-    from serve_app.jobs.redis_book import RedisJobBook, RedisLedger
+    from serve_app.jobs.book_callbacks import RedisLedger
+    from serve_app.jobs.redis_book import RedisJobBook
 
     prefix = "ocr:{cas}:"
     r = syncredis.Redis.from_url(redis_url)

@@ -86,8 +86,9 @@ from serve_app.core.errors import DeadlineExceeded, Overloaded, TooLarge
 from serve_app.core.model_sets import DEFAULT_MODEL, SETS
 from serve_app.flow.upload import upload_of
 from serve_app.ocr.decode import check_aspect
+from serve_app.http.policies.drain import DrainMeter
 from serve_app.http.policies.cost import (
-    Size, image_size, CostModel, DrainMeter, Decision, retry_after, expected_seconds, decide, Calibration,
+    Size, image_size, CostModel, Decision, retry_after, expected_seconds, decide, Calibration,
 )
 
 # The client of the request being admitted (the ingress sets it per route:

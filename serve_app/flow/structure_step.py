@@ -1,0 +1,59 @@
+"""The pipeline's structure step (options.structure), after the page's
+lines are read: its layout regions from the layout stage, each table
+region's structure from the table stage (bounded: engine.structure), the
+lines matched into cells and regions (serve_app.structure, off the loop).
+No Ray import."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+
+from serve_app.core.engine_config import StructureOptions
+from serve_app.core.request_context import RequestContext
+from serve_app.core.results import Region, Table, TextLine
+from serve_app.flow.assemble import all_or_none
+from serve_app.structure.layout import LayoutBox
+from serve_app.structure.regions import assemble_regions, assign_lines
+from serve_app.structure.table_match import match_table
+
+
+async def read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, lines: tuple[TextLine, ...],
+                         ctx: RequestContext) -> tuple[Region, ...]:
+    """The page's regions in reading order: its layout, each table
+    region's structure (at most structure.max_tables of them, the
+    largest; concurrently), the lines matched into them."""
+    ctx.check("layout")
+    boxes: list[LayoutBox] = list(await stages.layout(img, ctx=ctx))
+    notes: dict[int, str] = {}
+    if len(boxes) > opts.max_regions:  # a stage of another config: the bound is this pipeline's
+        boxes = sorted(boxes, key=lambda b: -b.score)[: opts.max_regions]
+    h, w = img.shape[:2]
+    tables = [j for j, b in enumerate(boxes) if b.type == "table"]
+    tables.sort(key=lambda j: -(boxes[j].box[2] - boxes[j].box[0]) * (boxes[j].box[3] - boxes[j].box[1]))
+    wanted = []
+    for j in tables:
+        x0, y0, x1, y1 = (int(round(v)) for v in boxes[j].box)
+        x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w, x1), min(h, y1)
+        if len(wanted) >= opts.max_tables:
+            notes[j] = (f"table not recognised: the page has more than {opts.max_tables} table regions "
+                        f"(engine.structure.max_tables); its lines are in this region")
+        elif x1 - x0 < opts.min_table_side or y1 - y0 < opts.min_table_side:
+            notes[j] = (f"table not recognised: {x1 - x0}x{y1 - y0} px is under "
+                        f"engine.structure.min_table_side ({opts.min_table_side} px)")
+        else:
+            wanted.append((j, (x0, y0, x1, y1)))
+    ctx.check("table structure")
+    found = await all_or_none([stages.table(np.ascontiguousarray(img[y0:y1, x0:x1]), ctx=ctx)
+                               for _, (x0, y0, x1, y1) in wanted])
+    assigned = await asyncio.to_thread(assign_lines, boxes, lines)  # off the loop, as the matching below
+    matched: dict[int, Table] = {}
+    for (j, (x0, y0, _, _)), structure in zip(wanted, found):
+        note = None
+        if structure.truncated:
+            note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
+                    f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
+        matched[j] = await asyncio.to_thread(match_table, structure, (x0, y0), [lines[i] for i in assigned[j]], note)
+    return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
