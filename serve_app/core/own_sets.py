@@ -17,7 +17,7 @@ deployment with the file and the problem named, never a user's request."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -145,11 +145,17 @@ class SetLoading(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_loaded: int = Field(
-        2, ge=1, le=16,
-        description="Model sets held at once by a model replica, the default included (it is never unloaded): "
-        "loading another one first unloads the least recently used idle one, its predictors closed and its "
-        "memory returned; with every loaded set busy, the request gets 503 with Retry-After.")
+    memory_mb: Union[int, Literal["auto"]] = Field(
+        "auto",
+        description="MB of memory the further sets (all but the default) may hold at once in a replica that "
+        "loads them in its own process (recognizer.with_pipeline): each set's PSS as measured when it loaded "
+        "(before: the largest measured so far, or 800); loading one that does not fit first unloads the least "
+        "recently used idle ones, their predictors closed and their memory returned. auto: half the machine's "
+        "available memory (MemAvailable) when the replica has loaded its default set.")
+    max_loaded: Optional[int] = Field(
+        None, le=16,
+        description="Also at most this many sets held at once, the default included; None: memory_mb alone "
+        "bounds them. With every loaded set busy, a request for another gets 503 with Retry-After.")
     load_wait_s: float = Field(
         15.0, ge=0, le=600,
         description="seconds a request for a set that is not loaded waits for its load (started by that request, "
@@ -157,10 +163,27 @@ class SetLoading(BaseModel):
         "load's expected remaining time, and the load goes on for the retry.")
     min_resident_s: float = Field(
         120.0, ge=0,
-        description="seconds a loaded set is held at least before it may be unloaded for another: a client "
-        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica (each "
-        "is seconds of CPU the other requests share), and gets 503 with Retry-After meanwhile.")
+        description="seconds after a load before a load that must unload another set may start: a client "
+        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica once "
+        "they do not all fit (each is seconds of CPU the other requests share), and gets 503 with Retry-After "
+        "meanwhile; sets that fit are loaded at once.")
     retry_failed_s: float = Field(
-        60.0, ge=0,
+        60.0, ge=1,
         description="seconds after a failed load (the reason in the replica's log) before a request may try "
         "loading that set again; until then its requests get 503 with this Retry-After.")
+
+    @field_validator("max_loaded")
+    @classmethod
+    def _room_for_another(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v < 2:
+            raise ValueError(f"set_loading.max_loaded {v} holds the default set alone: every request for another "
+                             "set would be refused; set 2 or more, or leave it out (memory_mb bounds the sets)")
+        return v
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _some_memory(cls, v: Union[int, str]) -> Union[int, str]:
+        if isinstance(v, int) and v < 100:
+            raise ValueError(f"set_loading.memory_mb {v} is less than one model set needs (a few hundred MB); "
+                             "give 100 or more, or auto (half the memory available at start)")
+        return v

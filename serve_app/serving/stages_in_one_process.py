@@ -145,8 +145,8 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         catalogued set's (default: engine's alone), the default first. The
         default set's detector and recogniser, and the classifier (shared by
         every set), are built and warmed here, before the replica is ready;
-        each other set's on its first request, at most loading.max_loaded
-        at once (serve_app/serving/set_cache.py)."""
+        each other set's on its first request, within loading.memory_mb
+        (serve_app/serving/set_cache.py)."""
         t0 = time.perf_counter()
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here
