@@ -23,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from serve_app.core.model_sets import SETS, Cost, Dictionary, ModelSet
 
+# A dictionary's bounds (its classes are the recogniser's output width, and each is decoded per time step).
+MAX_DICT_CLASSES = 50_000
+MAX_DICT_BYTES = 1 << 20
+
 
 class OwnModelSet(BaseModel):
     """One of a user's own model sets."""
@@ -40,7 +44,9 @@ class OwnModelSet(BaseModel):
         description="The recogniser's dictionary (one character per line); its size plus the CTC blank (and the "
         "space with rec.use_space_char) must equal the recogniser's output classes.")
     cls_model: Optional[str] = Field(
-        None, description="The direction classifier's folder; None: the shipped ch_ppocr_mobile_v2.0_cls.")
+        None, description="Not supported: every set of an application shares the shipped direction classifier "
+        "(ch_ppocr_mobile_v2.0_cls: one predictor and its warmed shapes, a crop's 0/180 judged from its pixels "
+        "alone); a declaration naming one is refused.")
     languages: list[str] = Field([], description="ISO 639-1 codes of what it reads, for GET /v1/models.")
     det: dict[str, Any] = Field(
         {},
@@ -50,6 +56,18 @@ class OwnModelSet(BaseModel):
         {},
         description="The recogniser's values (engine.rec fields: image_height, use_space_char, ...), laid over the "
         "engine's.")
+    predictor: dict[str, Any] = Field(
+        {},
+        description="Predictor options its files need (engine.predictor fields), laid over the engine's: files "
+        "exported by Paddle 3 (inference.json, as the v6 sets') need enable_memory_optim: false.")
+
+    @field_validator("cls_model")
+    @classmethod
+    def _no_own_classifier(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            raise ValueError(f"cls_model {v!r}: an own set cannot bring its own direction classifier; every set of "
+                             "an application shares the shipped ch_ppocr_mobile_v2.0_cls (remove cls_model)")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -61,15 +79,15 @@ class OwnModelSet(BaseModel):
     def engine_fields(self) -> dict[str, Any]:
         """What serve_app.core.engine_config.for_model lays over the base config."""
         files = {"det_model": self.det_model, "rec_model": self.rec_model, "rec_dict": self.rec_dict}
-        if self.cls_model:
-            files["cls_model"] = self.cls_model
-        return {**files, **({"det": dict(self.det)} if self.det else {}), **({"rec": dict(self.rec)} if self.rec else {})}
+        return {**files, **{k: dict(v) for k, v in (("det", self.det), ("rec", self.rec), ("predictor", self.predictor))
+                            if v}}
 
     def model_set(self) -> ModelSet:
-        """As GET /v1/models describes it (no counted costs: admission prices it as the default set)."""
+        """As GET /v1/models describes it (no counted costs: admission prices it as the default set); its
+        folders and dictionary by their names only, never the server's paths."""
         return ModelSet(
-            name=self.name, title=self.title or self.name, det=self.det_model,
-            cls=self.cls_model or SETS["ppocrv4_mobile"].cls, rec=self.rec_model,
+            name=self.name, title=self.title or self.name, det=Path(self.det_model).name,
+            cls=SETS["ppocrv4_mobile"].cls, rec=Path(self.rec_model).name,
             dictionary=Dictionary(Path(self.rec_dict).name, dictionary_size(Path(self.rec_dict))),
             languages=tuple(self.languages), cost=Cost(None, None, None), own=True)
 
@@ -114,9 +132,7 @@ def dictionary_size(path: Path) -> int:
 def check_files(own: OwnModelSet) -> None:
     """What can be checked without Paddle: ValueError naming the set, the file and the problem."""
     where = f"own model set {own.name!r}"
-    for stage, folder in (("det", own.det_model), ("rec", own.rec_model), ("cls", own.cls_model)):
-        if folder is None:
-            continue
+    for stage, folder in (("det", own.det_model), ("rec", own.rec_model)):
         d = Path(folder).expanduser()
         if not d.is_dir():
             raise ValueError(f"{where}: {stage}_model {d} is not a folder (PaddleOCR's export_model writes one)")
@@ -131,12 +147,19 @@ def check_files(own: OwnModelSet) -> None:
     p = Path(own.rec_dict).expanduser()
     if not p.is_file():
         raise ValueError(f"{where}: rec_dict {p} is not a file (one character per line)")
+    if p.stat().st_size > MAX_DICT_BYTES:
+        raise ValueError(f"{where}: rec_dict {p} has {p.stat().st_size} bytes, more than a dictionary of "
+                         f"{MAX_DICT_CLASSES} characters needs ({MAX_DICT_BYTES}): is it the recogniser's dictionary?")
     try:
         p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{where}: rec_dict {p} is not UTF-8 text ({e})") from None
-    if dictionary_size(p) == 0:
+    size = dictionary_size(p)
+    if size == 0:
         raise ValueError(f"{where}: rec_dict {p} is empty")
+    if size > MAX_DICT_CLASSES:
+        raise ValueError(f"{where}: rec_dict {p} has {size} lines, more than {MAX_DICT_CLASSES} (the largest "
+                         "PP-OCR dictionary has 18,708): one character per line")
 
 
 class SetLoading(BaseModel):

@@ -7,6 +7,8 @@ Paddle: tests/integration/test_own_sets_check.py.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pydantic
 import pytest
 
@@ -57,6 +59,20 @@ def test_get_v1_models_describes_it(declared):
     assert mine["name"] == "invoices_v2" and mine["own"] is True and mine["default"] is False
     assert mine["title"] == "Invoices (fine-tuned)" and mine["languages"] == ["de"]
     assert mine["dictionary"] == {"file": "dict.txt", "classes": 3}
+    # its folders by their names: the server's paths are not shown to a client
+    assert mine["models"] == {"det": "det", "cls": "ch_ppocr_mobile_v2.0_cls_infer", "rec": "rec"}
+    assert str(Path(declared["det_model"]).parent) not in repr(mine)
+
+
+def test_an_own_set_gives_its_predictor_options_and_the_default_sets_are_not_carried_over(declared):
+    """The v6 family's files need enable_memory_optim false; an own set exported the same way says so
+    in its declaration. Without it, the default set's (ppocrv6_small's) own predictor options are not
+    laid on it as if the user had set them."""
+    plain = AppArgs.model_validate({"own_models": [declared]}).engines()["invoices_v2"]
+    assert plain.predictor.enable_memory_optim is True
+    mine = AppArgs.model_validate({"own_models": [{**declared, "predictor": {"enable_memory_optim": False}}]})
+    assert mine.engines()["invoices_v2"].predictor.enable_memory_optim is False
+    assert mine.engines()["ppocrv6_small"].predictor.enable_memory_optim is False  # small's own, as before
 
 
 @pytest.mark.parametrize("breakage,says", [
@@ -67,7 +83,12 @@ def test_get_v1_models_describes_it(declared):
     (lambda d, tmp: d.update(rec_dict=str(tmp / "missing.txt")), "rec_dict .*missing.txt is not a file"),
     (lambda d, tmp: (tmp / "dict.txt").write_bytes(b""), "rec_dict .*dict.txt is empty"),
     (lambda d, tmp: (tmp / "dict.txt").write_bytes(b"\xff\xfe\x00a"), "rec_dict .*dict.txt is not UTF-8"),
-    (lambda d, tmp: d.update(cls_model=str(tmp / "nocls")), "cls_model .*nocls is not a folder"),
+    (lambda d, tmp: d.update(cls_model=str(tmp / "det")), "cls_model .*cannot bring its own direction classifier"),
+    (lambda d, tmp: (tmp / "dict.txt").write_text("x\n" * 50_001), r"rec_dict .*dict.txt has 50001 lines, more than 50000"),
+    (lambda d, tmp: (tmp / "dict.txt").write_bytes(b"x" * (1 << 20) + b"\n"), r"rec_dict .*dict.txt has 1048577 bytes"),
+    (lambda d, tmp: d.update(rec={"image_height": 100_000}), r"rec.image_height\s+Input should be less than or equal to 128"),
+    (lambda d, tmp: d.update(rec={"image_width": 1 << 20}), r"rec.image_width\s+Input should be less than or equal to 4096"),
+    (lambda d, tmp: d.update(predictor={"enable_memory_optimisation": False}), r"predictor.enable_memory_optimisation"),
     (lambda d, tmp: d.update(name="ppocrv4_mobile"), "is a built-in set's"),
     (lambda d, tmp: d.update(name="../etc"), "String should match pattern"),
     (lambda d, tmp: d.update(det={"thresh": 7}), r"det.thresh\s+Input should be less than 1"),
