@@ -11,7 +11,7 @@ checked without Paddle is checked when the application is built (files
 present and not empty, the dictionary readable, the name free); the
 recogniser's output classes against the dictionary and one inference on a
 blank input are checked at start too, in a child process
-(serve_app.inference.set_check), so a bad declaration fails the
+(serve_app.serving.set_check), so a bad declaration fails the
 deployment with the file and the problem named, never a user's request."""
 
 from __future__ import annotations

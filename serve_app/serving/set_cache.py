@@ -46,7 +46,7 @@ from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, Optional
 
-from serve_app.core.errors import ModelLoading, ModelUnavailable
+from serve_app.core.errors import ConfigError, ModelLoading, ModelUnavailable
 from serve_app.core.own_sets import SetLoading
 
 log = logging.getLogger("ray.serve")
@@ -91,6 +91,18 @@ def budget_mb(loading: SetLoading, available: Callable[[], float] = available_mb
         return float(loading.memory_mb)
     free = available()
     return FIRST_LOAD_GUESS_MB if math.isnan(free) else max(FIRST_LOAD_GUESS_MB / 2, free / 2)
+
+
+def one_replica(num_replicas: Optional[int], max_replicas: Optional[int]) -> None:
+    """The one-process profile runs one replica: each would load its own copies of the sets and a
+    request for a set could reach a replica without it. ConfigError naming the per-stage profile."""
+    n = max(num_replicas or 1, max_replicas or 1)
+    if n > 1:
+        raise ConfigError(
+            f"OcrPipeline with recognizer.with_pipeline holds the models in one replica; {n} replicas (num_replicas "
+            "or autoscaling max_replicas) would each load their own model sets, and a request for a set could reach "
+            "one without it: set num_replicas: 1, or serve more replicas with the per-stage profile "
+            "(deployments.yaml, `serve run deployments.yaml`), whose stages scale on their own")
 
 
 class SetCache:
@@ -277,6 +289,17 @@ class SetCache:
         self._executor.shutdown(wait=False)
 
 
+def stage_states(deployments: list[Any]) -> str:
+    """One set's stages' Serve statuses (DeploymentStatusOverview: status, message, replica_states) as one state."""
+    running = [d.replica_states.get("RUNNING", 0) > 0 for d in deployments]
+    if deployments and all(running):
+        return "running"
+    if any(not up and (str(d.status).endswith("DEPLOY_FAILED") or "failed to start" in (d.message or ""))
+           for d, up in zip(deployments, running)):
+        return "failed"
+    return "stopped"
+
+
 class DeploymentSets:
     """The per-stage profile's catalogue (deployments.yaml): each further
     set's detector and recogniser are deployments of their own
@@ -288,24 +311,30 @@ class DeploymentSets:
     first request for a set makes that call (its stages' `ready`, which a
     replica answers once warmed) and waits for it up to load_wait_s, then
     503 (ModelLoading) with the remaining time, as SetCache does; other
-    requests for the set join the same wait. `running()`: set -> whether
-    both its stages have a running replica (Serve's status, read on a
-    thread, at most once a second: /readyz and the stats page list a set's
-    stages a second or two after Serve runs them)."""
+    requests for the set join the same wait. `running()`: set -> "running"
+    (both its stages have a running replica), "failed" (a stage's replica
+    failed to start and none runs) or anything else (Serve's status, read
+    on a thread, at most once a second: /readyz and the stats page list a
+    set's stages a second or two after Serve runs them). A failed set is
+    shown `failed` and its requests, waiting ones included, get 503
+    (ModelUnavailable) with Retry-After retry_failed_s at once (Serve's
+    status is read again each second of a wait); the default is never
+    called on its account."""
 
-    def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, bool]],
+    def __init__(self, catalogue: tuple[str, ...], probe: Callable[[str], Any], running: Callable[[], dict[str, str]],
                  loading: SetLoading = SetLoading(), clock: Callable[[], float] = time.monotonic):
         self.catalogue = tuple(catalogue)
         self.default = self.catalogue[0]
         self.loading_args = loading
         self._probe, self._running, self._clock = probe, running, clock
-        self._seen: dict[str, bool] = {}
+        self._seen: dict[str, str] = {}
         self._seen_at = -1e9
         self._loads: dict[str, tuple[float, asyncio.Future]] = {}
         self._answered: dict[str, float] = {}  # set -> when its stages last answered a start
         self.load_s: dict[str, float] = {}
+        self.poll_s = 1.0  # a wait reads Serve's status again this often
 
-    async def refresh(self) -> dict[str, bool]:
+    async def refresh(self) -> dict[str, str]:
         if len(self.catalogue) > 1 and self._clock() - self._seen_at >= 1.0:  # else: no status to read
             self._seen_at = self._clock()
             try:
@@ -317,42 +346,68 @@ class DeploymentSets:
             # answered within the last ANSWERED_S is loaded whatever the status says yet.
             for name, at in self._answered.items():
                 if self._clock() - at < ANSWERED_S:
-                    seen[name] = True
+                    seen[name] = "running"
             self._seen = seen
         return self._seen
 
     def loaded(self, name: str) -> bool:
-        return name == self.default or bool(self._seen.get(name))
+        return name == self.default or self._seen.get(name) == "running"
+
+    def failed(self, name: str) -> bool:
+        return name != self.default and self._seen.get(name) == "failed"
+
+    def state(self, name: str) -> str:
+        if self.loaded(name):
+            return "loaded"
+        return "failed" if self.failed(name) else "loading" if name in self._loads else "not loaded"
 
     async def states(self) -> dict[str, dict[str, Any]]:
         await self.refresh()
-        return {name: {"state": "loaded" if self.loaded(name) else "loading" if name in self._loads else "not loaded",
-                       "load_s": round(self.load_s[name], 2) if name in self.load_s else None}
+        return {name: {"state": self.state(name), "load_s": round(self.load_s[name], 2) if name in self.load_s else None}
                 for name in self.catalogue}
+
+    def _unavailable(self, name: str) -> ModelUnavailable:
+        return ModelUnavailable(f"model set {name!r} could not be started (a replica of its stages failed to start: "
+                                f"the service's log and `serve status` have why); use the default set {self.default!r}",
+                                retry_after_s=max(1, math.ceil(self.loading_args.retry_failed_s)))
 
     async def wait_loaded(self, name: str) -> None:
         """Return once `name`'s stages run (at once for the default or a running set); ModelLoading past load_wait_s."""
         if name == self.default:
             return
         await self.refresh()
-        if self.loaded(name) and name not in self._loads:
+        if self.loaded(name):  # its stages run (a start still waited for by others is theirs to end)
             return
+        if self.failed(name):
+            raise self._unavailable(name)
         if name not in self._loads:
             started = self._clock()
             future = asyncio.ensure_future(self._probe(name))
             self._loads[name] = (started, future)
             future.add_done_callback(lambda f: self._loaded(name, started, f))
         started, future = self._loads[name]
+        waited = 0.0
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.loading_args.load_wait_s)
+            while True:  # in steps of a second: Serve's status may say the start failed meanwhile
+                step = min(self.poll_s, self.loading_args.load_wait_s - waited)
+                try:
+                    await asyncio.wait_for(asyncio.shield(future), max(0.0, step))
+                    break
+                except asyncio.TimeoutError:
+                    waited += step
+                    await self.refresh()
+                    if self.failed(name):
+                        raise self._unavailable(name) from None
+                    if waited >= self.loading_args.load_wait_s:
+                        raise
         except asyncio.TimeoutError:
             left = max(1.0, self.load_s.get(name, FIRST_LOAD_GUESS_S) - (self._clock() - started))
             raise ModelLoading(f"model set {name!r} is starting (its first request, or it was scaled to zero); "
                                f"retry after {math.ceil(left)} s", retry_after_s=max(1, math.ceil(left))) from None
+        except ModelUnavailable:
+            raise
         except Exception as e:
-            raise ModelUnavailable(f"model set {name!r} could not be started (the service's log has why); use the "
-                                   f"default set {self.default!r}", retry_after_s=int(self.loading_args.retry_failed_s) or 1
-                                   ) from e
+            raise self._unavailable(name) from e
 
     def _loaded(self, name: str, started: float, future: asyncio.Future) -> None:
         self._loads.pop(name, None)
@@ -361,6 +416,6 @@ class DeploymentSets:
                 log.error("model set %s could not be started: %s", name, future.exception())
             return
         self.load_s[name] = self._clock() - started
-        self._seen[name] = True
+        self._seen[name] = "running"
         self._answered[name] = self._clock()
         log.info("model set %s: its stages answered after %.1f s", name, self.load_s[name])

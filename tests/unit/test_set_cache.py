@@ -226,6 +226,66 @@ def test_per_stage_sets_start_on_their_first_request_and_503_past_load_wait():
     asyncio.run(main())
 
 
+def test_a_per_stage_set_whose_replica_cannot_start_is_failed_and_answered_503_at_once():
+    """deployments.yaml: a further set's replica fails to start (Serve's status says so, none runs).
+    A request waiting for its start is answered 503 model_unavailable with Retry-After as soon as the
+    status says so, not after load_wait_s; later requests at once, without a wait or another start;
+    /v1/models shows it failed; the default is never held up. Once a replica runs, it is loaded."""
+    from serve_app.serving.set_cache import DeploymentSets
+
+    clock = Clock()
+    up = {"v4": "stopped", "tiny": "stopped"}
+    started: list[str] = []
+
+    async def main():
+        never = asyncio.Event()
+
+        async def probe(name: str) -> None:  # a call queued at a deployment whose replica never starts
+            started.append(name)
+            await never.wait()
+
+        def running() -> dict:
+            clock.t += 1  # each read a second later (load_wait_s is 600: only the status can end the wait)
+            return dict(up)
+
+        sets = DeploymentSets(CATALOGUE, probe, running, SetLoading(load_wait_s=600, retry_failed_s=30), clock=clock)
+        sets.poll_s = 0.01
+        waiting = asyncio.ensure_future(sets.wait_loaded("v4"))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and (await sets.states())["v4"]["state"] == "loading"
+        up["v4"] = "failed"
+        with pytest.raises(ModelUnavailable) as e:
+            await asyncio.wait_for(waiting, 60)  # answered at the next status read, not after 600 s
+        assert e.value.status == 503 and e.value.code == "model_unavailable" and e.value.retry_after_s == 30
+        assert "could not be started" in e.value.message and "'small'" in e.value.message
+        with pytest.raises(ModelUnavailable):
+            await asyncio.wait_for(sets.wait_loaded("v4"), 1)  # at once
+        assert (await sets.states())["v4"]["state"] == "failed" and started == ["v4"]
+        await sets.wait_loaded("small")
+        assert (await sets.states())["tiny"]["state"] == "not loaded"
+        up["v4"] = "running"
+        clock.t += 1
+        await sets.wait_loaded("v4")
+        assert (await sets.states())["v4"]["state"] == "loaded"
+
+    asyncio.run(main())
+
+
+def test_serves_status_of_a_sets_stages_is_read_as_running_failed_or_stopped():
+    from types import SimpleNamespace as D
+
+    from serve_app.serving.set_cache import stage_states
+
+    up = D(status="HEALTHY", message="", replica_states={"RUNNING": 1})
+    starting = D(status="UPSCALING", message="", replica_states={"STARTING": 1})
+    retrying = D(status="UPSCALING", message="A replica failed to start with exception. Retrying 2 more time(s).",
+                 replica_states={"STARTING": 1})
+    gave_up = D(status="DEPLOY_FAILED", message="The deployment failed to start 3 times in a row.", replica_states={})
+    assert stage_states([up, up]) == "running"
+    assert stage_states([up, starting]) == "stopped" and stage_states([]) == "stopped"
+    assert stage_states([up, retrying]) == "failed" and stage_states([gave_up, up]) == "failed"
+
+
 def test_a_client_naming_the_sets_in_turn_makes_at_most_one_load_per_min_resident_s():
     """The hostile case: v4, tiny, v4, tiny ... once a second for ten minutes, the two not fitting
     memory_mb together: each request would be a load (seconds of CPU every other request shares). A
@@ -360,7 +420,7 @@ def test_the_per_stage_sets_read_serves_status_at_most_once_a_second_and_never_f
     from serve_app.serving.set_cache import DeploymentSets
 
     clock = Clock()
-    up = {"v4": False}
+    up = {"v4": "stopped"}
     reads = []
 
     def running() -> dict:
@@ -369,12 +429,12 @@ def test_the_per_stage_sets_read_serves_status_at_most_once_a_second_and_never_f
 
     async def main():
         sets = DeploymentSets(CATALOGUE, lambda name: asyncio.sleep(0), running, clock=clock)
-        assert await sets.refresh() == {"v4": False}
-        up["v4"] = True
+        assert await sets.refresh() == {"v4": "stopped"}
+        up["v4"] = "running"
         clock.t += 0.5
-        assert await sets.refresh() == {"v4": False} and not sets.loaded("v4")  # within the second: as read
+        assert await sets.refresh() == {"v4": "stopped"} and not sets.loaded("v4")  # within the second: as read
         clock.t += 0.5
-        assert await sets.refresh() == {"v4": True} and sets.loaded("v4")
+        assert await sets.refresh() == {"v4": "running"} and sets.loaded("v4")
         assert reads == [1000.0, 1001.0]
 
         def unread() -> dict:
@@ -384,3 +444,18 @@ def test_the_per_stage_sets_read_serves_status_at_most_once_a_second_and_never_f
         assert await alone.refresh() == {} and alone.loaded(CATALOGUE[0])
 
     asyncio.run(main())
+
+
+def test_the_one_process_profile_refuses_more_than_one_replica_naming_the_per_stage_profile():
+    """Each replica of the light profile's OcrPipeline would load its own copies of the sets, and a
+    request for a set could reach a replica without it: refused where the replica starts."""
+    from serve_app.core.errors import ConfigError
+    from serve_app.serving.set_cache import one_replica
+
+    one_replica(1, None)
+    one_replica(None, None)  # outside Serve
+    one_replica(1, 1)
+    for n, most in ((2, None), (1, 3)):
+        with pytest.raises(ConfigError) as e:
+            one_replica(n, most)
+        assert "deployments.yaml" in e.value.message and "num_replicas: 1" in e.value.message
