@@ -28,6 +28,24 @@ MAX_DICT_CLASSES = 50_000
 MAX_DICT_BYTES = 1 << 20
 
 
+# A complete declaration, every field (README.md and docs/configuration.md show it; tests load it): a
+# fine-tuned PP-OCRv4-architecture pair, in the application's `args:` of either profile.
+OWN_MODELS_EXAMPLE = """\
+models: [ppocrv6_small, invoices]        # the catalogue; an own set not listed is added last
+own_models:
+  - name: invoices                       # what a request names: "options": {"model": "invoices"}
+    title: Invoices (fine-tuned PP-OCRv4)
+    det_model: ~/models/invoices/det     # PaddleOCR export_model folders
+    rec_model: ~/models/invoices/rec
+    rec_dict: ~/models/invoices/keys.txt # one character per line, as trained
+    languages: [en, de]
+    det: {mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5], thresh: 0.3, box_thresh: 0.6, unclip_ratio: 1.6}
+    rec: {image_height: 48, use_space_char: true}
+    predictor: {enable_memory_optim: true}  # false for Paddle 3 exports (inference.json)
+    # cls_model: refused (every set shares the shipped direction classifier)
+"""
+
+
 class OwnModelSet(BaseModel):
     """One of a user's own model sets."""
 

@@ -81,3 +81,19 @@ def test_a_detector_file_that_is_not_a_model_is_refused(files):
     with pytest.raises(ConfigError) as e:
         check_own_sets(AppArgs.model_validate({"own_models": [declared(files, det_model=str(junk))]}))
     assert "own model set 'my_v4' refused" in str(e.value) and "junk_det" in str(e.value)
+
+
+def test_the_documented_example_passes_with_a_fine_tuned_v4_pairs_files_in_place(tmp_path, monkeypatch):
+    """docs/configuration.md's complete declaration (serve_app.core.own_sets.OWN_MODELS_EXAMPLE), its
+    folders holding a PP-OCRv4 pair as a user's export would: checked with Paddle as at start."""
+    import yaml
+
+    from serve_app.core.own_sets import OWN_MODELS_EXAMPLE
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # the example's ~/models/invoices/...
+    home = tmp_path / "models" / "invoices"
+    home.mkdir(parents=True)
+    shutil.copytree(weights.default_stage_dir("det"), home / "det")
+    shutil.copytree(weights.default_stage_dir("rec"), home / "rec")
+    shutil.copy(weights.dictionary_path(), home / "keys.txt")
+    check_own_sets(AppArgs.model_validate(yaml.safe_load(OWN_MODELS_EXAMPLE)))

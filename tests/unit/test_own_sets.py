@@ -107,3 +107,32 @@ def test_a_name_declared_twice_or_listed_but_not_declared_is_refused(declared):
         AppArgs.model_validate({"own_models": [declared, declared]})
     with pytest.raises(pydantic.ValidationError, match="unknown model set.*'mine'.*declared under own_models"):
         AppArgs.model_validate({"models": ["ppocrv6_small", "mine"]})
+
+
+def test_the_readme_and_configuration_md_declare_a_complete_own_set_that_loads(tmp_path, monkeypatch):
+    """docs/configuration.md shows serve_app.core.own_sets.OWN_MODELS_EXAMPLE, README.md one in short;
+    each names every field a declaration may give (cls_model, refused, only in a comment) and is read
+    as an application's args with its files in place (the Paddle check of the example:
+    tests/integration/test_own_sets_check.py)."""
+    import yaml
+
+    from harness.readme_blocks import blocks
+    from serve_app.core.own_sets import OWN_MODELS_EXAMPLE, OwnModelSet
+
+    repo = Path(__file__).resolve().parents[2]
+    assert f"```yaml\n{OWN_MODELS_EXAMPLE}```" in (repo / "docs" / "configuration.md").read_text()
+    (readme,) = [b.text for b in blocks(repo / "README.md") if b.lang == "yaml" and "own_models:" in b.text]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for example, where in ((OWN_MODELS_EXAMPLE, "models/invoices"), (readme, "inv")):
+        args = yaml.safe_load(example)
+        (given,) = args["own_models"]
+        assert set(OwnModelSet.model_fields) - set(given) == {"cls_model"}, example
+        home = tmp_path / where
+        home.mkdir(parents=True)
+        folder(home, "det"), folder(home, "rec")
+        (home / "keys.txt").write_text("a\nb\n", encoding="utf-8")
+        a = AppArgs.model_validate(args)
+        assert a.models[-1] == given["name"] == "invoices"
+        mine = a.engines()["invoices"]
+        assert mine.det.mean == (0.5, 0.5, 0.5) and mine.rec.image_height == 48
+        assert mine.predictor.enable_memory_optim is True and mine.det_model == given["det_model"]
