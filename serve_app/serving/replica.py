@@ -105,8 +105,7 @@ class ModelReplica:
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
-              knobs: BatchKnobs, int8_inputs: Optional[Callable] = None,
-              model: str = "ppocrv4_mobile") -> "ModelReplica":
+              knobs: BatchKnobs, int8_inputs: Optional[Callable], model: str) -> "ModelReplica":
         """In a Serve replica: the Paddle predictor, pinned and sized for
         where Ray placed this replica, with Prometheus metrics. int8_inputs:
         the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs)."""
