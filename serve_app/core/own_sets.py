@@ -193,10 +193,10 @@ class SetLoading(BaseModel):
         "(before: the largest measured so far, or 800); loading one that does not fit first unloads the least "
         "recently used idle ones, their predictors closed and their memory returned. auto: half the machine's "
         "available memory (MemAvailable) when the replica has loaded its default set.")
-    max_loaded: Optional[int] = Field(
-        None, le=16,
-        description="Also at most this many sets held at once, the default included; None: memory_mb alone "
-        "bounds them. With every loaded set busy, a request for another gets 503 with Retry-After.")
+    max_loaded: int = Field(
+        16, le=16,
+        description="Also at most this many sets held at once, the default included (memory_mb bounds them "
+        "first). With every loaded set busy, a request for another gets 503 with Retry-After.")
     load_wait_s: float = Field(
         15.0, ge=0, le=600,
         description="seconds a request for a set that is not loaded waits for its load (started by that request, "
@@ -215,8 +215,8 @@ class SetLoading(BaseModel):
 
     @field_validator("max_loaded")
     @classmethod
-    def _room_for_another(cls, v: Optional[int]) -> Optional[int]:
-        if v is not None and v < 2:
+    def _room_for_another(cls, v: int) -> int:
+        if v < 2:
             raise ValueError(f"set_loading.max_loaded {v} holds the default set alone: every request for another "
                              "set would be refused; set 2 or more, or leave it out (memory_mb bounds the sets)")
         return v

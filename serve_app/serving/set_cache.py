@@ -231,14 +231,14 @@ class SetCache:
 
         def fits(gone: list[str]) -> bool:
             kept = [n for n in further if n not in gone]
-            return ((args.max_loaded is None or len(kept) + 2 <= args.max_loaded)
+            return (len(kept) + 2 <= args.max_loaded
                     and sum(self.mb.get(n, 0.0) for n in kept) + need <= budget)
 
         k = next((k for k in range(len(idle) + 1) if fits(idle[:k])), None)
         if k == 0:
             return []
         what = (f"{len(self.loaded)} model sets are loaded ({self.held_mb():.0f} MB of set_loading.memory_mb "
-                f"{budget:.0f} for the further ones{'' if args.max_loaded is None else f', max_loaded {args.max_loaded}'})")
+                f"{budget:.0f} for the further ones, max_loaded {args.max_loaded})")
         if k is None:
             raise ModelLoading(f"{what} and in use; retry shortly", retry_after_s=5)
         victims = idle[:k]
@@ -313,7 +313,8 @@ class DeploymentSets:
     503 (ModelLoading) with the remaining time, as SetCache does; other
     requests for the set join the same wait. `running()`: set -> "running"
     (both its stages have a running replica), "failed" (a stage's replica
-    failed to start and none runs) or anything else (Serve's status, read
+    failed to start and none runs) or anything else (True / False: running
+    or not; Serve's status, read
     on a thread, at most once a second: /readyz and the stats page list a
     set's stages a second or two after Serve runs them). A failed set is
     shown `failed` and its requests, waiting ones included, get 503
@@ -338,7 +339,8 @@ class DeploymentSets:
         if len(self.catalogue) > 1 and self._clock() - self._seen_at >= 1.0:  # else: no status to read
             self._seen_at = self._clock()
             try:
-                seen = await asyncio.to_thread(self._running)
+                seen = {k: "running" if v is True else "stopped" if v is False else v  # True/False: up or not
+                        for k, v in (await asyncio.to_thread(self._running)).items()}
             except Exception as e:  # Serve's status unreadable: nothing is known to be up
                 log.warning("model sets: Serve's status could not be read: %s", e)
                 seen = {}

@@ -459,3 +459,15 @@ def test_the_one_process_profile_refuses_more_than_one_replica_naming_the_per_st
         with pytest.raises(ConfigError) as e:
             one_replica(n, most)
         assert "deployments.yaml" in e.value.message and "num_replicas: 1" in e.value.message
+
+
+def test_a_running_callable_may_answer_true_or_false_as_well():
+    """Other on-demand users of the seam (a stage pair of their own) may say only up or not."""
+    from serve_app.serving.set_cache import DeploymentSets
+
+    async def main():
+        sets = DeploymentSets(CATALOGUE, lambda name: asyncio.sleep(0), lambda: {"v4": True, "tiny": False})
+        assert await sets.refresh() == {"v4": "running", "tiny": "stopped"}
+        assert sets.loaded("v4") and not sets.loaded("tiny") and not sets.failed("tiny")
+
+    asyncio.run(main())
