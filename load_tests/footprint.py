@@ -200,8 +200,9 @@ def table(engine: dict, runs: list[dict]) -> str:
         ("s waited after the first request for them (the one-client pass starts after)",
          [_f(r.get("shapes_built_s"), 1) for r in runs]),
         ("img/s at 8 clients", [_f(r["rate_8"], 2) for r in runs]),
-        *((f"set {name}: first request s (its load) / PSS MB added", [
+        *((f"set {name}: first request s (its load) / PSS MB added / the service's own measure (GET /v1/models mb)", [
             f"{_f(r['sets'][name]['first_s'], 1)} / {_f(r['sets'][name]['added_mb'], plus=True)}"
+            f" / {_f(r['sets'][name].get('service_mb'))}"
             + ("" if r["sets"][name]["status"] == 200 else f" ({r['sets'][name]['status']})")
             if name in r.get("sets", {}) else "-" for r in runs])
           for name in dict.fromkeys(n for r in runs for n in r.get("sets", {}))),
@@ -557,7 +558,8 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
     """Each catalogued set other than the default (GET /v1/models), in
     turn: seconds from its first request to its 200 (its load, following
     503 + Retry-After), and the service's PSS after it over the PSS before
-    (both after IDLE_S idle)."""
+    (both after IDLE_S idle); then each one's state and the PSS its load
+    added as the service measured it (GET /v1/models)."""
     import base64
 
     import requests
@@ -580,6 +582,8 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
         time.sleep(IDLE_S)
         out[m["name"]] = {"first_s": first_s, "status": status,
                           "added_mb": sum(p["pss"] for p in svc.processes()) - before}
+    for m in requests.get(f"{svc.url}/v1/models", timeout=30).json()["models"][1:]:
+        out[m["name"]].update(service_mb=m.get("mb"), state=m.get("state"))  # loaded, all: none unloaded
     return out
 
 

@@ -1,4 +1,4 @@
-"""OCR on Ray Serve with Paddle Inference (PP-OCRv4).
+"""OCR on Ray Serve with Paddle Inference (PP-OCRv6 small by default; other sets on request).
 
 The package is in rooms by role. LAYERS is their order, bottom to top: a
 module imports only from its own room or a room below it

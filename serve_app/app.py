@@ -15,6 +15,7 @@ from typing import Optional
 from serve_app.core.engine_config import EngineConfig, PredictorOptions
 from serve_app.core.errors import ConfigError
 from serve_app.core.app_args import AppArgs, IngressArgs, ModelArgs
+from serve_app.core.model_sets import SETS
 
 
 def check_token_present(ingress: IngressArgs, environ=os.environ) -> None:
@@ -54,6 +55,21 @@ def with_shape_ranges(stage: str, args: ModelArgs, engine: EngineConfig) -> Mode
     return args.model_copy(update={"predictor": opts.model_copy(update={"tensorrt": trt})})
 
 
+# A user's own further set in the per-stage profile: its stages at zero
+# replicas until its first request, as deployments.yaml's blocks make the
+# built-in further sets (the Serve config has no block for a name it cannot
+# know; one written there for TextDetector_{set} / TextRecognizer_{set}
+# replaces these).
+ON_DEMAND = {
+    "TextDetector": {"autoscaling_config": {"min_replicas": 0, "initial_replicas": 0, "max_replicas": 1,
+                                            "upscale_delay_s": 0, "downscale_delay_s": 600},
+                     "max_ongoing_requests": 64, "ray_actor_options": {"num_cpus": 0.1}},
+    "TextRecognizer": {"autoscaling_config": {"min_replicas": 0, "initial_replicas": 0, "max_replicas": 1,
+                                              "upscale_delay_s": 0, "downscale_delay_s": 600},
+                       "max_ongoing_requests": 32, "ray_actor_options": {"num_cpus": 0.1}},
+}
+
+
 def build_app(args: Optional[dict] = None):
     from serve_app.serving.deployments import (
         DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
@@ -65,7 +81,7 @@ def build_app(args: Optional[dict] = None):
     a = AppArgs.model_validate(args or {})
     check_token_present(a.ingress)
     if a.own_models:  # a user's own sets: each recogniser against its dictionary, one blank inference each
-        from serve_app.inference.set_check import check_own_sets
+        from serve_app.serving.set_check import check_own_sets
 
         check_own_sets(a)
     engines = a.engines()  # each served model set's config, the default first
@@ -81,11 +97,14 @@ def build_app(args: Optional[dict] = None):
                                            engines, a.set_loading, with_shape_ranges("layout", a.layout, engine),
                                            with_shape_ranges("table", a.table, engine))
     else:
-        def stage_deployments(eng: EngineConfig, with_cls: bool, suffix: str = ""):
+        def stage_deployments(eng: EngineConfig, with_cls: bool, suffix: str = "", options: Optional[dict] = None):
             """(detector, recogniser, classifier) of one model set; a further
             set's deployments are named with `_{set}` (their own block in
-            the Serve config) and share the default set's classifier."""
-            named = (lambda d, name: d.options(name=f"{name}{suffix}")) if suffix else (lambda d, name: d)
+            the Serve config; `options`: per deployment, what an own set's
+            get) and share the default set's classifier."""
+            options = options or {}
+            named = (lambda d, name: d.options(name=f"{name}{suffix}", **options.get(name, {}))) if suffix else (
+                lambda d, name: d)
             # TensorRT's shape ranges from this set's own closed input shapes (its ladders).
             det_args = with_shape_ranges("det", a.detector, eng)
             rec_args = with_shape_ranges("rec", a.recognizer, eng)
@@ -108,7 +127,7 @@ def build_app(args: Optional[dict] = None):
         detector, recognizer, classifier = stage_deployments(engine, True)
         others = {}
         for name in a.models[1:]:
-            det, rec, _ = stage_deployments(engines[name], False, f"_{name}")
+            det, rec, _ = stage_deployments(engines[name], False, f"_{name}", ON_DEMAND if name not in SETS else {})
             others[name] = (det, rec, engines[name])
         # Document structure: its own two deployments, at zero replicas until a request asks (the Serve config's
         # autoscaling min_replicas 0; serve_app/serving/structure_deployments.py).

@@ -79,8 +79,8 @@ class ClsOptions(_Strict):
 
 
 class RecOptions(_Strict):
-    image_height: int = Field(48, description="crops are resized to this height")
-    image_width: int = Field(320, description="minimum padded width")
+    image_height: int = Field(48, ge=16, le=128, description="crops are resized to this height")
+    image_width: int = Field(320, ge=16, le=4096, description="minimum padded width")
     batch_size: int = Field(
         6, ge=1,
         description="crops per recogniser predictor batch at most (also bounded by batch_columns)")

@@ -109,15 +109,6 @@ class ModelSet:
     # at create_predictor ("Not find predictor_id N and pass_name
     # memory_optimize_pass"), so their predictors run without it.
     predictor_options: dict[str, Any] = field(default_factory=dict)
-    # The official TensorRT dynamic shapes (min, opt, max NCHW) its
-    # inference.yml gives (Hpi.backend_configs.tensorrt.dynamic_shapes),
-    # stage -> ranges; None: the files carry none. Read, not used: a GPU
-    # replica collects its ranges from the service's own closed input shapes
-    # (serve_app/inference/shape_ranges.py), whose heights and widths lie
-    # within these (tests/unit/test_model_sets.py) and whose batch sizes
-    # (det.batch_size, rec batch limits) are the profile's own.
-    trt_shapes: Optional[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = None
-
     # A user's own set (serve_app.core.own_sets): det/rec name its folders.
     own: bool = False
 
@@ -133,9 +124,6 @@ class ModelSet:
 
 _V6_DET = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "thresh": 0.2, "unclip_ratio": 1.4,
            "max_candidates": 3000}
-# det and rec inference.yml of both tiers: the same ranges.
-_V6_TRT = {"det": ((1, 3, 32, 32), (1, 3, 736, 736), (1, 3, 4000, 4000)),
-           "rec": ((1, 3, 48, 160), (1, 3, 48, 320), (8, 3, 48, 3200))}
 # The Latin languages whose letters both v6 dictionaries write (checked by
 # the unit test against the files).
 _LATIN = ("de", "fr", "es", "pt", "it", "nl", "pl", "cs", "sv", "da", "no", "fi")
@@ -158,7 +146,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         # 0.45: two dense pages stacked (text ~8 px) read 14 lines at 0.45, 439 at 0.3, with the eval sets
         # the same or better at 0.3 (40 of each: latin 38/40, english 40/40, chinese 54/54, tiny 31/40 both;
         # peer labels 97 -> 98 exact, CER 0.082 -> 0.079; a throwaway run of harness.eval_sets, 2026-12-05).
-        det_options={**_V6_DET, "box_thresh": 0.3, "min_side": 160}, trt_shapes=_V6_TRT,
+        det_options={**_V6_DET, "box_thresh": 0.3, "min_side": 160},
         predictor_options={"enable_memory_optim": False},
     ),
     ModelSet(
@@ -166,7 +154,7 @@ SETS: dict[str, ModelSet] = {s.name: s for s in (
         det="PP-OCRv6_tiny_det", cls="ch_ppocr_mobile_v2.0_cls_infer", rec="PP-OCRv6_tiny_rec",
         dictionary=Dictionary("ppocrv6_tiny_dict.txt", 6904), languages=("zh", "en", *_LATIN),
         cost=Cost(5.96, 0.37, 0.5),
-        det_options={**_V6_DET, "box_thresh": 0.4, "min_side": 128}, trt_shapes=_V6_TRT,
+        det_options={**_V6_DET, "box_thresh": 0.4, "min_side": 128},
         predictor_options={"enable_memory_optim": False},
     ),
 )}

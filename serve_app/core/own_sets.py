@@ -11,17 +11,39 @@ checked without Paddle is checked when the application is built (files
 present and not empty, the dictionary readable, the name free); the
 recogniser's output classes against the dictionary and one inference on a
 blank input are checked at start too, in a child process
-(serve_app.inference.set_check), so a bad declaration fails the
+(serve_app.serving.set_check), so a bad declaration fails the
 deployment with the file and the problem named, never a user's request."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from serve_app.core.model_sets import SETS, Cost, Dictionary, ModelSet
+
+# A dictionary's bounds (its classes are the recogniser's output width, and each is decoded per time step).
+MAX_DICT_CLASSES = 50_000
+MAX_DICT_BYTES = 1 << 20
+
+
+# A complete declaration, every field (README.md and docs/configuration.md show it; tests load it): a
+# fine-tuned PP-OCRv4-architecture pair, in the application's `args:` of either profile.
+OWN_MODELS_EXAMPLE = """\
+models: [ppocrv6_small, invoices]        # the catalogue; an own set not listed is added last
+own_models:
+  - name: invoices                       # what a request names: "options": {"model": "invoices"}
+    title: Invoices (fine-tuned PP-OCRv4)
+    det_model: ~/models/invoices/det     # PaddleOCR export_model folders
+    rec_model: ~/models/invoices/rec
+    rec_dict: ~/models/invoices/keys.txt # one character per line, as trained
+    languages: [en, de]
+    det: {mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5], thresh: 0.3, box_thresh: 0.6, unclip_ratio: 1.6}
+    rec: {image_height: 48, use_space_char: true}
+    predictor: {enable_memory_optim: true}  # false for Paddle 3 exports (inference.json)
+    # cls_model: refused (every set shares the shipped direction classifier)
+"""
 
 
 class OwnModelSet(BaseModel):
@@ -40,7 +62,9 @@ class OwnModelSet(BaseModel):
         description="The recogniser's dictionary (one character per line); its size plus the CTC blank (and the "
         "space with rec.use_space_char) must equal the recogniser's output classes.")
     cls_model: Optional[str] = Field(
-        None, description="The direction classifier's folder; None: the shipped ch_ppocr_mobile_v2.0_cls.")
+        None, description="Not supported: every set of an application shares the shipped direction classifier "
+        "(ch_ppocr_mobile_v2.0_cls: one predictor and its warmed shapes, a crop's 0/180 judged from its pixels "
+        "alone); a declaration naming one is refused.")
     languages: list[str] = Field([], description="ISO 639-1 codes of what it reads, for GET /v1/models.")
     det: dict[str, Any] = Field(
         {},
@@ -50,6 +74,18 @@ class OwnModelSet(BaseModel):
         {},
         description="The recogniser's values (engine.rec fields: image_height, use_space_char, ...), laid over the "
         "engine's.")
+    predictor: dict[str, Any] = Field(
+        {},
+        description="Predictor options its files need (engine.predictor fields), laid over the engine's: files "
+        "exported by Paddle 3 (inference.json, as the v6 sets') need enable_memory_optim: false.")
+
+    @field_validator("cls_model")
+    @classmethod
+    def _no_own_classifier(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            raise ValueError(f"cls_model {v!r}: an own set cannot bring its own direction classifier; every set of "
+                             "an application shares the shipped ch_ppocr_mobile_v2.0_cls (remove cls_model)")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -61,15 +97,15 @@ class OwnModelSet(BaseModel):
     def engine_fields(self) -> dict[str, Any]:
         """What serve_app.core.engine_config.for_model lays over the base config."""
         files = {"det_model": self.det_model, "rec_model": self.rec_model, "rec_dict": self.rec_dict}
-        if self.cls_model:
-            files["cls_model"] = self.cls_model
-        return {**files, **({"det": dict(self.det)} if self.det else {}), **({"rec": dict(self.rec)} if self.rec else {})}
+        return {**files, **{k: dict(v) for k, v in (("det", self.det), ("rec", self.rec), ("predictor", self.predictor))
+                            if v}}
 
     def model_set(self) -> ModelSet:
-        """As GET /v1/models describes it (no counted costs: admission prices it as the default set)."""
+        """As GET /v1/models describes it (no counted costs: admission prices it as the default set); its
+        folders and dictionary by their names only, never the server's paths."""
         return ModelSet(
-            name=self.name, title=self.title or self.name, det=self.det_model,
-            cls=self.cls_model or SETS["ppocrv4_mobile"].cls, rec=self.rec_model,
+            name=self.name, title=self.title or self.name, det=Path(self.det_model).name,
+            cls=SETS["ppocrv4_mobile"].cls, rec=Path(self.rec_model).name,
             dictionary=Dictionary(Path(self.rec_dict).name, dictionary_size(Path(self.rec_dict))),
             languages=tuple(self.languages), cost=Cost(None, None, None), own=True)
 
@@ -114,9 +150,7 @@ def dictionary_size(path: Path) -> int:
 def check_files(own: OwnModelSet) -> None:
     """What can be checked without Paddle: ValueError naming the set, the file and the problem."""
     where = f"own model set {own.name!r}"
-    for stage, folder in (("det", own.det_model), ("rec", own.rec_model), ("cls", own.cls_model)):
-        if folder is None:
-            continue
+    for stage, folder in (("det", own.det_model), ("rec", own.rec_model)):
         d = Path(folder).expanduser()
         if not d.is_dir():
             raise ValueError(f"{where}: {stage}_model {d} is not a folder (PaddleOCR's export_model writes one)")
@@ -131,12 +165,19 @@ def check_files(own: OwnModelSet) -> None:
     p = Path(own.rec_dict).expanduser()
     if not p.is_file():
         raise ValueError(f"{where}: rec_dict {p} is not a file (one character per line)")
+    if p.stat().st_size > MAX_DICT_BYTES:
+        raise ValueError(f"{where}: rec_dict {p} has {p.stat().st_size} bytes, more than a dictionary of "
+                         f"{MAX_DICT_CLASSES} characters needs ({MAX_DICT_BYTES}): is it the recogniser's dictionary?")
     try:
         p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{where}: rec_dict {p} is not UTF-8 text ({e})") from None
-    if dictionary_size(p) == 0:
+    size = dictionary_size(p)
+    if size == 0:
         raise ValueError(f"{where}: rec_dict {p} is empty")
+    if size > MAX_DICT_CLASSES:
+        raise ValueError(f"{where}: rec_dict {p} has {size} lines, more than {MAX_DICT_CLASSES} (the largest "
+                         "PP-OCR dictionary has 18,708): one character per line")
 
 
 class SetLoading(BaseModel):
@@ -145,11 +186,17 @@ class SetLoading(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    memory_mb: Union[int, Literal["auto"]] = Field(
+        "auto",
+        description="MB of memory the further sets (all but the default) may hold at once in a replica that "
+        "loads them in its own process (recognizer.with_pipeline): each set's PSS as measured when it loaded "
+        "(before: the largest measured so far, or 800); loading one that does not fit first unloads the least "
+        "recently used idle ones, their predictors closed and their memory returned. auto: half the machine's "
+        "available memory (MemAvailable) when the replica has loaded its default set.")
     max_loaded: int = Field(
-        2, ge=1, le=16,
-        description="Model sets held at once by a model replica, the default included (it is never unloaded): "
-        "loading another one first unloads the least recently used idle one, its predictors closed and its "
-        "memory returned; with every loaded set busy, the request gets 503 with Retry-After.")
+        16, le=16,
+        description="Also at most this many sets held at once, the default included (memory_mb bounds them "
+        "first). With every loaded set busy, a request for another gets 503 with Retry-After.")
     load_wait_s: float = Field(
         15.0, ge=0, le=600,
         description="seconds a request for a set that is not loaded waits for its load (started by that request, "
@@ -157,10 +204,27 @@ class SetLoading(BaseModel):
         "load's expected remaining time, and the load goes on for the retry.")
     min_resident_s: float = Field(
         120.0, ge=0,
-        description="seconds a loaded set is held at least before it may be unloaded for another: a client "
-        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica (each "
-        "is seconds of CPU the other requests share), and gets 503 with Retry-After meanwhile.")
+        description="seconds after a load before a load that must unload another set may start: a client "
+        "naming the catalogue's sets in turn makes at most one load per this many seconds per replica once "
+        "they do not all fit (each is seconds of CPU the other requests share), and gets 503 with Retry-After "
+        "meanwhile; sets that fit are loaded at once.")
     retry_failed_s: float = Field(
-        60.0, ge=0,
+        60.0, ge=1,
         description="seconds after a failed load (the reason in the replica's log) before a request may try "
         "loading that set again; until then its requests get 503 with this Retry-After.")
+
+    @field_validator("max_loaded")
+    @classmethod
+    def _room_for_another(cls, v: int) -> int:
+        if v < 2:
+            raise ValueError(f"set_loading.max_loaded {v} holds the default set alone: every request for another "
+                             "set would be refused; set 2 or more, or leave it out (memory_mb bounds the sets)")
+        return v
+
+    @field_validator("memory_mb")
+    @classmethod
+    def _some_memory(cls, v: Union[int, str]) -> Union[int, str]:
+        if isinstance(v, int) and v < 100:
+            raise ValueError(f"set_loading.memory_mb {v} is less than one model set needs (a few hundred MB); "
+                             "give 100 or more, or auto (half the memory available at start)")
+        return v

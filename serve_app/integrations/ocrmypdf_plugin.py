@@ -1,5 +1,5 @@
 """An OCRmyPDF OCR engine that reads each page with the running OCR service
-(PP-OCRv4), so that
+(with its default model set: PP-OCRv6 small in the shipped profiles), so that
 
     ocrmypdf --plugin serve_app.integrations.ocrmypdf_plugin in.pdf out.pdf
 
@@ -70,7 +70,7 @@ def initialize(plugin_manager) -> None:
 
 @hookimpl
 def add_options(parser) -> None:
-    group = parser.add_argument_group("OCR service", "PP-OCRv4 over HTTP (serve_app)")
+    group = parser.add_argument_group("OCR service", "PP-OCR over HTTP (serve_app)")
     group.add_argument("--ocr-server-url", metavar="URL",
                        help=f"the OCR service (default: ${URL_ENV}, else {DEFAULT_URL}); "
                             f"a bearer token is read from ${TOKEN_ENV}")

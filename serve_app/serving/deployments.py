@@ -31,7 +31,7 @@ from serve_app.serving.payloads import arrived, sized
 from serve_app.flow.pipeline import Context, Pipeline, Stages
 from serve_app.flow.fan_out import fanned_out, route_tag
 from serve_app.serving.replica import Crops, ModelReplica, crops_weight
-from serve_app.serving.set_cache import DeploymentSets
+from serve_app.serving.set_cache import DeploymentSets, stage_states
 from serve_app.serving.replica_calls import ReplicaCalls as _Replica, stage_batch as _batch
 from serve_app.serving.batch_items import Timed, TimedCrops, _expired, per_owner
 from serve_app.core.results import Direction, Recognition
@@ -282,11 +282,11 @@ class OcrPipeline:
         det, rec = self._further[name]
         await asyncio.gather(det.ready.remote(), rec.ready.remote())
 
-    def _running_sets(self) -> dict[str, bool]:
-        """set -> both its stages have a RUNNING replica (Serve's status; blocking: called on a thread)."""
+    def _running_sets(self) -> dict[str, str]:
+        """set -> "running", "failed" or "stopped" (set_cache.stage_states; blocking: called on a thread)."""
         app = serve.status().applications[serve.get_replica_context().app_name].deployments
-        return {name: all(app[h.deployment_name].replica_states.get("RUNNING", 0) > 0 for h in pair if
-                          h.deployment_name in app) for name, pair in self._further.items()}
+        return {name: stage_states([app[h.deployment_name] for h in pair if h.deployment_name in app])
+                for name, pair in self._further.items()}
 
     def _live(self) -> dict[str, DeploymentHandle]:  # the loaded sets' stages (a call would start the others)
         live = {k: h for k, h in self.handles.items() if "@" not in k or self.sets.loaded(k.split("@", 1)[1])}

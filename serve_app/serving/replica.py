@@ -105,13 +105,13 @@ class ModelReplica:
 
     @classmethod
     def build(cls, stage: str, model_dir: Optional[str], options: PredictorOptions, args: ModelArgs,
-              knobs: BatchKnobs, int8_inputs: Optional[Callable] = None,
-              model: str = "ppocrv4_mobile", files: Any = None) -> "ModelReplica":
+              knobs: BatchKnobs, int8_inputs: Optional[Callable], model: Optional[str],
+              files: Any = None) -> "ModelReplica":
         """In a Serve replica: the Paddle predictor, pinned and sized for
         where Ray placed this replica, with Prometheus metrics. int8_inputs:
         the stage's real calibration batches (serve_app.inference.int8_calibration.stage_inputs).
         `files`: the model's ModelFiles when not a model set's stage (the
-        structure models: serve_app.inference.weights.structure_files)."""
+        structure models: serve_app.inference.weights.structure_files; model None)."""
         from serve_app.serving.metrics import StageMetrics
         from serve_app.inference.predictor import PaddlePredictor
         from serve_app.inference.weights import model_files

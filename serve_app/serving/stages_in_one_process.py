@@ -39,7 +39,7 @@ from serve_app.core.engine_config import EngineConfig
 from serve_app.core.own_sets import SetLoading
 from serve_app.flow.pipeline import Pipeline, Stages
 from serve_app.serving.heap import trim
-from serve_app.serving.set_cache import SetCache
+from serve_app.serving.set_cache import SetCache, one_replica
 from serve_app.serving.deployments import (
     DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
 )
@@ -126,6 +126,16 @@ class RecognizerWithParts(_Recognizer):
 
 
 
+def replicas_configured() -> tuple[Optional[int], Optional[int]]:
+    """(num_replicas, autoscaling max_replicas) of the deployment this replica is of; (None, None) outside Serve."""
+    try:
+        config = serve.get_replica_context()._deployment_config
+    except Exception:  # not in a replica (a test building the class itself)
+        return None, None
+    auto = config.autoscaling_config
+    return config.num_replicas, (auto.max_replicas if auto is not None else None)
+
+
 @serve.deployment(name="OcrPipeline")
 class PipelineWithModels(OcrPipeline.func_or_class):
     """`recognizer.with_pipeline: true`: the pipeline and the three models in
@@ -148,14 +158,15 @@ class PipelineWithModels(OcrPipeline.func_or_class):
         catalogued set's (default: engine's alone), the default first. The
         default set's detector and recogniser, and the classifier (shared by
         every set), are built and warmed here, before the replica is ready;
-        each other set's on its first request, at most loading.max_loaded
-        at once (serve_app/serving/set_cache.py). The document-structure
-        models (layout_args, table_args) are built here on the first request
-        that asks for structure, on the recogniser's cores
+        each other set's on its first request, within loading.memory_mb
+        (serve_app/serving/set_cache.py). The document-structure models
+        (layout_args, table_args) are built here on the first request that
+        asks for structure, on the recogniser's cores
         (serve_app/serving/structure_start.py StructureInProcess)."""
         from serve_app.serving.structure_deployments import build_both
         from serve_app.serving.structure_start import StructureInProcess
 
+        one_replica(*replicas_configured())
         t0 = time.perf_counter()
         self.models = m = RecognizerWithParts.func_or_class(engine, rec_args, cls_args, det_args, lanes)
         self.handles = {}  # no stage deployments: stats() and ready() read the parts here

@@ -38,7 +38,7 @@ class _StructureReplica(ReplicaCalls):
         opts = engine.structure
         directory = opts.layout_model if self.stage == "layout" else opts.table_model
         self.replica = ModelReplica.build(self.stage, None, engine.predictor, args, BATCH_DEFAULTS[self.stage],
-                                          files=structure_files(self.stage, directory))
+                                          None, None, files=structure_files(self.stage, directory))
         if lanes.enabled:  # interactive pages ahead of bulk ones in the batch queue
             self.replica.use_lanes(lanes.bulk_max_wait_s, LaneMetrics(self.stage))
         self.runner = runner(self.replica.predictor, opts)

@@ -155,6 +155,15 @@ def render() -> str:
             text = text.replace("|", "\\|")
             out.append(f"| `{name}` | {type_name(info.annotation)} | {default} | {range_text(info)} | {text} |\n")
         out.append("\n")
+    from serve_app.core.own_sets import OWN_MODELS_EXAMPLE, OwnModelSet
+
+    out.append("### `own_models[]`\n\n" + " ".join((inspect.getdoc(OwnModelSet) or "").split()) + " A complete "
+               "declaration (README.md's is the same in short; tests/unit/test_own_sets.py loads both):\n\n```yaml\n"
+               + OWN_MODELS_EXAMPLE + "```\n\n| setting | type | default | range | meaning |\n|---|---|---|---|---|\n")
+    for name, info in OwnModelSet.model_fields.items():
+        text = (info.description or "").replace("|", "\\|")
+        out.append(f"| `{name}` | {type_name(info.annotation)} | {default_text(info)} | {range_text(info)} | {text} |\n")
+    out.append("\n")
     out.append("### `user_config` of TextDetector, DirectionClassifier, TextRecognizer\n\n")
     out.append(" ".join((inspect.getdoc(BatchKnobs) or "").split())
                + " Changed live, without restarting replicas. Defaults for a config that gives none: "

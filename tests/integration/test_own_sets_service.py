@@ -14,26 +14,14 @@ test_predictor_keys', with changed weights.)"""
 from __future__ import annotations
 
 import base64
-import shutil
 
 import pytest
 import requests
 
 from harness.latin import GERMAN_LINE, line_png
+from harness.own_sets import own_v4
 from harness.retry_after import post_following_retry_after
 from harness.service import REPO, deploy_config, free_port, load_config, start_ray, stop_all
-from serve_app.inference import weights
-
-
-def own_v4(tmp) -> dict:
-    """The shipped v4 detector, recogniser and dictionary copied as a
-    user's export is laid out, declared with v4's pre-processing."""
-    det, rec, words = tmp / "my_det", tmp / "my_rec", tmp / "my_keys.txt"
-    shutil.copytree(weights.default_stage_dir("det"), det)
-    shutil.copytree(weights.default_stage_dir("rec"), rec)
-    shutil.copy(weights.dictionary_path(), words)
-    return {"name": "my_v4", "title": "v4, fine-tuned (a copy)", "det_model": str(det), "rec_model": str(rec),
-            "rec_dict": str(words), "det": {"mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}}
 
 
 @pytest.fixture(scope="module")

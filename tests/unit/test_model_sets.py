@@ -108,6 +108,25 @@ def test_models_lists_dictionary_languages_and_cost():
     assert SETS["ppocrv4_mobile"].describe(default=True)["default"] is True
 
 
+# The official TensorRT dynamic shapes (min, opt, max NCHW) of the v6 files' inference.yml
+# (Hpi.backend_configs.tensorrt.dynamic_shapes; det and rec of both tiers alike). Not the service's:
+# a GPU replica takes its ranges from its own closed input shapes (serve_app/inference/shape_ranges.py).
+_V6_TRT = {"det": ((1, 3, 32, 32), (1, 3, 736, 736), (1, 3, 4000, 4000)),
+           "rec": ((1, 3, 48, 160), (1, 3, 48, 320), (8, 3, 48, 3200))}
+OFFICIAL_TRT_SHAPES = {"ppocrv6_small": _V6_TRT, "ppocrv6_tiny": _V6_TRT}
+
+
+def test_the_cost_figures_models_readme_quotes_are_the_sets_own():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "models" / "README.md").read_text()
+    quoted = re.search(r"v4 ([\d.]+), small ([\d.]+), tiny ([\d.]+)", " ".join(text.split()))
+    assert quoted, "models/README.md quotes each set's cost.relative"
+    assert tuple(map(float, quoted.groups())) == tuple(
+        SETS[n].cost.relative for n in ("ppocrv4_mobile", "ppocrv6_small", "ppocrv6_tiny"))
+
+
 def test_each_sets_tensorrt_ranges_in_the_gpu_profile_come_from_its_closed_shapes_within_the_official_ones():
     """Read, not run (no GPU here): the GPU profile serving every set gives
     each set's detector and recogniser TensorRT the closed set of shapes it
@@ -126,9 +145,28 @@ def test_each_sets_tensorrt_ranges_in_the_gpu_profile_come_from_its_closed_shape
         for stage, stage_args in (("det", a.detector), ("rec", a.recognizer)):
             trt = with_shape_ranges(stage, stage_args, engine).predictor.tensorrt
             assert trt.input_shapes and trt.max_batch_size == max(s[0] for s in trt.input_shapes)
-            official = SETS[name].trt_shapes
+            official = OFFICIAL_TRT_SHAPES.get(name)
             if official is None:
                 continue
             lo, _, hi = official[stage]
             for shape in trt.input_shapes:
                 assert all(lo[i] <= shape[i] <= hi[i] for i in (1, 2, 3)), (name, stage, shape)
+
+
+def test_what_names_the_product_says_its_default_set_not_v4():
+    """The package's docstring, pyproject's description, the page's brand line and the OCRmyPDF
+    plugin's docstring and option group: the service reads with PP-OCRv6 small by default."""
+    import tomllib
+    from pathlib import Path
+
+    import serve_app
+
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "serve_app" / "http" / "static" / "index.html").read_text()
+    plugin = (root / "serve_app" / "integrations" / "ocrmypdf_plugin.py").read_text()
+    named = {"serve_app": serve_app.__doc__.splitlines()[0],
+             "pyproject": tomllib.loads((root / "pyproject.toml").read_text())["project"]["description"],
+             "page": page[page.index('class="brand"'):page.index("</div></div>", page.index('class="brand"'))],
+             "plugin": plugin[:plugin.index('"""', 3)] + plugin[plugin.index("add_argument_group"):][:120]}
+    assert {k: v for k, v in named.items() if "v4" in v} == {}
+    assert "PP-OCRv6" in named["serve_app"] and "PP-OCRv6" in named["page"]

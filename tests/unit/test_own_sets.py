@@ -7,6 +7,8 @@ Paddle: tests/integration/test_own_sets_check.py.)"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pydantic
 import pytest
 
@@ -57,6 +59,20 @@ def test_get_v1_models_describes_it(declared):
     assert mine["name"] == "invoices_v2" and mine["own"] is True and mine["default"] is False
     assert mine["title"] == "Invoices (fine-tuned)" and mine["languages"] == ["de"]
     assert mine["dictionary"] == {"file": "dict.txt", "classes": 3}
+    # its folders by their names: the server's paths are not shown to a client
+    assert mine["models"] == {"det": "det", "cls": "ch_ppocr_mobile_v2.0_cls_infer", "rec": "rec"}
+    assert str(Path(declared["det_model"]).parent) not in repr(mine)
+
+
+def test_an_own_set_gives_its_predictor_options_and_the_default_sets_are_not_carried_over(declared):
+    """The v6 family's files need enable_memory_optim false; an own set exported the same way says so
+    in its declaration. Without it, the default set's (ppocrv6_small's) own predictor options are not
+    laid on it as if the user had set them."""
+    plain = AppArgs.model_validate({"own_models": [declared]}).engines()["invoices_v2"]
+    assert plain.predictor.enable_memory_optim is True
+    mine = AppArgs.model_validate({"own_models": [{**declared, "predictor": {"enable_memory_optim": False}}]})
+    assert mine.engines()["invoices_v2"].predictor.enable_memory_optim is False
+    assert mine.engines()["ppocrv6_small"].predictor.enable_memory_optim is False  # small's own, as before
 
 
 @pytest.mark.parametrize("breakage,says", [
@@ -67,7 +83,12 @@ def test_get_v1_models_describes_it(declared):
     (lambda d, tmp: d.update(rec_dict=str(tmp / "missing.txt")), "rec_dict .*missing.txt is not a file"),
     (lambda d, tmp: (tmp / "dict.txt").write_bytes(b""), "rec_dict .*dict.txt is empty"),
     (lambda d, tmp: (tmp / "dict.txt").write_bytes(b"\xff\xfe\x00a"), "rec_dict .*dict.txt is not UTF-8"),
-    (lambda d, tmp: d.update(cls_model=str(tmp / "nocls")), "cls_model .*nocls is not a folder"),
+    (lambda d, tmp: d.update(cls_model=str(tmp / "det")), "cls_model .*cannot bring its own direction classifier"),
+    (lambda d, tmp: (tmp / "dict.txt").write_text("x\n" * 50_001), r"rec_dict .*dict.txt has 50001 lines, more than 50000"),
+    (lambda d, tmp: (tmp / "dict.txt").write_bytes(b"x" * (1 << 20) + b"\n"), r"rec_dict .*dict.txt has 1048577 bytes"),
+    (lambda d, tmp: d.update(rec={"image_height": 100_000}), r"rec.image_height\s+Input should be less than or equal to 128"),
+    (lambda d, tmp: d.update(rec={"image_width": 1 << 20}), r"rec.image_width\s+Input should be less than or equal to 4096"),
+    (lambda d, tmp: d.update(predictor={"enable_memory_optimisation": False}), r"predictor.enable_memory_optimisation"),
     (lambda d, tmp: d.update(name="ppocrv4_mobile"), "is a built-in set's"),
     (lambda d, tmp: d.update(name="../etc"), "String should match pattern"),
     (lambda d, tmp: d.update(det={"thresh": 7}), r"det.thresh\s+Input should be less than 1"),
@@ -86,3 +107,32 @@ def test_a_name_declared_twice_or_listed_but_not_declared_is_refused(declared):
         AppArgs.model_validate({"own_models": [declared, declared]})
     with pytest.raises(pydantic.ValidationError, match="unknown model set.*'mine'.*declared under own_models"):
         AppArgs.model_validate({"models": ["ppocrv6_small", "mine"]})
+
+
+def test_the_readme_and_configuration_md_declare_a_complete_own_set_that_loads(tmp_path, monkeypatch):
+    """docs/configuration.md shows serve_app.core.own_sets.OWN_MODELS_EXAMPLE, README.md one in short;
+    each names every field a declaration may give (cls_model, refused, only in a comment) and is read
+    as an application's args with its files in place (the Paddle check of the example:
+    tests/integration/test_own_sets_check.py)."""
+    import yaml
+
+    from harness.readme_blocks import blocks
+    from serve_app.core.own_sets import OWN_MODELS_EXAMPLE, OwnModelSet
+
+    repo = Path(__file__).resolve().parents[2]
+    assert f"```yaml\n{OWN_MODELS_EXAMPLE}```" in (repo / "docs" / "configuration.md").read_text()
+    (readme,) = [b.text for b in blocks(repo / "README.md") if b.lang == "yaml" and "own_models:" in b.text]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for example, where in ((OWN_MODELS_EXAMPLE, "models/invoices"), (readme, "inv")):
+        args = yaml.safe_load(example)
+        (given,) = args["own_models"]
+        assert set(OwnModelSet.model_fields) - set(given) == {"cls_model"}, example
+        home = tmp_path / where
+        home.mkdir(parents=True)
+        folder(home, "det"), folder(home, "rec")
+        (home / "keys.txt").write_text("a\nb\n", encoding="utf-8")
+        a = AppArgs.model_validate(args)
+        assert a.models[-1] == given["name"] == "invoices"
+        mine = a.engines()["invoices"]
+        assert mine.det.mean == (0.5, 0.5, 0.5) and mine.rec.image_height == 48
+        assert mine.predictor.enable_memory_optim is True and mine.det_model == given["det_model"]

@@ -1,11 +1,14 @@
 """A user's own model set checked with Paddle before it is served
 (serve_app.core.own_sets): each folder loads as a predictor, the detector
-and the recogniser each run once on a blank input, and the recogniser's
+and the recogniser each run once on a blank input, the recogniser's
 output classes equal its dictionary's characters plus the CTC blank (and
-the space, with rec.use_space_char). A mismatch would read every line as
-the wrong characters; it is refused here, naming the files and both counts.
+the space, with rec.use_space_char), and each passes the canary every
+replica runs before it is ready (serve_app.serving.canary: one box on the
+golden word, and its exact text). A set that fails here would read every
+line wrongly or never have a ready replica; it is refused, naming the
+files and the problem.
 
-Run in a child process (`python -m serve_app.inference.set_check`) when the
+Run in a child process (`python -m serve_app.serving.set_check`) when the
 application is built, so the predictors' memory (which Paddle keeps after a
 predictor is closed) is not the builder's, and a crash inside Paddle is a
 clear error, not a dead builder."""
@@ -32,6 +35,9 @@ def check_engine(config: Any) -> dict:
     from serve_app.inference.weights import dictionary_path, model_files
     from serve_app.ocr.recognition import load_charset
 
+    from serve_app.inference.runners import TextRecognizer
+    from serve_app.serving.canary import GOLDEN_TEXT, detector_probe, recognizer_probe
+
     opts = config.predictor.model_copy(update={"enable_openvino_engine": False, "enable_mkldnn": False})
     out: dict[str, Any] = {}
     det = PaddlePredictor(model_files("det", config.det_model, config.model), opts, "det")
@@ -39,15 +45,29 @@ def check_engine(config: Any) -> dict:
         TextDetector(det, config.det).detect([np.full((64, 64, 3), 255, np.uint8)], [DetParams()])
     except Exception as e:
         raise ValueError(f"det_model {config.det_model}: one inference on a blank 64x64 image failed: {e}") from None
+    try:  # what each of its replicas runs before it is ready (serve_app.serving.canary)
+        found = detector_probe(TextDetector(det, config.det), config.pipeline)()
+    except Exception as e:
+        found = type("Result", (), {"ok": False, "detail": f"{type(e).__name__}: {e}"})()
     finally:
         det.close()
+    if not found.ok:
+        raise ValueError(f"det_model {config.det_model} fails the check each replica runs before it is ready (the "
+                         f"word {GOLDEN_TEXT!r} drawn black on white): {found.detail}; a replica of this set would "
+                         "never be ready (are det.mean/std/thresh the values it was trained with?)")
     charset = load_charset(dictionary_path(config.rec_dict, config.model), config.rec.use_space_char)
     rec = PaddlePredictor(model_files("rec", config.rec_model, config.model), opts, "rec")
     try:
         h, w = config.rec.image_height, config.rec.image_width
         probs = np.asarray(rec.run(np.zeros((1, 3, h, w), np.float32)))
     except Exception as e:
+        rec.close()
         raise ValueError(f"rec_model {config.rec_model}: one inference on a blank {w}x{h} crop failed: {e}") from None
+    try:
+        read = (recognizer_probe(TextRecognizer(rec, config.rec, charset), environ={})()
+                if probs.ndim == 3 and probs.shape[-1] == len(charset) else None)
+    except Exception as e:
+        read = type("Result", (), {"ok": False, "detail": f"{type(e).__name__}: {e}"})()
     finally:
         rec.close()
     if probs.ndim != 3:
@@ -60,6 +80,11 @@ def check_engine(config: Any) -> dict:
                          f"characters ({expected} classes with the CTC blank{space}), but rec_model "
                          f"{config.rec_model} outputs {classes} classes: the dictionary is not the one the "
                          "recogniser was trained with (or set rec.use_space_char to match it)")
+    if read is not None and not read.ok:
+        raise ValueError(f"rec_model {config.rec_model} with rec_dict {config.rec_dict} fails the check each replica "
+                         f"runs before it is ready (the word {GOLDEN_TEXT!r} drawn black on white): {read.detail}; "
+                         "a replica of this set would never be ready (is the dictionary's order the one it was "
+                         "trained with? does it read Latin capitals?)")
     out.update(classes=classes, steps=int(probs.shape[1]))
     return out
 
@@ -71,7 +96,7 @@ def check_own_sets(args: Any) -> None:
     for own in args.own_models:
         config = engines[own.name]
         try:
-            done = subprocess.run([sys.executable, "-m", "serve_app.inference.set_check"],
+            done = subprocess.run([sys.executable, "-m", "serve_app.serving.set_check"],
                                   input=config.model_dump_json(), capture_output=True, text=True,
                                   timeout=CHECK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
