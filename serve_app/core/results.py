@@ -106,9 +106,13 @@ class Table:
 
     html: str
     cells: tuple[TableCell, ...] = ()
+    note: Optional[str] = None  # a bound that left it partial (engine.structure), said in words
 
     def to_dict(self) -> dict[str, Any]:
-        return {"html": self.html, "cells": [c.to_dict() for c in self.cells]}
+        d: dict[str, Any] = {"html": self.html, "cells": [c.to_dict() for c in self.cells]}
+        if self.note is not None:
+            d["note"] = self.note
+        return d
 
 
 # The layout detector's region types (PicoDet trained on CDLA), snake_case.
@@ -127,6 +131,7 @@ class Region:
     score: float
     lines: tuple[int, ...] = ()
     table: Optional[Table] = None
+    note: Optional[str] = None  # a bound that left it partial (engine.structure), said in words
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"type": self.type,
@@ -134,6 +139,8 @@ class Region:
                              "score": round(float(self.score), 6), "lines": list(self.lines)}
         if self.table is not None:
             d["table"] = self.table.to_dict()
+        if self.note is not None:
+            d["note"] = self.note
         return d
 
 

@@ -19,12 +19,12 @@ import numpy as np
 
 from serve_app.core.engine_config import EngineConfig, ImageLimits
 from serve_app.flow.documents import PdfFile, open_document_async
-from serve_app.core.errors import BadImage, PageOverBudget, TooLarge
+from serve_app.core.errors import BadImage, BadRequest, PageOverBudget, TooLarge
 from serve_app.core.lanes import BULK, PriorityGate
 from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import (
-    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine, WordBox,
+    CharBox, Direction, DocumentResult, OcrResult, PageResult, Recognition, Region, Table, TextLine, WordBox,
 )
 from serve_app.ocr.crop import char_quad, crop_quad, is_vertical
 from serve_app.ocr.visualize import draw_result
@@ -38,6 +38,9 @@ from serve_app.ocr.reading_order import reading_order
 from serve_app.ocr.tiling import Tile, finer_scale, merge_tile_boxes, prepare_grid, prepare_tiled, wants_tiles
 from serve_app.ocr.words import split_words
 from serve_app.flow.upload import Upload, upload_of
+from serve_app.structure.layout import LayoutBox
+from serve_app.structure.regions import assemble_regions, assign_lines
+from serve_app.structure.table_match import match_table
 
 CLS_PART = 48  # crops a classifier call at most: others' calls wait a part, not a page of 1,000 crops (7 s)
 ORIENTATION = OrientationParams()  # serve_app.ocr.orientation: when a page is called turned
@@ -54,10 +57,11 @@ Detect = Callable[..., Awaitable[np.ndarray]]  # (work, params, *, ctx)
 Classify = Callable[..., Awaitable[list[Direction]]]  # (crops, *, ctx) -> directions
 Recognize = Callable[..., Awaitable[list[Recognition]]]  # (crops, *, ctx) -> readings
 # Document structure (serve_app.structure), only for requests that ask:
-# the page image -> its layout regions (type, box, score), and a table
-# region's crop -> its structure (cells' grid places and boxes in the crop).
-Layout = Callable[..., Awaitable[Any]]  # (page, *, ctx) -> layout regions
-TableStructure = Callable[..., Awaitable[Any]]  # (table crop, *, ctx) -> table structure
+# the page image (BGR) -> its layout regions (list[LayoutBox]), and a table
+# region's crop (BGR) -> its structure (serve_app.structure.TableStructure:
+# tokens, cells' boxes in the crop).
+Layout = Callable[..., Awaitable[Any]]  # (page, *, ctx) -> list[LayoutBox]
+TableStructure = Callable[..., Awaitable[Any]]  # (table crop, *, ctx) -> structure.TableStructure
 Progress = Callable[[int, int], None]  # (pages done, pages in all) of a document
 OnPage = Callable[[PageResult], None]  # each page of a document as it is read (in any order)
 
@@ -116,6 +120,12 @@ class Pipeline:
         orient = (options.page_orientation if options.page_orientation is not None
                   else cfg.pipeline.page_orientation) and options.det and self.stages.classify is not None \
             and options.cls is not False
+        asked = options
+        if options.structure:
+            if self.stages.layout is None or self.stages.table is None:
+                raise BadRequest("options.structure: this service reads no document structure (its layout and "
+                                 "table models are not served here); send the request without structure")
+            options = dataclasses.replace(options, return_words=True)  # a line is split between cells at its words
         lines, votes = await self._lines(img, options, ctx, timings, orient)
         orientation = 0 if orient else None
         angle = decide(votes) if orient else 0
@@ -133,13 +143,60 @@ class Pipeline:
         blocks = None
         if options.blocks if options.blocks is not None else cfg.pipeline.blocks:
             lines, blocks = await asyncio.to_thread(arrange, lines, orientation or 0, w, h)  # not on the loop
+        regions = None
+        if options.structure:
+            t = time.perf_counter()
+            regions = await self._structure(img, lines, ctx)
+            if not asked.return_words:
+                lines = tuple(dataclasses.replace(line, words=None) for line in lines)
+            timings["structure"] = _ms(t)
+        options = asked
         picture = None
         if options.visualize:
             t = time.perf_counter()
             picture = await asyncio.to_thread(draw_result, img, lines, cfg.pipeline, options.visualize)  # ocr.visualize
             timings["visualize"] = _ms(t)
         timings["total"] = _ms(t0)
-        return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation)
+        return OcrResult(w, h, lines, timings, picture, frames, blocks, orientation, regions)
+
+    async def _structure(self, img: np.ndarray, lines: tuple[TextLine, ...],
+                         ctx: RequestContext) -> tuple[Region, ...]:
+        """The page's regions in reading order: its layout, each table
+        region's structure (at most structure.max_tables of them, the
+        largest; concurrently), the lines matched into them."""
+        opts = self.config.structure
+        ctx.check("layout")
+        boxes: list[LayoutBox] = list(await self.stages.layout(img, ctx=ctx))
+        notes: dict[int, str] = {}
+        if len(boxes) > opts.max_regions:  # a stage of another config: the bound is this pipeline's
+            boxes = sorted(boxes, key=lambda b: -b.score)[: opts.max_regions]
+        h, w = img.shape[:2]
+        tables = [j for j, b in enumerate(boxes) if b.type == "table"]
+        tables.sort(key=lambda j: -(boxes[j].box[2] - boxes[j].box[0]) * (boxes[j].box[3] - boxes[j].box[1]))
+        wanted = []
+        for j in tables:
+            x0, y0, x1, y1 = (int(round(v)) for v in boxes[j].box)
+            x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w, x1), min(h, y1)
+            if len(wanted) >= opts.max_tables:
+                notes[j] = (f"table not recognised: the page has more than {opts.max_tables} table regions "
+                            f"(engine.structure.max_tables); its lines are in this region")
+            elif x1 - x0 < opts.min_table_side or y1 - y0 < opts.min_table_side:
+                notes[j] = (f"table not recognised: {x1 - x0}x{y1 - y0} px is under "
+                            f"engine.structure.min_table_side ({opts.min_table_side} px)")
+            else:
+                wanted.append((j, (x0, y0, x1, y1)))
+        ctx.check("table structure")
+        found = await all_or_none([self.stages.table(np.ascontiguousarray(img[y0:y1, x0:x1]), ctx=ctx)
+                                   for _, (x0, y0, x1, y1) in wanted])
+        assigned = assign_lines(boxes, lines)
+        matched: dict[int, Table] = {}
+        for (j, (x0, y0, _, _)), structure in zip(wanted, found):
+            note = None
+            if structure.truncated:
+                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells): "
+                        f"the lines of the rest are in the cells nearest them")
+            matched[j] = match_table(structure, (x0, y0), [lines[i] for i in assigned[j]], note)
+        return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
 
     async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,
                      timings: dict[str, float], votes: bool) -> tuple[tuple[TextLine, ...], list]:
@@ -331,7 +388,7 @@ class Pipeline:
         timings = {"render": render_ms, **result.timings_ms}
         timings["total"] = _ms(t0)
         return PageResult(index + 1, result.width, result.height, result.lines, timings, "ocr",
-                          result.visualization, result.blocks, result.orientation)
+                          result.visualization, result.blocks, result.orientation, regions=result.regions)
 
 
 async def all_or_none(coros: list[Awaitable]) -> list:

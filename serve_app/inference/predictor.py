@@ -47,6 +47,10 @@ class Predictor(Protocol):
     def run(self, x: np.ndarray) -> np.ndarray:
         """One forward pass; callable from any thread."""
 
+    def run_all(self, x: np.ndarray) -> list[np.ndarray]:
+        """One forward pass, every output of the model in its order (the
+        layout detector's eight, the table recogniser's two)."""
+
     async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) on the predictor's own thread (where `run` is direct),
         awaited without blocking the event loop."""
@@ -365,7 +369,8 @@ class PaddlePredictor:
         if opts.device == "gpu":
             _process_limiter().created()
         self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])
-        self._output = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
+        self._outputs = [self._predictor.get_output_handle(n) for n in self._predictor.get_output_names()]
+        self._output = self._outputs[0]
         self._thread_id = threading.get_ident()
 
     def _prepare_tensorrt(self, files: ModelFiles, trt: TensorRTOptions) -> None:
@@ -411,6 +416,23 @@ class PaddlePredictor:
         self._input.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
         self._predictor.run()
         return self._output.copy_to_cpu()
+
+    def _run_all(self, x: np.ndarray) -> list[np.ndarray]:
+        self._run_input(x)
+        return [o.copy_to_cpu() for o in self._outputs]
+
+    def _run_input(self, x: np.ndarray) -> None:
+        assert threading.get_ident() == self._thread_id
+        self._input.reshape(list(x.shape))
+        self._input.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
+        self._predictor.run()
+
+    def run_all(self, x: np.ndarray) -> list[np.ndarray]:
+        if threading.get_ident() == self._thread_id:
+            return self._run_all(x)
+        if self._closed:
+            raise RuntimeError(f"predictor {self.name} is closed")
+        return self._executor.submit(self._run_all, x).result()
 
     def submit(self, x: np.ndarray) -> Future:
         if self._closed:

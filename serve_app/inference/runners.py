@@ -1,4 +1,4 @@
-"""The three models as plain classes: pre-process, one predictor call per
+"""The models as plain classes: pre-process, one predictor call per
 batch, post-process. Used in-process by the engine and wrapped, thinly, by
 the Serve deployments."""
 
@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from serve_app.core.engine_config import ClsOptions, DetOptions, RecOptions
+from serve_app.core.engine_config import ClsOptions, DetOptions, RecOptions, StructureOptions
 from serve_app.core.request_options import DetParams
 from serve_app.inference.predictor import Predictor
 from serve_app.ocr.db_postprocess import db_boxes
@@ -18,6 +18,8 @@ from serve_app.ocr.det_preprocess import det_input_shapes, det_preprocess
 from serve_app.ocr.direction import cls_combine, cls_postprocess, cls_preprocess, cls_views
 from serve_app.ocr.recognition import batch_limit, batch_width, ctc_decode, input_shapes, rec_preprocess, width_order
 from serve_app.core.results import Direction, Recognition
+from serve_app.structure.layout import LayoutBox, layout_postprocess, layout_preprocess
+from serve_app.structure.table_structure import SIDE, TableStructure, table_decode, table_preprocess
 
 
 class TextDetector:
@@ -160,3 +162,58 @@ class TextRecognizer:
     def warm_calls(self, open_widths: list[int]) -> list[tuple[Callable, list]]:
         """A call for every input shape a predictor batch can have (warm_shapes)."""
         return [self.warm_call(s) for s in self.warm_shapes(open_widths)]
+
+
+class LayoutDetector:
+    """Pages -> their layout regions (serve_app.structure.layout: PicoDet on
+    CDLA, a fixed 800 x 608 input, so every page is one shape)."""
+
+    def __init__(self, predictor: Predictor, opts: StructureOptions):
+        self.predictor = predictor
+        self.opts = opts
+
+    def detect(self, pages: list[np.ndarray]) -> list[list[LayoutBox]]:
+        """Each BGR page's regions (boxes in its pixels), at most
+        opts.max_regions of them, the best by score, in the order found."""
+        out: list[list[LayoutBox]] = []
+        n = self.opts.layout_batch_size
+        for start in range(0, len(pages), n):
+            part = pages[start:start + n]
+            outputs = self.predictor.run_all(np.stack([layout_preprocess(p) for p in part]))
+            for k, page in enumerate(part):
+                found = layout_postprocess([o[k] for o in outputs], page.shape[:2], self.opts.layout_score,
+                                           self.opts.layout_iou)
+                out.append(sorted(found, key=lambda b: -b.score)[: self.opts.max_regions])
+        return out
+
+    def warm_calls(self) -> list[tuple[Callable, list]]:
+        """A call for every batch size (one input shape)."""
+        page = np.full((800, 608, 3), 255, np.uint8)
+        return [(self.detect, [page] * n) for n in range(1, self.opts.layout_batch_size + 1)]
+
+
+class TableRecognizer:
+    """Table crops -> their structure (serve_app.structure.table_structure:
+    SLANet_plus, a fixed 488 x 488 input)."""
+
+    def __init__(self, predictor: Predictor, opts: StructureOptions):
+        self.predictor = predictor
+        self.opts = opts
+
+    def recognize(self, crops: list[np.ndarray]) -> list[TableStructure]:
+        """Each BGR crop's structure (cell boxes in the crop's pixels), at
+        most opts.max_table_cells cells each (past it: truncated)."""
+        out: list[TableStructure] = []
+        n = self.opts.table_batch_size
+        for start in range(0, len(crops), n):
+            part = crops[start:start + n]
+            prepared = [table_preprocess(c) for c in part]
+            loc, probs = self.predictor.run_all(np.stack([x for x, _ in prepared]))[:2]
+            for k, (crop, (_, ratio)) in enumerate(zip(part, prepared)):
+                out.append(table_decode(loc[k], probs[k], ratio, crop.shape[:2], self.opts.max_table_cells))
+        return out
+
+    def warm_calls(self) -> list[tuple[Callable, list]]:
+        """A call for every batch size (one input shape)."""
+        crop = np.full((SIDE, SIDE, 3), 255, np.uint8)
+        return [(self.recognize, [crop] * n) for n in range(1, self.opts.table_batch_size + 1)]

