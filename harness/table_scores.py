@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
+from harness.peer import iou
 from serve_app.inference.precision_check import edit_distance
 
 
@@ -180,6 +181,35 @@ def shape_right(read: list[GridCell], truth: list[GridCell]) -> bool:
 
 
 HEADER_MARKUP = ("thead", "tbody")
+
+# --- an answer's regions ----------------------------------------------------------------------------
+
+
+def _quad(box) -> list[list[float]]:
+    x0, y0, x1, y1 = box
+    return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
+
+
+def table_html(answer: dict, box: tuple[int, int, int, int]) -> str | None:
+    """The HTML of the answer's table region that overlaps the true table
+    most (IoU >= 0.3), None if it found none there."""
+    best, best_iou = None, 0.3
+    for r in answer.get("regions") or ():
+        if r["type"] == "table" and r.get("table"):
+            v = iou(r["box"], _quad(box))
+            if v >= best_iou:
+                best, best_iou = r["table"]["html"], v
+    return best
+
+
+def title_found(answer: dict, title: str) -> bool:
+    """A `title` region whose lines read the title."""
+    texts = [line["text"] for line in answer.get("results", ())]
+    for r in answer.get("regions") or ():
+        if r["type"] == "title" and norm(" ".join(texts[i] for i in r["lines"])) == norm(title):
+            return True
+    return False
+
 
 # --- TEDS -------------------------------------------------------------------------------------------------
 

@@ -52,10 +52,11 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
         "cold": "load_tests.cold_start",
         "serve-run": "load_tests.serve_phases",
     }),
-    "documents": ("documents: reading order and layout, PDFs end to end, 1-bit pages", {
+    "documents": ("documents: reading order and layout, PDFs end to end, 1-bit pages, tables and regions", {
         "layout": "load_tests.bench_layout",
         "pdf": "load_tests.bench_pdf",
         "bilevel": "load_tests.bilevel",
+        "structure": "load_tests.bench_structure",
     }),
     "hostile": ("hostile and overload traffic: costly requests, admission, priority lanes, duplicates, work per image, "
                 "the front beside heavy work", {

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.table_scores import GridCell, Node, cells_exact, grid, shape, shape_right, teds, tree_edit_distance
+from harness.table_scores import (GridCell, Node, cells_exact, grid, shape, shape_right, table_html, teds, title_found,
+                                  tree_edit_distance)
 from harness.tables import PLACES, STYLES, drawn_table, table_set, table_truth
 
 T2x2 = "<table><tr><td>abc</td><td>x</td></tr><tr><td>1</td><td>2</td></tr></table>"
@@ -110,3 +111,30 @@ def test_the_set_is_deterministic_and_each_table_lies_in_its_image():
             assert (t.image[: y0 - 20] < 128).any() and t.title
     with pytest.raises(ValueError, match="style must be one of"):
         drawn_table("dotted", 0, "alone")
+
+
+def _region(kind, box, lines=(), html=None):
+    x0, y0, x1, y1 = box
+    r = {"type": kind, "box": [[x0, y0], [x1, y0], [x1, y1], [x0, y1]], "score": 0.9, "lines": list(lines)}
+    if html is not None:
+        r["table"] = {"html": html, "cells": []}
+    return r
+
+
+def test_an_answers_table_is_the_table_region_over_the_true_box():
+    answer = {"results": [], "regions": [
+        _region("table", (0, 0, 100, 100), html="<table><tr><td>far</td></tr></table>"),
+        _region("text", (500, 500, 800, 700)),
+        _region("table", (480, 490, 820, 700), html="<table><tr><td>near</td></tr></table>")]}
+    assert table_html(answer, (500, 500, 800, 700)) == "<table><tr><td>near</td></tr></table>"
+    assert table_html(answer, (2000, 2000, 2100, 2100)) is None  # nothing found there
+    assert table_html({"results": []}, (0, 0, 10, 10)) is None  # structure not asked
+
+
+def test_a_title_counts_only_as_a_title_region_reading_it():
+    answer = {"results": [{"text": "Quarterly results"}, {"text": "by  region"}, {"text": "P1 text"}],
+              "regions": [_region("title", (0, 0, 10, 10), lines=(0, 1)), _region("text", (0, 20, 10, 30), (2,))]}
+    assert title_found(answer, "Quarterly results by region")
+    assert not title_found(answer, "P1 text")  # read, but as text
+    answer["regions"][0]["type"] = "text"
+    assert not title_found(answer, "Quarterly results by region")
