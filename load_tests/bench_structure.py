@@ -7,7 +7,8 @@ against a plain read of the same page. Everything measured in this run.
 Tables:
 1. per style: the service (the in-process engine, `structure=True` on the
    whole image: it finds the table itself, alone or on a page) beside the
-   peer (RapidTable 0.3.0 over RapidOCR, given the true table crop):
+   peer (RapidTable 0.3.0 over RapidOCR, given the true table crop;
+   `--url` reads through a started service instead of the engine):
    cells exact, shape right, TEDS (harness/table_scores.py), tables found,
    img/s (the service reads the whole image, the peer only the crop);
 2. pages whose title came back as a `title` region with the title's text;
@@ -17,6 +18,7 @@ Tables:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -74,6 +76,25 @@ class Score:
 def engine_reader(engine):
     """The service's read as its JSON answer (the in-process engine)."""
     return lambda image, structure=True: engine.read(image, structure=structure).to_dict()
+
+
+def http_reader(url: str):
+    """The service's read over HTTP: POST /v1/ocr, the image as PNG, options.structure."""
+    import base64
+
+    import cv2
+    import requests
+
+    session = requests.Session()
+
+    def read(image, structure=True):
+        png = base64.b64encode(cv2.imencode(".png", image)[1].tobytes()).decode()
+        r = session.post(f"{url.rstrip('/')}/v1/ocr", json={"image": {"base64": png},
+                                                           "options": {"structure": structure}}, timeout=300)
+        r.raise_for_status()
+        return r.json()
+
+    return read
 
 
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
@@ -170,6 +191,7 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--seeds", type=int, default=3, help="tables per style and place (default 3: 24 images)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of the cost table")
     ap.add_argument("--no-peer", action="store_true", help="the service only (no RapidTable)")
+    ap.add_argument("--url", help="read through a started service at this URL (POST /v1/ocr), not the in-process engine")
     ap.add_argument("--json", help="write the figures here")
 
 
@@ -183,9 +205,15 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
 
         peer = RapidTablePeer()
         score_peer(peer, items[:1])  # its session's first run out of the timing
-    with OcrEngine() as engine:
-        engine.warm()
-        read = engine_reader(engine)
+    with contextlib.ExitStack() as stack:
+        if args.url:
+            read = http_reader(args.url)
+        else:
+            engine = stack.enter_context(OcrEngine())
+            engine.warm()
+            read = engine_reader(engine)
+        out["service_path"] = args.url or "in-process engine"
+        print(f"service: {out['service_path']}; peer: {'RapidTable 0.3.0 over RapidOCR' if peer else 'none'}")
         read(items[0].image)  # the structure models load on the first read that asks
         service, titles, regions = score_service(read, items)
         peer_scores = score_peer(peer, items) if peer else None
