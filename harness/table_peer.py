@@ -26,6 +26,10 @@ class RapidTablePeer:
     the structure, RapidTable's matcher puts the lines into cells."""
 
     def __init__(self):
+        import onnxruntime
+
+        # SLANet_plus's ONNX graph warns of an output shape on every run; errors still show
+        onnxruntime.set_default_logger_severity(3)
         self.table = require_rapid_table()()  # its default: slanet-plus.onnx, RapidOCR as its reader
 
     def read(self, crop_bgr: np.ndarray) -> str:
