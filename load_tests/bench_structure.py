@@ -11,7 +11,8 @@ Tables:
    `--url` reads through a started service instead of the engine):
    cells exact, shape right, TEDS (harness/table_scores.py), tables found,
    img/s (the service reads the whole image, the peer only the crop);
-2. pages whose title came back as a `title` region with the title's text;
+2. pages whose title came back as a `title` region with the title's text,
+   and as a `#` heading of the page's Markdown;
 3. cost: each page read plain and with structure, interleaved, median of
    the rounds, and the ratio (the issue's bar: <= 1.8x)."""
 
@@ -97,10 +98,31 @@ def http_reader(url: str):
     return read
 
 
+def markdown_of(answer: dict) -> str | None:
+    """The answer as ?format=markdown writes it (serve_app.flow.formats.render);
+    None where this tree has no Markdown format yet."""
+    from serve_app.core.errors import BadRequest
+    from serve_app.flow.formats import render
+
+    try:
+        return render(answer, "markdown")[0]
+    except BadRequest:
+        return None
+
+
+def heading_found(markdown: str | None, title: str) -> bool | None:
+    """The title as a `#` heading line of the Markdown (None: no Markdown)."""
+    if markdown is None:
+        return None
+    return any(line.strip() == f"# {title}" for line in markdown.splitlines())
+
+
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
-    """(scores per style, title found per page, the answers' regions per image)."""
+    """(scores per style, title found per page (as a title region, and as a
+    `#` heading of its Markdown), the answers' regions per image)."""
     scores = {s: Score() for s in STYLES}
     titles: dict[str, bool] = {}
+    headings: dict[str, bool | None] = {}
     regions: dict[str, dict] = {}
     for item in items:
         t0 = time.perf_counter()
@@ -110,8 +132,9 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
         scores[item.style].add(html, item, dt)
         if item.title:
             titles[item.name] = title_found(answer, item.title)
+            headings[item.name] = heading_found(markdown_of(answer), item.title)
         regions[item.name] = {"types": [r["type"] for r in answer.get("regions") or ()], "html": html}
-    return scores, titles, regions
+    return scores, {"region": titles, "heading": headings}, regions
 
 
 def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
@@ -218,9 +241,14 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
         service, titles, regions = score_service(read, items)
         peer_scores = score_peer(peer, items) if peer else None
         out["misses"] = accuracy_table(service, peer_scores)
-        found = sum(titles.values())
-        print(f"\n## 2. Titles: {found}/{len(titles)} pages' titles came back as a title region"
-              + ("" if found == len(titles) else f" (missed: {', '.join(n for n, ok in titles.items() if not ok)})"))
+        for kind, what in (("region", "a title region"), ("heading", "a `#` heading of the page's Markdown")):
+            got = titles[kind]
+            if any(v is None for v in got.values()):
+                print(f"\n## 2. Titles as {what}: n/a (this tree has no Markdown format)")
+                continue
+            found = sum(got.values())
+            print(f"\n## 2. Titles as {what}: {found}/{len(got)} pages"
+                  + ("" if found == len(got) else f" (missed: {', '.join(n for n, ok in got.items() if not ok)})"))
         pages = [i for i in items if i.place == "page"]
         out["cost"] = cost_table(read, pages, args.repeats) if pages and args.repeats else None
     out["service"] = {s: v.to_json() for s, v in service.items()}
