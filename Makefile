@@ -60,6 +60,7 @@ $(EXPORT_STAMP): models/export-requirements.txt
 
 models: $(BUILD_STAMP) $(EXPORT_STAMP)
 	OCR_SERVE_EXPORT_PYTHON=$(abspath $(EXPORT_VENV))/bin/python $(BUILD_VENV)/bin/python -m serve_app.tools.convert_models
+	OCR_SERVE_EXPORT_PYTHON=$(abspath $(EXPORT_VENV))/bin/python $(BUILD_VENV)/bin/python -m serve_app.tools.structure_models
 
 # The profiling-only env (.venv-openvino: the openvino package Paddle 3.3.1
 # bundles) for `python -m load_tests engine tiers-ops`, OpenVINO's

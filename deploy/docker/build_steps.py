@@ -173,10 +173,12 @@ def step_convert(cache: str, export_python: str) -> str:
     from serve_app.inference.weights import CONVERSION_RECORD
     from serve_app.tools.conversion_check import ConversionError
     from serve_app.tools.convert_models import converted_sources, ensure_all, load_sets
+    from serve_app.tools.structure_models import ensure_structure
 
     root = Path(cache)
     try:
         status = ensure_all(root)
+        status.update({f"structure {k}": v for k, v in ensure_structure(root).items()})  # layout, table
     except ConversionError as e:
         raise StepFailed(f"model conversion failed: {e}") from None
     sources = converted_sources(load_sets())

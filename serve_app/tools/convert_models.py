@@ -77,7 +77,7 @@ from typing import Optional
 # Stdlib only: the cache's place and the record's name, as the service reads them.
 from serve_app.inference.weights import CONVERSION_RECORD as RECORD, model_cache_root as cache_root
 from serve_app.tools.conversion_check import LEGACY, PARAMS, PROGRAM, ConversionError, load_charset, program_of, verify
-from serve_app.tools.legacy_rewrite import rewrite_legacy
+from serve_app.tools.legacy_rewrite import clip_constants, rewrite_legacy
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "models" / "manifest.json"
@@ -142,6 +142,8 @@ def export_legacy(code: str, params: Path, out_dir: Path, stage: str, python: Pa
     """The legacy program (.pdmodel) from x2paddle's code, saved by the
     export env's Paddle 2.6.2 (serve_app/tools/export_legacy.py)."""
     code, patches = rewrite_legacy(code)
+    if stage == "layout":  # serve_app/tools/structure_models.py: constant-bound clips, else NaN on OpenVINO
+        code, patches["clip_constants"] = clip_constants(code)
     work = Path(tempfile.mkdtemp(prefix="legacy-", dir=out_dir.parent))
     try:
         (work / "code.py").write_text(code)
@@ -374,7 +376,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--verify-only", type=Path, default=None, metavar="DIR",
                    help="only check the converted model in DIR against --source (exit 1 naming the file if it differs)")
     p.add_argument("--source", type=Path, default=None, help="the ONNX file DIR was converted from")
-    p.add_argument("--stage", choices=("det", "rec", "cls"), default=None)
+    p.add_argument("--stage", choices=("det", "rec", "cls", "layout"), default=None)
     p.add_argument("--dict", type=Path, default=None, help="the recogniser's dictionary (with --verify-only)")
     p.add_argument("--convert-one", nargs=2, type=Path, default=None, metavar=("ONNX", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

