@@ -11,6 +11,8 @@ Tables:
    `--url` reads through a started service instead of the engine):
    cells exact, shape right, TEDS (harness/table_scores.py), tables found,
    img/s (the service reads the whole image, the peer only the crop);
+   1b. (in-process only) the engine's table stage alone on the peer's
+   true crop: where the service's misses lie, layout or table;
 2. pages whose title came back as a `title` region with the title's text,
    and as a `#` heading of the page's Markdown;
 3. cost: each page read plain and with structure, interleaved, median of
@@ -137,6 +139,40 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
     return scores, {"region": titles, "heading": headings}, regions
 
 
+def score_engine_crop(engine, items: list[DrawnTable], margin: int = 12) -> dict[str, Score]:
+    """The engine's table stage alone, given the peer's true crop: the
+    page's plain-read lines in the crop, SLANet_plus on Paddle, the
+    pipeline's matcher (layout skipped: where the service's misses lie).
+    Its seconds are the table stage's only."""
+    from serve_app.structure.layout import LayoutBox
+    from serve_app.structure.regions import assign_lines
+    from serve_app.structure.table_match import match_table
+
+    _, recognizer = engine.structure_runners()
+    scores = {s: Score() for s in STYLES}
+    for item in items:
+        lines = engine.read(item.image).lines
+        h, w = item.image.shape[:2]
+        x0, y0, x1, y1 = item.box
+        x0, y0, x1, y1 = max(0, x0 - margin), max(0, y0 - margin), min(w, x1 + margin), min(h, y1 + margin)
+        mine = assign_lines([LayoutBox("table", (x0, y0, x1, y1), 1.0)], lines)[0]
+        t0 = time.perf_counter()
+        structure = recognizer.recognize([item.crop(margin)])[0]
+        table = match_table(structure, (x0, y0), [lines[i] for i in mine])
+        scores[item.style].add(table.html, item, time.perf_counter() - t0)
+    return scores
+
+
+def crop_table(scores: dict[str, Score]) -> None:
+    print("\n## 1b. The service's table stage alone on the true crop (layout skipped; the page's lines, "
+          "SLANet_plus on Paddle, the pipeline's matcher)\n")
+    print("| style | tables | cells exact | shape right | TEDS |")
+    print("|---|---:|---:|---:|---:|")
+    for style, sc in [*((s, scores[s]) for s in STYLES if scores[s].tables), ("**all**", _total(scores))]:
+        j = sc.to_json()
+        print(f"| {style} | {sc.tables} | {fmt(sc.exact, 3)} | {fmt(sc.shape, 2)} | {fmt(j['teds'], 3)} |")
+
+
 def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
     scores = {s: Score() for s in STYLES}
     for item in items:
@@ -241,6 +277,10 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
         service, titles, regions = score_service(read, items)
         peer_scores = score_peer(peer, items) if peer else None
         out["misses"] = accuracy_table(service, peer_scores)
+        if not args.url:
+            crop_scores = score_engine_crop(engine, items)
+            crop_table(crop_scores)
+            out["service_true_crop"] = {s: v.to_json() for s, v in crop_scores.items()}
         for kind, what in (("region", "a title region"), ("heading", "a `#` heading of the page's Markdown")):
             got = titles[kind]
             if any(v is None for v in got.values()):
@@ -279,6 +319,7 @@ def smoke(args: argparse.Namespace) -> int:
     out = run(args, items)
     check(out["service"]["ruled"]["tables"] == 2, "both images scored for the service")
     check(out["peer"] is None or out["peer"]["ruled"]["tables"] == 2, "both crops scored for the peer")
+    check(out["service_true_crop"]["ruled"]["tables"] == 2, "both true crops scored for the engine's table stage")
     check(out["cost"] is not None and out["cost"]["ratio"] > 0, "the cost table measured")
     return 0
 
