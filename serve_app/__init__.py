@@ -6,4 +6,4 @@ module imports only from its own room or a room below it
 modules (app: the Serve app builder; engine: the in-process OcrEngine and
 the CLI's; client: OcrClient; __main__: the CLI) and tools/."""
 
-LAYERS = ("core", "ocr", "inference", "flow", "serving", "jobs", "http", "integrations")
+LAYERS = ("core", "ocr", "structure", "inference", "flow", "serving", "jobs", "http", "integrations")

@@ -286,12 +286,12 @@ class StructureOptions(_Strict):
         "back as table regions with their lines and a note, no cells)")
     max_table_cells: int = Field(
         1000, ge=1, le=5000,
-        description="cells per table at most (SLANet_plus decodes at most 501 steps); more: the table is cut after "
-        "a whole row's cell and noted")
+        description="cells per table at most; more: the table is cut after a whole cell, its row closed, and noted "
+        "(SLANet_plus itself decodes at most 501 tokens, ~470 cells of a large grid; a table it cuts is noted too)")
     min_table_side: int = Field(
         8, ge=1, description="a table region smaller than this (px) on either side is not recognised (noted)")
-    table_batch_size: int = Field(4, ge=1, le=32, description="table crops per recogniser predictor batch")
-    layout_batch_size: int = Field(1, ge=1, le=16, description="pages per layout predictor batch")
+    table_batch_size: int = Field(4, ge=1, le=32, description="table crops per recogniser predictor batch (the "
+                                  "layout detector's graph takes one page at a time)")
 
 
 class EngineConfig(_Strict):

@@ -188,14 +188,14 @@ class Pipeline:
         ctx.check("table structure")
         found = await all_or_none([self.stages.table(np.ascontiguousarray(img[y0:y1, x0:x1]), ctx=ctx)
                                    for _, (x0, y0, x1, y1) in wanted])
-        assigned = assign_lines(boxes, lines)
+        assigned = await asyncio.to_thread(assign_lines, boxes, lines)  # off the loop, as the matching below
         matched: dict[int, Table] = {}
         for (j, (x0, y0, _, _)), structure in zip(wanted, found):
             note = None
             if structure.truncated:
-                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells): "
-                        f"the lines of the rest are in the cells nearest them")
-            matched[j] = match_table(structure, (x0, y0), [lines[i] for i in assigned[j]], note)
+                note = (f"table cut after {len(structure.cells)} cells (engine.structure.max_table_cells, or the "
+                        f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
+            matched[j] = await asyncio.to_thread(match_table, structure, (x0, y0), [lines[i] for i in assigned[j]], note)
         return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
 
     async def _lines(self, img: np.ndarray, options: OcrOptions, ctx: RequestContext,

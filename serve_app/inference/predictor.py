@@ -19,6 +19,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
+from functools import partialmethod
 from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
 import numpy as np
@@ -47,9 +48,7 @@ class Predictor(Protocol):
     def run(self, x: np.ndarray) -> np.ndarray:
         """One forward pass; callable from any thread."""
 
-    def run_all(self, x: np.ndarray) -> list[np.ndarray]:
-        """One forward pass, every output of the model in its order (the
-        layout detector's eight, the table recogniser's two)."""
+    def run_all(self, x: np.ndarray) -> list[np.ndarray]: ...  # every output, in order (the structure models)
 
     async def call_async(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) on the predictor's own thread (where `run` is direct),
@@ -256,8 +255,7 @@ class PaddlePredictor:
     """One Paddle Inference predictor, run only on its own thread."""
 
     def __init__(self, files: ModelFiles, options: PredictorOptions, name: Optional[str] = None,
-                 int8_inputs: Optional[Callable[[tuple], list]] = None,
-                 thread_init: Optional[Callable[["PaddlePredictor"], None]] = None):
+                 int8_inputs: Optional[Callable[[tuple], list]] = None, thread_init: Optional[Callable] = None):
         """thread_init: run on the predictor's own thread before the build
         (the engine's threads, started from it, inherit what it sets there:
         a serving replica's CPU priority, serve_app.serving.heap)."""
@@ -370,7 +368,6 @@ class PaddlePredictor:
             _process_limiter().created()
         self._input = self._predictor.get_input_handle(self._predictor.get_input_names()[0])
         self._outputs = [self._predictor.get_output_handle(n) for n in self._predictor.get_output_names()]
-        self._output = self._outputs[0]
         self._thread_id = threading.get_ident()
 
     def _prepare_tensorrt(self, files: ModelFiles, trt: TensorRTOptions) -> None:
@@ -410,43 +407,27 @@ class PaddlePredictor:
         if lock is not None:
             lock.close()
 
-    def _run(self, x: np.ndarray) -> np.ndarray:
+    def _run(self, x: np.ndarray, every: bool = False):
         assert threading.get_ident() == self._thread_id
         self._input.reshape(list(x.shape))
         self._input.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
         self._predictor.run()
-        return self._output.copy_to_cpu()
+        return [o.copy_to_cpu() for o in self._outputs] if every else self._outputs[0].copy_to_cpu()
 
-    def _run_all(self, x: np.ndarray) -> list[np.ndarray]:
-        self._run_input(x)
-        return [o.copy_to_cpu() for o in self._outputs]
-
-    def _run_input(self, x: np.ndarray) -> None:
-        assert threading.get_ident() == self._thread_id
-        self._input.reshape(list(x.shape))
-        self._input.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
-        self._predictor.run()
-
-    def run_all(self, x: np.ndarray) -> list[np.ndarray]:
-        if threading.get_ident() == self._thread_id:
-            return self._run_all(x)
+    def submit(self, x: np.ndarray, every: bool = False) -> Future:
         if self._closed:
             raise RuntimeError(f"predictor {self.name} is closed")
-        return self._executor.submit(self._run_all, x).result()
+        return self._executor.submit(self._run, x, every)
 
-    def submit(self, x: np.ndarray) -> Future:
-        if self._closed:
-            raise RuntimeError(f"predictor {self.name} is closed")
-        return self._executor.submit(self._run, x)
-
-    def run(self, x: np.ndarray) -> np.ndarray:
+    def run(self, x: np.ndarray, every: bool = False):
         if threading.get_ident() == self._thread_id:  # already on our thread (inside call_async)
-            return self._run(x)
-        return self.submit(x).result()
+            return self._run(x, every)
+        return self.submit(x, every).result()
+
+    run_all = partialmethod(run, every=True)  # every output, in the model's order
 
     async def call_async(self, fn, *args):
-        """Run `fn(*args)` (pre-processing, predictor runs, post-processing)
-        on this predictor's thread, without blocking the event loop."""
+        """`fn(*args)` (pre-, post-processing, runs) on this predictor's thread, not blocking the loop."""
         if self._closed:
             raise RuntimeError(f"predictor {self.name} is closed")
         return await asyncio.wrap_future(self._executor.submit(fn, *args))

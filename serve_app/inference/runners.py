@@ -166,7 +166,8 @@ class TextRecognizer:
 
 class LayoutDetector:
     """Pages -> their layout regions (serve_app.structure.layout: PicoDet on
-    CDLA, a fixed 800 x 608 input, so every page is one shape)."""
+    CDLA, a fixed 800 x 608 input, so every page is one shape). One page per
+    predictor run: the converted graph's reshapes fix its batch at 1."""
 
     def __init__(self, predictor: Predictor, opts: StructureOptions):
         self.predictor = predictor
@@ -176,20 +177,16 @@ class LayoutDetector:
         """Each BGR page's regions (boxes in its pixels), at most
         opts.max_regions of them, the best by score, in the order found."""
         out: list[list[LayoutBox]] = []
-        n = self.opts.layout_batch_size
-        for start in range(0, len(pages), n):
-            part = pages[start:start + n]
-            outputs = self.predictor.run_all(np.stack([layout_preprocess(p) for p in part]))
-            for k, page in enumerate(part):
-                found = layout_postprocess([o[k] for o in outputs], page.shape[:2], self.opts.layout_score,
-                                           self.opts.layout_iou)
-                out.append(sorted(found, key=lambda b: -b.score)[: self.opts.max_regions])
+        for page in pages:
+            outputs = self.predictor.run_all(layout_preprocess(page)[None])
+            found = layout_postprocess([o[0] for o in outputs], page.shape[:2], self.opts.layout_score,
+                                       self.opts.layout_iou)
+            out.append(sorted(found, key=lambda b: -b.score)[: self.opts.max_regions])
         return out
 
     def warm_calls(self) -> list[tuple[Callable, list]]:
-        """A call for every batch size (one input shape)."""
-        page = np.full((800, 608, 3), 255, np.uint8)
-        return [(self.detect, [page] * n) for n in range(1, self.opts.layout_batch_size + 1)]
+        """The one call its one input shape needs."""
+        return [(self.detect, [np.full((800, 608, 3), 255, np.uint8)])]
 
 
 class TableRecognizer:

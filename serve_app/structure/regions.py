@@ -1,9 +1,11 @@
 """A page's layout regions and its recognised lines -> the page's regions
 (serve_app.core.results.Region) in reading order.
 
-Each line goes to at most one region: the one that covers the largest part
-of its box (at least half of it), the smaller region where two cover it
-alike. Lines no region takes are grouped into "text" regions of their own
+Each line goes to at most one region: of those that cover at least half of
+its box, a table first (a cell's text is the table's, whatever the detector
+also found inside it), then the one covering most of it, then the smaller.
+A region of another type lying mostly (SWALLOWED) inside a table is left
+out: its lines are the table's. Lines no region takes are grouped into "text" regions of their own
 (lines that touch, one above the other), so that every line is in a
 region. Reading order is a recursive XY cut: the regions are split at the
 widest horizontal gap between bands, else at the widest vertical gap
@@ -20,6 +22,7 @@ from serve_app.structure.layout import LayoutBox
 from serve_app.structure.table_match import quad, xyxy
 
 MIN_COVER = 0.5  # a line goes to a region that covers at least this part of its box
+SWALLOWED = 0.8  # a non-table region with this part of its area inside a table is the table's
 
 
 def _cover(line_box, region_box) -> float:
@@ -36,16 +39,27 @@ def _area(b) -> float:
     return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
 
 
+def swallowed(boxes: Sequence[LayoutBox]) -> set[int]:
+    """Indices of the non-table boxes lying mostly inside a table box."""
+    tables = [b.box for b in boxes if b.type == "table"]
+    return {j for j, b in enumerate(boxes)
+            if b.type != "table" and any(_cover(b.box, t) >= SWALLOWED for t in tables)}
+
+
 def assign_lines(boxes: Sequence[LayoutBox], lines: Sequence[TextLine]) -> list[tuple[int, ...]]:
     """For each layout box, the indices of the lines it takes (ascending)."""
     taken: list[list[int]] = [[] for _ in boxes]
+    gone = swallowed(boxes)
     for i, line in enumerate(lines):
         lb = xyxy(line.box)
         best, key = None, None
         for j, b in enumerate(boxes):
+            if j in gone:
+                continue
             c = _cover(lb, b.box)
-            if c >= MIN_COVER and (key is None or (c, -_area(b.box)) > key):
-                best, key = j, (c, -_area(b.box))
+            k = (b.type == "table", c, -_area(b.box))
+            if c >= MIN_COVER and (key is None or k > key):
+                best, key = j, k
         if best is not None:
             taken[best].append(i)
     return [tuple(t) for t in taken]
@@ -101,8 +115,11 @@ def assemble_regions(layout_boxes: Sequence[LayoutBox], lines: Sequence[TextLine
     bound that left it partial)."""
     tables, notes = tables or {}, notes or {}
     assigned = assign_lines(layout_boxes, lines)
+    gone = swallowed(layout_boxes)
     regions: list[tuple[tuple[float, float, float, float], Region]] = []
     for j, (b, idx) in enumerate(zip(layout_boxes, assigned)):
+        if j in gone:
+            continue
         regions.append((b.box, Region(b.type, quad(b.box), b.score, idx, tables.get(j), notes.get(j))))
     used = {i for idx in assigned for i in idx}
     for g in _leftover_groups(lines, [i for i in range(len(lines)) if i not in used]):

@@ -39,26 +39,21 @@ def quad(b) -> list[list[float]]:
     return [[x0, y0], [x1, y0], [x1, y1], [x0, y1]]
 
 
-def _iou(a, b) -> float:
-    ix = min(a[2], b[2]) - max(a[0], b[0])
-    iy = min(a[3], b[3]) - max(a[1], b[1])
-    if ix <= 0 or iy <= 0:
-        return 0.0
-    inter = ix * iy
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
-
-
-def _distance(a, b) -> float:
-    d2 = abs(b[0] - a[0]) + abs(b[1] - a[1])
-    d3 = abs(b[2] - a[2]) + abs(b[3] - a[3])
-    return d2 + d3 + min(d2, d3)
-
-
 def best_cell(box, cells: np.ndarray) -> int:
     """The cell a text box belongs to: the smallest 1 - IoU, then the
-    smallest distance (RapidTable's match_result)."""
-    keys = [(1.0 - _iou(box, c), _distance(box, c)) for c in cells]
-    return min(range(len(keys)), key=keys.__getitem__)
+    smallest distance (RapidTable's match_result), over every cell at once
+    (a table of 1,000 cells and 1,500 lines took 7 s cell by cell in Python)."""
+    c = np.asarray(cells, dtype=np.float64).reshape(-1, 4)
+    x0, y0, x1, y1 = (float(v) for v in box)
+    ix = np.minimum(x1, c[:, 2]) - np.maximum(x0, c[:, 0])
+    iy = np.minimum(y1, c[:, 3]) - np.maximum(y0, c[:, 1])
+    inter = np.where((ix > 0) & (iy > 0), ix * iy, 0.0)
+    union = (x1 - x0) * (y1 - y0) + (c[:, 2] - c[:, 0]) * (c[:, 3] - c[:, 1]) - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        miss = 1.0 - np.where(inter > 0, inter / union, 0.0)
+    d2 = np.abs(c[:, 0] - x0) + np.abs(c[:, 1] - y0)
+    d3 = np.abs(c[:, 2] - x1) + np.abs(c[:, 3] - y1)
+    return int(np.lexsort((d2 + d3 + np.minimum(d2, d3), miss))[0])  # by miss, then distance; ties: the first
 
 
 def grid_places(tokens: Sequence[str]) -> list[tuple[int, int, int, int]]:

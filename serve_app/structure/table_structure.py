@@ -36,7 +36,8 @@ class TableStructure:
     sos/eos); `cells` (N, 4) float32, each cell's box x0, y0, x1, y1 in the
     crop's pixels, one per cell token ("<td>", "<td", "<td></td>") in
     order; `score`, the mean probability of the tokens; `truncated`: the
-    cells past the bound (engine.structure.max_table_cells) were cut off."""
+    table was cut (cells past engine.structure.max_table_cells, or the
+    network's last step reached before its end)."""
 
     tokens: tuple[str, ...]
     cells: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))
@@ -62,7 +63,8 @@ def table_decode(loc: np.ndarray, probs: np.ndarray, ratio: float, crop_hw: tupl
     """One crop's structure from its network outputs (batch axis removed):
     `loc` (steps, 8) cell corners as fractions of the padded input, `probs`
     (steps, len(TOKENS)). At most `max_cells` cells: past it the structure
-    is closed (its open row ended) and marked truncated."""
+    is closed (its open row ended) and marked truncated; so is one whose
+    steps (SLANet_plus: 501) ran out before "eos"."""
     idx = probs.argmax(axis=1)
     best = probs.max(axis=1)
     end = TOKENS.index("eos")
@@ -71,9 +73,11 @@ def table_decode(loc: np.ndarray, probs: np.ndarray, ratio: float, crop_hw: tupl
     scores: list[float] = []
     truncated = False
     h, w = crop_hw
+    ended = False
     for step, t in enumerate(idx):
         t = int(t)
         if step > 0 and t == end:
+            ended = True
             break
         if t in (0, end):
             continue
@@ -88,8 +92,10 @@ def table_decode(loc: np.ndarray, probs: np.ndarray, ratio: float, crop_hw: tupl
                                    np.clip(xs.max(), 0, w), np.clip(ys.max(), 0, h)]))
         tokens.append(token)
         scores.append(float(best[step]))
+    truncated = truncated or not ended
     if truncated:
         tokens = _close(tokens)
+        boxes = boxes[: sum(t in CELL_TOKENS for t in tokens)]
     cells = np.array(boxes, np.float32).reshape(-1, 4)
     return TableStructure(tuple(tokens), cells, float(np.mean(scores)) if scores else 0.0, truncated)
 
