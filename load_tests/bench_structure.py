@@ -82,7 +82,8 @@ def engine_reader(engine):
 
 
 def http_reader(url: str):
-    """The service's read over HTTP: POST /v1/ocr, the image as PNG, options.structure."""
+    """The service's read over HTTP: POST /v1/ocr, the image as PNG, options.structure;
+    `Cache-Control: no-cache`, so the cost table's repeats are read, not the result cache's."""
     import base64
 
     import cv2
@@ -93,7 +94,8 @@ def http_reader(url: str):
     def read(image, structure=True):
         png = base64.b64encode(cv2.imencode(".png", image)[1].tobytes()).decode()
         r = session.post(f"{url.rstrip('/')}/v1/ocr", json={"image": {"base64": png},
-                                                           "options": {"structure": structure}}, timeout=300)
+                                                           "options": {"structure": structure}},
+                         headers={"Cache-Control": "no-cache"}, timeout=300)
         r.raise_for_status()
         return r.json()
 
