@@ -34,9 +34,10 @@ PROGRAMS: dict[str, tuple[str, dict[str, str]]] = {
     "startup": ("start-up: `serve run` to ready phase by phase; a replica added by autoscaling (--scale-up)", {
         "serve-run": "load_tests.serve_phases",
     }),
-    "documents": ("documents: reading order and layout, PDFs end to end", {
+    "documents": ("documents: reading order and layout, PDFs end to end, tables and regions", {
         "layout": "load_tests.bench_layout",
         "pdf": "load_tests.bench_pdf",
+        "structure": "load_tests.bench_structure",
     }),
     "hostile": ("hostile traffic: the front (health, a normal request, memory) beside heavy work", {
         "front": "load_tests.front_stall",

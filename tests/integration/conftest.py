@@ -15,7 +15,7 @@ from harness.peer import require_peer
 NO_CLUSTER = {"test_compile_cache_models", "test_default_models", "test_docker_build_steps", "test_documents_layout",
               "test_engine_inputs", "test_engine_peer", "test_ingress_routes", "test_load_tests", "test_model_conversion",
               "test_model_sets_engine", "test_own_sets_check", "test_predictor_keys", "test_predictor_threads", "test_serve_configs",
-              "test_structure_engine"}
+              "test_structure_accuracy", "test_structure_engine"}
 HERE = Path(__file__).resolve().parent
 
 
