@@ -134,7 +134,7 @@ def render() -> str:
     first = {cls: paths[0] for cls, paths in where.items()}
     for cls, paths in where.items():
         names = ", ".join(f"`{p}`" for p in paths)
-        out.append(f"### {names}\n\n")
+        out.append(f"### {names}\n")
         doc = inspect.getdoc(cls) if cls.__doc__ else ""
         if doc and not doc.startswith(("Usage docs", "!!!", "A base class")):
             out.append(" ".join(doc.split()) + "\n\n")
@@ -157,14 +157,14 @@ def render() -> str:
         out.append("\n")
     from serve_app.core.own_sets import OWN_MODELS_EXAMPLE, OwnModelSet
 
-    out.append("### `own_models[]`\n\n" + " ".join((inspect.getdoc(OwnModelSet) or "").split()) + " A complete "
+    out.append("### `own_models[]`\n" + " ".join((inspect.getdoc(OwnModelSet) or "").split()) + " A complete "
                "declaration (README.md's is the same in short; tests/unit/test_own_sets.py loads both):\n\n```yaml\n"
                + OWN_MODELS_EXAMPLE + "```\n\n| setting | type | default | range | meaning |\n|---|---|---|---|---|\n")
     for name, info in OwnModelSet.model_fields.items():
         text = (info.description or "").replace("|", "\\|")
         out.append(f"| `{name}` | {type_name(info.annotation)} | {default_text(info)} | {range_text(info)} | {text} |\n")
     out.append("\n")
-    out.append("### `user_config` of TextDetector, DirectionClassifier, TextRecognizer\n\n")
+    out.append("### `user_config` of TextDetector, DirectionClassifier, TextRecognizer\n")
     out.append(" ".join((inspect.getdoc(BatchKnobs) or "").split())
                + " Changed live, without restarting replicas. Defaults for a config that gives none: "
                + "; ".join(f"{stage} `max_batch_size: {k.max_batch_size}`, `batch_wait_timeout_s: {k.batch_wait_timeout_s}`"
