@@ -154,7 +154,7 @@ def render() -> str:
                 text = (text + " " if text else "") + f"Section `{first[tp]}`."
             text = text.replace("|", "\\|")
             out.append(f"| `{name}` | {type_name(info.annotation)} | {default} | {range_text(info)} | {text} |\n")
-        out.append("\n")
+        # no blank line: the next section's heading ends the table
     from serve_app.core.own_sets import OWN_MODELS_EXAMPLE, OwnModelSet
 
     out.append("### `own_models[]`\n" + " ".join((inspect.getdoc(OwnModelSet) or "").split()) + " A complete "
@@ -163,7 +163,6 @@ def render() -> str:
     for name, info in OwnModelSet.model_fields.items():
         text = (info.description or "").replace("|", "\\|")
         out.append(f"| `{name}` | {type_name(info.annotation)} | {default_text(info)} | {range_text(info)} | {text} |\n")
-    out.append("\n")
     out.append("### `user_config` of TextDetector, DirectionClassifier, TextRecognizer\n")
     out.append(" ".join((inspect.getdoc(BatchKnobs) or "").split())
                + " Changed live, without restarting replicas. Defaults for a config that gives none: "
