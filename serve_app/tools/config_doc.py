@@ -137,7 +137,7 @@ def render() -> str:
         out.append(f"### {names}\n")
         doc = inspect.getdoc(cls) if cls.__doc__ else ""
         if doc and not doc.startswith(("Usage docs", "!!!", "A base class")):
-            out.append(" ".join(doc.split()) + "\n\n")
+            out.append(" ".join(doc.split()) + "\n")  # a table may follow a paragraph directly
         out.append("| setting | type | default | range | meaning |\n|---|---|---|---|---|\n")
         for name, info in cls.model_fields.items():
             tp, _ = _unwrap(info.annotation)
@@ -167,7 +167,7 @@ def render() -> str:
     out.append(" ".join((inspect.getdoc(BatchKnobs) or "").split())
                + " Changed live, without restarting replicas. Defaults for a config that gives none: "
                + "; ".join(f"{stage} `max_batch_size: {k.max_batch_size}`, `batch_wait_timeout_s: {k.batch_wait_timeout_s}`"
-                           for stage, k in BATCH_DEFAULTS.items()) + ".\n\n")
+                           for stage, k in BATCH_DEFAULTS.items()) + ".\n")
     out.append("| setting | type | default | range | meaning |\n|---|---|---|---|---|\n")
     for name, info in BatchKnobs.model_fields.items():
         out.append(f"| `{name}` | {type_name(info.annotation)} | {default_text(info)} | {range_text(info)} | "
