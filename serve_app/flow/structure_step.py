@@ -32,7 +32,7 @@ async def read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, l
     notes: dict[int, str] = {}
     if len(boxes) > opts.max_regions:  # a stage of another config: the bound is this pipeline's
         boxes = sorted(boxes, key=lambda b: -b.score)[: opts.max_regions]
-    boxes = settle_layout(boxes, lines, opts.layout_score, img)
+    boxes = await asyncio.to_thread(settle_layout, boxes, lines, opts.layout_score, img)  # off the loop
     h, w = img.shape[:2]
     tables = [j for j, b in enumerate(boxes) if b.type == "table"]
     tables.sort(key=lambda j: -(boxes[j].box[2] - boxes[j].box[0]) * (boxes[j].box[3] - boxes[j].box[1]))

@@ -28,7 +28,7 @@ import cv2
 import numpy as np
 
 from serve_app.core.results import TextLine
-from serve_app.structure.layout import LayoutBox, _iou
+from serve_app.structure.layout import LayoutBox
 from serve_app.structure.regions import MIN_COVER, SWALLOWED, _cover
 from serve_app.structure.table_match import xyxy
 
@@ -37,33 +37,39 @@ TITLE_HEIGHT = 1.3  # a header's lines this much taller than the page's median a
 MAX_GROW_ROWS = 3  # rows a table may grow by on each side
 
 
-def _iou1(a, b) -> float:
-    return float(_iou(np.array([a], dtype=np.float64), np.array(b, dtype=np.float64))[0])
+def _pairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For boxes (n, 4): IoU (n, n), and cover[j, k], the part of box j inside box k."""
+    lt = np.maximum(a[:, None, :2], a[None, :, :2])
+    rb = np.minimum(a[:, None, 2:], a[None, :, 2:])
+    inter = np.clip(rb - lt, 0, None).prod(axis=2)
+    area = np.clip(a[:, 2:] - a[:, :2], 0, None).prod(axis=1)
+    iou = inter / (area[:, None] + area[None, :] - inter + 1e-5)
+    return iou, inter / np.maximum(area[:, None], 1e-6)
 
 
 def settle_tables(boxes: Sequence[LayoutBox], layout_score: float) -> list[LayoutBox]:
     """Low-scored tables kept only as another reading of a found block;
     tables inside better tables and same-block duplicates of other types
-    dropped. Order kept."""
-    sure = [b for b in boxes if b.type != "table" or b.score >= layout_score]
-    keep: list[bool] = []
-    for b in boxes:
-        if b.type == "table" and b.score < layout_score:
-            keep.append(any(o.type != "table" and _iou1(b.box, o.box) >= TWIN_IOU for o in sure))
-        else:
-            keep.append(True)
-    for j, b in enumerate(boxes):
+    dropped, best first. Order kept."""
+    if not boxes:
+        return []
+    iou, cover = _pairs(np.array([b.box for b in boxes], dtype=np.float64))
+    table = np.array([b.type == "table" for b in boxes])
+    scores = np.array([b.score for b in boxes])
+    low = table & (scores < layout_score)
+    keep = ~low
+    keep[low] = ((iou[low] >= TWIN_IOU) & ~table & ~low).any(axis=1)
+    for j in sorted(range(len(boxes)), key=lambda i: -boxes[i].score):  # stable: the first of equals wins
         if not keep[j]:
             continue
-        for k, o in enumerate(boxes):
-            if k == j or not keep[k] or o.score < b.score or (o.score == b.score and k > j):
-                continue
-            if b.type == "table" and o.type == "table" and _cover(b.box, o.box) >= SWALLOWED:
-                keep[j] = False
-            elif b.type != "table" and o.type != "table" and _iou1(b.box, o.box) >= TWIN_IOU:
-                keep[j] = False
-            if not keep[j]:
-                break
+        later = keep.copy()
+        later[j] = False  # j drops the worse boxes it is a twin of (or, a table, that lie inside it)
+        worse = (scores < scores[j]) | ((scores == scores[j]) & (np.arange(len(boxes)) > j))
+        if table[j]:
+            gone = later & worse & table & (cover[:, j] >= SWALLOWED)
+        else:
+            gone = later & worse & ~table & (iou[:, j] >= TWIN_IOU)
+        keep &= ~gone
     return [b for b, k in zip(boxes, keep) if k]
 
 
@@ -124,42 +130,44 @@ def _row_fits(row: list[tuple[float, ...]], cols: list[tuple[float, float]]) -> 
     return len(row) >= 2 and len(set(hit)) == len(hit) and 2 * len(hit) >= len(cols)
 
 
-def grow_table(box: tuple[float, float, float, float], lbs: list[tuple[float, ...]]) -> tuple[float, ...]:
-    """The table box grown over the rows of lines next to it that fall in
-    its columns (a header row above, a last row below)."""
+def _covers(lbs: np.ndarray, box) -> np.ndarray:
+    """The part of each line box (m, 4) inside box."""
+    ix = np.minimum(lbs[:, 2], box[2]) - np.maximum(lbs[:, 0], box[0])
+    iy = np.minimum(lbs[:, 3], box[3]) - np.maximum(lbs[:, 1], box[1])
+    area = np.maximum((lbs[:, 2] - lbs[:, 0]) * (lbs[:, 3] - lbs[:, 1]), 1e-6)
+    return np.where((ix > 0) & (iy > 0), ix * iy / area, 0.0)
+
+
+def grow_table(box: tuple[float, float, float, float], lbs: np.ndarray) -> tuple[float, ...]:
+    """The table box grown to enclose the lines (m, 4) it takes and over
+    the rows of lines next to it that fall in its columns (a header row
+    above, a last row below)."""
+    lbs = np.asarray(lbs, dtype=np.float64).reshape(-1, 4)
     x0, y0, x1, y1 = box
-    inside = [b for b in lbs if _cover(b, box) >= MIN_COVER]
+    inside = lbs[_covers(lbs, box) >= MIN_COVER]
     if len(inside) < 2:
         return box
     cols = _columns([(b[0], b[2]) for b in inside])
-    h = float(np.median([_height(b) for b in inside]))
+    h = float(np.median(inside[:, 3] - inside[:, 1]))
     pad = h / 4
-    x0, y0 = min(x0, min(b[0] for b in inside)), min(y0, min(b[1] for b in inside))
-    x1, y1 = max(x1, max(b[2] for b in inside)), max(y1, max(b[3] for b in inside))
+    x0, y0 = min(x0, float(inside[:, 0].min())), min(y0, float(inside[:, 1].min()))
+    x1, y1 = max(x1, float(inside[:, 2].max())), max(y1, float(inside[:, 3].max()))
     for up in (True, False):
         for _ in range(MAX_GROW_ROWS):
-            cur = (x0, y0, x1, y1)
-            out = [b for b in lbs if _cover(b, cur) < MIN_COVER and min(b[2], x1) > max(b[0], x0)]
+            out = lbs[(_covers(lbs, (x0, y0, x1, y1)) < MIN_COVER) & (np.minimum(lbs[:, 2], x1) > np.maximum(lbs[:, 0], x0))]
             if up:
-                near = [b for b in out if b[3] <= y0 + h / 2 and b[3] >= y0 - h]
-                if not near:
-                    break
-                edge = max(b[3] for b in near)
-                row = [b for b in near if b[3] > edge - h / 2]
+                near = out[(out[:, 3] <= y0 + h / 2) & (out[:, 3] >= y0 - h)]
+                row = near[near[:, 3] > near[:, 3].max() - h / 2] if len(near) else near
             else:
-                near = [b for b in out if b[1] >= y1 - h / 2 and b[1] <= y1 + h]
-                if not near:
-                    break
-                edge = min(b[1] for b in near)
-                row = [b for b in near if b[1] < edge + h / 2]
-            if not _row_fits(row, cols):
+                near = out[(out[:, 1] >= y1 - h / 2) & (out[:, 1] <= y1 + h)]
+                row = near[near[:, 1] < near[:, 1].min() + h / 2] if len(near) else near
+            if not _row_fits([tuple(b) for b in row], cols):
                 break
-            x0 = min(x0, min(b[0] for b in row) - pad)
-            x1 = max(x1, max(b[2] for b in row) + pad)
+            x0, x1 = min(x0, float(row[:, 0].min()) - pad), max(x1, float(row[:, 2].max()) + pad)
             if up:
-                y0 = min(b[1] for b in row) - pad
+                y0 = float(row[:, 1].min()) - pad
             else:
-                y1 = max(b[3] for b in row) + pad
+                y1 = float(row[:, 3].max()) + pad
     return (x0, y0, x1, y1)
 
 
@@ -168,6 +176,6 @@ def settle_layout(boxes: Sequence[LayoutBox], lines: Sequence[TextLine], layout_
     """All of the above, in that order (see the module's docstring)."""
     gray = cv2.cvtColor(page_bgr, cv2.COLOR_BGR2GRAY) if page_bgr.ndim == 3 else page_bgr
     settled = header_titles(settle_tables(boxes, layout_score), lines, gray)
-    lbs = [tuple(xyxy(line.box)) for line in lines]
+    lbs = np.array([xyxy(line.box) for line in lines], dtype=np.float64).reshape(-1, 4)
     return [replace(b, box=tuple(float(v) for v in grow_table(b.box, lbs))) if b.type == "table" else b
             for b in settled]
