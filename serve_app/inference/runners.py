@@ -181,7 +181,7 @@ class LayoutDetector:
         for page in pages:
             outputs = self.predictor.run_all(layout_preprocess(page)[None])
             found = layout_postprocess([o[0] for o in outputs], page.shape[:2], self.opts.layout_score,
-                                       self.opts.layout_iou)
+                                       self.opts.layout_iou, table_thresh=self.opts.table_score)
             out.append(sorted(found, key=lambda b: -b.score)[: self.opts.max_regions])
         return out
 

@@ -11,7 +11,7 @@ THIRD_PARTY.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import cv2
 import numpy as np
@@ -77,11 +77,14 @@ def hard_nms(boxes: np.ndarray, scores: np.ndarray, iou_thresh: float, keep: int
 
 
 def layout_postprocess(outputs: Sequence[np.ndarray], page_hw: tuple[int, int], score_thresh: float = 0.5,
-                       iou_thresh: float = 0.5, labels: Sequence[str] = REGION_TYPES) -> list[LayoutBox]:
+                       iou_thresh: float = 0.5, labels: Sequence[str] = REGION_TYPES,
+                       table_thresh: Optional[float] = None) -> list[LayoutBox]:
     """One page's regions from its network outputs (the eight arrays of one
     image, batch axis removed: four score maps (cells, classes) then four
     box distributions (cells, 4 * (reg_max + 1)), strides 8 to 64), boxes
-    in the page's pixels, best first within a type."""
+    in the page's pixels, best first within a type. `table_thresh`: the
+    table class's own score floor (serve_app.structure.regions.settle_layout
+    decides which of those under score_thresh stay)."""
     n = len(outputs) // 2
     scores_by_level, dists = outputs[:n], outputs[n:]
     in_h, in_w = INPUT_HW
@@ -105,7 +108,8 @@ def layout_postprocess(outputs: Sequence[np.ndarray], page_hw: tuple[int, int], 
     found: list[LayoutBox] = []
     for cls in range(scores.shape[1]):
         probs = scores[:, cls]
-        mask = probs > score_thresh
+        floor = score_thresh if table_thresh is None or labels[cls] != "table" else min(score_thresh, table_thresh)
+        mask = probs > floor
         if not mask.any():
             continue
         cb, cp = boxes[mask], probs[mask]
