@@ -136,11 +136,18 @@ def converted_dir(model: str, stage: str) -> Path:
     record is a verified conversion of the manifest's source (by sha256),
     and every file the record lists has the size and sha256 recorded."""
     entry = _stage_entry(model, stage)
+    return _verified_dir(entry, f"{model} {stage}", "conversion")
+
+
+def _verified_dir(entry: dict, name: str, kind: str) -> Path:
+    """The cache folder of a manifest entry (by its source's sha256),
+    checked: its record is a verified conversion of that source, and every
+    file the record lists has the size and sha256 recorded."""
     d = model_cache_root() / entry["sha256"]
-    what = f"{model} {stage} ({entry['source']}, sha256 {entry['sha256'][:12]}...)"
+    what = f"{name} ({entry['source']}, sha256 {entry['sha256'][:12]}...)"
     record_path = d / CONVERSION_RECORD
     if not record_path.is_file():
-        raise ModelError(f"{what}: no verified conversion at {d}; {_REMAKE}")
+        raise ModelError(f"{what}: no verified {kind} at {d}; {_REMAKE}")
     try:
         record = json.loads(record_path.read_text())
         source, files = record["source"]["sha256"], record["files"]
@@ -245,20 +252,6 @@ def structure_files(stage: str, directory: Optional[str] = None) -> ModelFiles:
     entry = load_manifest().get("structure", {}).get(stage)
     if entry is None:
         raise ModelError(f"the manifest {MANIFEST_PATH} has no structure {stage!r} model")
-    d = model_cache_root() / entry["sha256"]
-    what = f"structure {stage} ({entry['source']}, sha256 {entry['sha256'][:12]}...)"
-    record_path = d / CONVERSION_RECORD
-    if not record_path.is_file():
-        raise ModelError(f"{what}: no verified model at {d}; {_REMAKE}")
-    try:
-        record = json.loads(record_path.read_text())
-        source, files = record["source"]["sha256"], record["files"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"{what}: {record_path} is not a conversion record ({e}); {_REMAKE}") from e
-    if source != entry["sha256"]:
-        raise ModelError(f"{what}: {record_path} records source sha256 {source}, the manifest {entry['sha256']}; "
-                         f"{_REMAKE}")
-    for fname, expected in files.items():
-        _verify(d / fname, expected, _REMAKE)
+    d = _verified_dir(entry, f"structure {stage}", "model")
     program = d / "inference.pdmodel" if (d / "inference.pdmodel").is_file() else d / "inference.json"
     return ModelFiles(stage, program, d / "inference.pdiparams")
