@@ -73,7 +73,8 @@ class AdmissionArgs(_Args):
         0.5, gt=0, le=1,
         description="A fair share per client (its address): while other clients have been seen within "
         "client_window_s, one client holds at most max(client_share, 1 / active clients) of the ledger "
-        "and of ingress.max_in_flight; a client alone may use all of both.")
+        "and of ingress.max_in_flight; a client alone may use all of the ledger and all but one of the in-flight "
+        "slots (kept for a client arriving).")
     client_window_s: float = Field(
         10.0, gt=0,
         description="a client counts as active this long after its last request")

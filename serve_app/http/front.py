@@ -48,6 +48,7 @@ from serve_app.http.policies.admission import Admission, Gate, current_client
 from serve_app.http.policies.answers import Answers
 from serve_app.http.policies.live_stats import RollingHistory, deployment_summary, stage_summary
 from serve_app.http.policies.result_cache import Dedupe, Deferred, ResultCache
+from serve_app.http.policies.slots import ClientSlots
 
 log = logging.getLogger("ray.serve")
 
@@ -108,13 +109,12 @@ class Lease:
     body budget, its body, its deadline and whether it holds a bulk slot."""
 
     def __init__(self, front: "Front", hold: BodyHold, timeout_s: Optional[float]):
-        self.front = front
-        self.hold = hold
-        self.timeout_s = timeout_s
+        self.front, self.hold, self.timeout_s = front, hold, timeout_s
         self.deadline = None if timeout_s is None else time.time() + timeout_s  # wall clock, as the replicas get it
         self.body = b""
         self.bulk = False
         self.large = False  # holds one of max_large_submits
+        self.client: Optional[str] = None  # whose in-flight slot it holds (Front.client_slots)
 
     def take_lane(self, opts: OcrOptions) -> OcrOptions:
         """The request's lane is known: a bulk request takes a bulk slot too."""
@@ -162,13 +162,13 @@ class Front:
         self.bodies = BodyBudget(args.max_body_bytes, args.retry_after_s)
         self.submit_pace = BytePace(args.submit_bytes_per_s)
         self.metrics = metrics
-        # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
         self.renders = RenderPool(args.render_workers, args.render_waiting, args.large_result_bytes,
                                   args.max_large_reads, retry_after_s=max(args.retry_after_s, 1))
-        # Job results as sent, made once (serve_app/http/policies/answers.py).
-        self.answers = Answers(args.answer_cache_bytes, args.answer_bytes_per_s)
+        self.answers = Answers(args.answer_cache_bytes, args.answer_bytes_per_s)  # job results as sent, made once
+        # Admission by cost (serve_app.http.policies.admission): one ledger for /v1/ocr, its batch items, /ocr and the handle.
         self.admission = Admission(args.admission, admission_metrics, default_retry_s=args.retry_after_s,
                                    max_requests=args.max_in_flight)
+        self.client_slots = ClientSlots(args.retry_after_s)  # the in-flight slots by client
         # Identical requests computed once per ingress replica (serve_app.http.policies.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
                              cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
@@ -271,7 +271,7 @@ class Front:
             if submit:
                 self._take_submit_slot()
             else:
-                self._take_slot()
+                lease.client = self._take_slot()
             try:
                 yield lease
             finally:
@@ -279,17 +279,21 @@ class Front:
                     self.submitting -= 1
                 else:
                     self.in_flight -= 1
+                    self.client_slots.give(lease.client)
                 self.bulk_in_flight -= lease.bulk
         finally:
             lease.hold.release()
             self.large_submits -= lease.large
 
-    def _take_slot(self) -> None:
+    def _take_slot(self) -> Optional[str]:  # within the client's share of them (serve_app.http.policies.slots)
+        client = self.client_slots.take(current_client(), self.admission)  # its share first: the likelier answer
         if self.in_flight >= self.args.max_in_flight:
+            self.client_slots.give(client)
             self.admission.count_refusal("in_flight", current_client())
             raise Overloaded(f"{self.in_flight} requests in progress here; retry shortly",
                              retry_after_s=self.args.retry_after_s)
         self.in_flight += 1
+        return client
 
     def _take_bulk_slot(self, opts: OcrOptions) -> bool:
         """A bulk request also takes one of lanes.bulk_max_in_flight (of

@@ -104,23 +104,27 @@ def ingress_stats(url) -> dict:
     return requests.get(f"{url}/v1/stats", headers=AUTH, timeout=30).json()["ingress"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "2026-12-07: on main after this round's merges the four 1 s requests are refused at the door (503, "
-    "'too much work is queued ... before its deadline') instead of joining and timing out; passed 2/2 at 3c81527, "
-    "1/2 at 84b91b1 (callbacks), 0/3 on the merged main: cause not found yet (issue 61 stays open with it)"))
 def test_requests_that_join_a_computation_and_leave_keep_it_in_the_ledger(service):
-    """Pairs: a body with a 1 s deadline, then the same body with 600 s,
-    which joins its computation; four pairs (the client's share of slots
-    while another client is served), 0.3 s apart. In every reading of the
-    ingress's figures each computation in flight holds a ticket in the
-    ledger, also once every short request has left (before: the ledger at
-    0.0 s with the long ones' computations running)."""
+    """Pairs: a request whose client leaves after 1 s (it closes the
+    connection), then the same body from a client that waits, which joins
+    its computation; four pairs, 0.15 s apart (the client's share of the 8
+    slots while another client is served is 4: the rest are 503s). In every
+    reading of the ingress's figures each computation in flight holds a
+    ticket in the ledger, also once every leaving client has gone (before:
+    the ledger at 0.0 s with the waiting ones' computations running). The
+    leaving requests go by the client's own timeout, not by their deadline:
+    a 1 s deadline on a dense page is refused at the door (its own cost is
+    over its time), which tells nothing of the ledger."""
     url = service
     assert post(url, SMALL).status_code == 200
     shorts, longs = {}, {}
 
-    def send(into, k, body, timeout):
-        r = post(url, body, headers={"X-Request-Timeout": timeout})
+    def send(into, k, body, wait_s):
+        try:
+            r = post(url, body, headers={"X-Request-Timeout": "600"}, timeout=wait_s)
+        except requests.exceptions.ReadTimeout:
+            into[k] = ("left", None, "")
+            return
         into[k] = (r.status_code, r.headers.get("x-cache"), r.json().get("error", {}).get("message", "")[:80])
 
     threads = []
@@ -128,8 +132,8 @@ def test_requests_that_join_a_computation_and_leave_keep_it_in_the_ledger(servic
     with PeakRss(ingress_and_proxy_pids()[:1]) as rss, Normal(url) as normal:
         t0 = time.perf_counter()
         for k, body in enumerate(variants(4)):
-            for into, timeout in ((shorts, "1"), (longs, "600")):
-                threads.append(threading.Thread(target=send, args=(into, k, body, timeout), daemon=True))
+            for into, wait_s in ((shorts, 1.0), (longs, 600)):
+                threads.append(threading.Thread(target=send, args=(into, k, body, wait_s), daemon=True))
                 threads[-1].start()
                 time.sleep(0.15)
         while any(t.is_alive() for t in threads):
@@ -142,8 +146,8 @@ def test_requests_that_join_a_computation_and_leave_keep_it_in_the_ledger(servic
     print(f"\njoined pairs: short {[shorts[k] for k in range(4)]}, long {[longs[k] for k in range(4)]} in "
           f"{seconds:.1f} s; readings (shorts done, ledger requests, ledger s, computations): {readings}; "
           f"ingress RSS +{rss.growth_mb():.0f} MB; {normal.summary()}")
-    # a short one answered, refused, or (the case) gone at its deadline while its computation runs on
-    assert all(s in (200, 503, 504) for s, _, _ in shorts.values()) and any(s == 504 for s, _, _ in shorts.values())
+    # a leaving client gone while its computation runs on (or refused at the door: over the client's share)
+    assert all(s in ("left", 503) for s, _, _ in shorts.values()) and any(s == "left" for s, _, _ in shorts.values())
     assert any(s == 200 and how == "shared" for s, how, _ in longs.values())
     assert all(requests_ >= computations for _, requests_, _, computations in readings)  # none outside the ledger
     assert after_shorts and all(cost > 0 for _, _, cost, _ in after_shorts)

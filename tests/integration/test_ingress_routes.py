@@ -70,7 +70,7 @@ def test_the_handle_api_raises_the_domain_error_behind_a_ray_error(app):
 
 def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_classifier_included():
     """The OcrPipeline deployment's own class (not a stand-in) over stand-in
-    model handles: every stage call carries the request's deadline and lane."""
+    model handles: every stage call carries the request's deadline, lane and client."""
     import time
 
     import cv2
@@ -109,9 +109,10 @@ def test_the_serve_pipeline_passes_the_deadline_and_lane_to_every_stage_the_clas
     pipe = OcrPipeline.func_or_class(Handle("detect"), Handle("classify"), Handle("recognize"), EngineConfig(),
                                      RecognizerArgs(), LaneArgs(enabled=False))
     png = cv2.imencode(".png", np.full((100, 240, 3), 255, np.uint8))[1].tobytes()
-    ctx = RequestContext("rid", time.time() + 60, "bulk")
+    ctx = RequestContext("rid", time.time() + 60, "bulk", "client-a")
     body = asyncio.run(pipe.ocr(png, OcrOptions(priority="bulk"), ctx))
     assert [r["text"] for r in body["results"]] == ["word"]
-    assert seen["detect"][1] == ctx.deadline and seen["detect"][3] == "bulk"  # (image, deadline, params, lane)
-    assert seen["classify"][1:] == (ctx.deadline, "bulk")  # (crops, deadline, lane)
-    assert seen["recognize"][1:] == (ctx.deadline, "bulk")
+    # (image, deadline, params, lane, client): the client's turn at the stages' gates
+    assert seen["detect"][1] == ctx.deadline and seen["detect"][3:] == ("bulk", "client-a")
+    assert seen["classify"][1:] == (ctx.deadline, "bulk", "client-a")  # (crops, deadline, lane, client)
+    assert seen["recognize"][1:] == (ctx.deadline, "bulk", "client-a")

@@ -78,6 +78,10 @@ def validate_serve_config(cfg: dict) -> None:
         args = AppArgs.model_validate(app.get("args") or {})
         # A further model set has its own detector and recogniser, named TextDetector_{set} / TextRecognizer_{set}.
         built = names | {f"{kind}_{name}" for name in args.models[1:] for kind in ("TextDetector", "TextRecognizer")}
+        if not args.recognizer.with_pipeline:  # document structure's own two deployments (app.build_app)
+            from serve_app.serving.structure_deployments import LayoutDetectorDeployment, TableRecognizerDeployment
+
+            built |= {LayoutDetectorDeployment.name, TableRecognizerDeployment.name}
         for d in app.get("deployments", []):
             where = f"{app['name']}/{d['name']}"
             assert d["name"] in built, f"{where}: the app builds no deployment of that name"
@@ -132,8 +136,11 @@ def test_deployment_options_have_one_home():
     from serve_app.http.ingress import OcrIngress
     from serve_app.jobs.store import JobStore
 
+    from serve_app.serving.structure_deployments import LayoutDetectorDeployment, TableRecognizerDeployment
+
     for d in (DirectionClassifierDeployment, OcrPipeline, TextDetectorDeployment, TextRecognizerDeployment,
-              OcrIngress, JobStore, RecognizerWithParts, PipelineWithModels):
+              OcrIngress, JobStore, RecognizerWithParts, PipelineWithModels, LayoutDetectorDeployment,
+              TableRecognizerDeployment):
         allowed = {"name", "num_replicas"} if d is JobStore else {"name"}
         assert d._deployment_config.user_configured_option_names <= allowed, d.name
     for path in (CPU_PROFILE, GPU_PROFILE, LIGHT_PROFILE):

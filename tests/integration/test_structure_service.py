@@ -74,8 +74,13 @@ def test_a_report_page_comes_back_typed_through_every_door(front):
     table = next(g for g in body["regions"] if g["type"] == "table")["table"]
     grid = {(c["row"], c["col"]): c["text"] for c in table["cells"]}
     assert grid[(0, 0)] == "Region" and grid[(1, 1)] == "120" and grid[(2, 2)] == "70", grid
-    ready = requests.get(f"{front.url}/readyz", timeout=30).json()["stages"]
-    assert ready.get("layout") and ready.get("table")
+    # /readyz answers from its last probe (ingress.ready_cache_s; a state up to READY_IDLE_S old when it was
+    # not asked meanwhile): the next probes show both structure stages ready.
+    end = time.monotonic() + 30
+    while not ((ready := requests.get(f"{front.url}/readyz", timeout=30).json()["stages"]).get("layout")
+               and ready.get("table")):
+        assert time.monotonic() < end, ready
+        time.sleep(0.5)
 
     md = post(front, page, options="{}", fmt="?format=markdown")
     assert md.status_code == 200 and md.headers["content-type"] == "text/markdown; charset=utf-8"
