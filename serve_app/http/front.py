@@ -53,18 +53,17 @@ from serve_app.http.policies.slots import ClientSlots
 log = logging.getLogger("ray.serve")
 
 
-def _as_is(e: BaseException) -> BaseException:
-    return e
-
-
 @dataclass(frozen=True)
 class HandleErrors:
     """The errors a handle call raises besides the domain errors (`types`,
-    rendered as the JSON error body like those) and the domain error behind
-    each (`unwrap`). Ray's: serve_app.http.ingress.RAY_ERRORS."""
+    rendered as the JSON error body like those), the domain error behind
+    each (`unwrap`), and how to start a call that no one request owns
+    (`detach(start, *args)`: a computation that identical requests share).
+    Ray's: serve_app.http.ingress.RAY_ERRORS."""
 
     types: tuple[type[BaseException], ...] = ()
-    unwrap: Callable[[BaseException], BaseException] = _as_is
+    unwrap: Callable[[BaseException], BaseException] = lambda e: e
+    detach: Callable[..., Any] = lambda start, *args: start(*args)
 
 
 async def downstream(call):
@@ -171,7 +170,7 @@ class Front:
         self.client_slots = ClientSlots(args.retry_after_s)  # the in-flight slots by client
         # Identical requests computed once per ingress replica (serve_app.http.policies.result_cache).
         self.dedupe = Dedupe(model_id, ResultCache(cache.max_bytes, cache.ttl_s) if cache.max_bytes else None,
-                             cache.share_in_flight, cache_metrics, downstream, flight_timeout_s=args.max_timeout_s)
+                             cache.share_in_flight, cache_metrics, downstream, args.max_timeout_s, errors.detach)
         # The stages' readiness, kept current by a background task (Front.ready): /readyz never waits on a probe.
         self._ready_state: Optional[tuple[float, dict]] = None  # (when probed, the stages' answer)
         self._ready_task: Optional[asyncio.Task] = None

@@ -4,6 +4,7 @@ metrics, the Ray errors behind a handle call, Serve's status), serves the
 app built over it (serve_app/http/app.py) and the handle API
 (`serve.get_app_handle("ocr").ocr.remote(...)`)."""
 
+import contextvars
 from typing import Any, Optional
 
 import ray
@@ -35,8 +36,20 @@ def unwrap(e: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else e
 
 
-# RayTaskError (a replica's exception), RayActorError, Serve's back-pressure refusal.
-RAY_ERRORS = HandleErrors((RayError, BackPressureError), unwrap)
+def outside_request(start, *args):
+    """`start(*args)` (a handle call) as a call of no request, in a context
+    of its own: the proxy cancels a request whose client went away with
+    `ray.cancel`, recursively, and Ray finds the children by the async task
+    id in the caller's context (ray._raylet.async_task_id), Serve by its
+    request context (ray.serve.context, cancel_on_parent_request_cancel);
+    a computation that identical requests share belongs to all that wait
+    on it (Dedupe cancels it once none does). The call's own arguments
+    carry the request's deadline, lane and client."""
+    return contextvars.Context().run(start, *args)
+
+
+# RayTaskError (a replica's exception), RayActorError, Serve's back-pressure refusal; shared calls outside requests.
+RAY_ERRORS = HandleErrors((RayError, BackPressureError), unwrap, outside_request)
 
 
 class ServeCluster:

@@ -117,6 +117,24 @@ def test_identical_concurrent_requests_share_one_computation_then_hit_the_cache(
     assert d.counts == {"hit": 1, "shared": 31, "miss": 2, "bypass": 0} and not d.flights
 
 
+def test_a_shared_computation_is_started_detached_and_a_request_alone_is_not():
+    """A computation identical requests share is started through `detach`
+    (in the service: outside the Serve request that started it, which Serve
+    would cancel with its client); a request computed alone is its own."""
+    async def go():
+        runs, detached = [], []
+        detach = lambda start, *args: detached.append(args) or start(*args)  # noqa: E731
+        d = Dedupe("m", ResultCache(1 << 20, 60), share=True, detach=detach)
+        start = lambda deadline: FakeCall(runs)  # noqa: E731
+        await asyncio.gather(*(d.read(b"img", OcrOptions(), 5, start) for _ in range(3)))
+        alone = Dedupe("m", None, share=False, detach=detach)
+        await alone.read(b"img", OcrOptions(), 5, start)
+        return runs, detached
+
+    runs, detached = run(go())
+    assert len(runs) == 2 and len(detached) == 1  # the shared one detached, the lone one not
+
+
 def test_a_twin_that_finishes_while_a_request_is_priced_answers_it_from_the_cache():
     """Pricing runs off the loop: if an identical request's computation both
     starts and ends meanwhile, the request takes the stored answer instead of

@@ -191,8 +191,12 @@ class Dedupe:
     computation runs outside the ledger, whoever paid for it."""
 
     def __init__(self, model_id: str, cache: Optional[ResultCache], share: bool, metrics: Any = None,
-                 awaiter: Optional[Callable[[Any], Awaitable]] = None, flight_timeout_s: Optional[float] = None):
+                 awaiter: Optional[Callable[[Any], Awaitable]] = None, flight_timeout_s: Optional[float] = None,
+                 detach: Optional[Callable[..., Any]] = None):
         self.model_id = model_id
+        # How a shared computation is started: owned by no one request (Serve cancels a request's handle calls
+        # with it, the client gone; the requests still waiting on it would get the cancellation).
+        self.detach = detach or (lambda start, *args: start(*args))
         self.flight_timeout_s = flight_timeout_s
         self.cache = cache
         self.share = share
@@ -245,7 +249,7 @@ class Dedupe:
         how = "shared"
         if flight is None:
             backstop = None if self.flight_timeout_s is None else time.time() + self.flight_timeout_s
-            flight = _Flight(start(backstop), gate, ticket)
+            flight = _Flight(self.detach(start, backstop), gate, ticket)
             if gate is not None:
                 gate.hand_over()
             flight.task = asyncio.ensure_future(self._settle(key, flight))
