@@ -103,7 +103,7 @@ def main(argv=None) -> int:
                 if args.format != "json":
                     from serve_app.flow.formats import render
 
-                    print(render(result.to_dict(), args.format)[0], end="", flush=True)
+                    print(render({**result.to_dict(), "model": engine.config.model}, args.format)[0], end="", flush=True)
                     continue
                 body = result.to_dict()
                 if document:

@@ -45,10 +45,19 @@ from serve_app.ocr.crop import char_quad, is_vertical
 from serve_app.ocr.words import split_words
 
 OCR_SYSTEM = "serve_app PP-OCR (Paddle Inference)"
-# The PP-OCRv4 mobile models read Chinese (simplified and traditional
-# characters) and English.
-LANGS = "zh en"
-SCRIPTS = "Hans Hant Latn"
+# hOCR's ocr-langs and ocr-scripts: the languages of the model set that read the body (its "model"; the sets'
+# other languages are written in Latin letters).
+SCRIPTS = {"zh": "Hans", "zh-Hant": "Hant", "ja": "Jpan"}
+
+
+def languages(body: dict) -> tuple[str, ...]:
+    """The languages of the model set named by the body's "model" (a body
+    without one: the default set's); () for a set of the user's own
+    (its languages are in the service's config, not in the body)."""
+    from serve_app.core.model_sets import DEFAULT_MODEL, SETS
+
+    name = body.get("model") or DEFAULT_MODEL
+    return SETS[name].languages if name in SETS else ()
 
 MEDIA_TYPES = {
     "json": "application/json",
@@ -112,7 +121,7 @@ def render(body: dict, fmt: str) -> tuple[str, str]:
 
         return render_markdown(body), MEDIA_TYPES[fmt]
     pages = pages_of(body)
-    out = {"hocr": render_hocr, "alto": render_alto}[fmt](pages)
+    out = render_hocr(pages, languages(body)) if fmt == "hocr" else render_alto(pages)
     return out, MEDIA_TYPES[fmt]
 
 
@@ -264,15 +273,17 @@ def _hocr_line(par: ET.Element, line: Line, p: int, n: int) -> tuple[ET.Element,
     return span, [w.space_before for w in line.words]
 
 
-def render_hocr(pages: list[Page]) -> str:
+def render_hocr(pages: list[Page], langs: tuple[str, ...] = ()) -> str:
     html = ET.Element("html", {"xmlns": XHTML_NS})
     head = ET.SubElement(html, "head")
     ET.SubElement(head, "title").text = "OCR"
     ET.SubElement(head, "meta", {"http-equiv": "Content-Type", "content": "text/html;charset=utf-8"})
+    scripts = dict.fromkeys(SCRIPTS.get(lang, "Latn") for lang in langs)
     for name, content in (("ocr-system", OCR_SYSTEM), ("ocr-capabilities", HOCR_CAPABILITIES),
-                          ("ocr-number-of-pages", str(len(pages))), ("ocr-langs", LANGS),
-                          ("ocr-scripts", SCRIPTS)):
-        ET.SubElement(head, "meta", {"name": name, "content": content})
+                          ("ocr-number-of-pages", str(len(pages))), ("ocr-langs", " ".join(langs)),
+                          ("ocr-scripts", " ".join(scripts))):
+        if content:  # (a set of the user's own: no languages said)
+            ET.SubElement(head, "meta", {"name": name, "content": content})
     body = ET.SubElement(html, "body")
     spacing: list[tuple[ET.Element, list[bool]]] = []
     for page in pages:

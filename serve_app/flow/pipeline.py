@@ -138,7 +138,7 @@ class Pipeline:
         regions = None
         if options.structure:
             t = time.perf_counter()
-            regions = await read_structure(self.stages, self.config.structure, img, lines, ctx)
+            regions = await read_structure(self.stages, self.config.structure, img, lines, ctx, orientation or 0)
             if not asked.return_words:
                 lines = tuple(dataclasses.replace(line, words=None) for line in lines)
             timings["structure"] = _ms(t)

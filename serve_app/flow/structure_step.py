@@ -7,6 +7,7 @@ No Ray import."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from serve_app.core.engine_config import StructureOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import Region, Table, TextLine
 from serve_app.flow.assemble import all_or_none
+from serve_app.ocr.orientation import move_box, to_upright, turn_lines, upright
 from serve_app.structure.layout import LayoutBox
 from serve_app.structure.regions import assemble_regions, assign_lines
 from serve_app.structure.settle import settle_layout
@@ -22,11 +24,27 @@ from serve_app.structure.table_match import match_table
 
 
 async def read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, lines: tuple[TextLine, ...],
-                         ctx: RequestContext) -> tuple[Region, ...]:
+                         ctx: RequestContext, angle: int = 0) -> tuple[Region, ...]:
     """The page's regions in reading order: its layout, each table
     region's structure (at most structure.max_tables of them, the
     largest; concurrently), the lines matched into them. The layout is
-    settled against the lines first (serve_app.structure.settle)."""
+    settled against the lines first (serve_app.structure.settle). A page
+    turned `angle` degrees clockwise (serve_app.ocr.orientation) is read
+    upright, its lines moved into that view, and the regions' and cells'
+    boxes moved back into the page's pixels (the models were trained on
+    upright pages: sideways, a table is found as text)."""
+    if not angle:
+        return await _read_structure(stages, opts, img, lines, ctx)
+    h, w = img.shape[:2]
+    up = await asyncio.to_thread(upright, img, angle)
+    regions = await _read_structure(stages, opts, up, turn_lines(lines, angle, w, h, to_upright), ctx)
+    back = lambda box: move_box(box, angle, w, h)  # noqa: E731 - (w, h: the page as sent)
+    return tuple(replace(r, box=back(r.box), table=None if r.table is None else replace(
+        r.table, cells=tuple(replace(c, box=back(c.box)) for c in r.table.cells))) for r in regions)
+
+
+async def _read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, lines: tuple[TextLine, ...],
+                          ctx: RequestContext) -> tuple[Region, ...]:
     ctx.check("layout")
     boxes: list[LayoutBox] = list(await stages.layout(img, ctx=ctx))
     notes: dict[int, str] = {}

@@ -149,17 +149,23 @@ def to_upright(points: np.ndarray, angle: int, w: int, h: int) -> np.ndarray:
     return np.stack(out, axis=-1)
 
 
-def turn_lines(lines: Sequence, angle: int, w: int, h: int) -> tuple:
-    """Lines read in the upright view, their boxes (and their characters'
-    and words') moved into the original image's pixels (w x h), each box
-    clockwise from its top-left corner in that image."""
-    from dataclasses import replace
-
+def move_box(box, angle: int, w: int, h: int, to=to_original) -> list[list[float]]:
+    """A quad moved by `to` (to_original, or to_upright), clockwise from its top-left corner there."""
     from serve_app.ocr.db_postprocess import order_clockwise
 
+    moved = order_clockwise(to(np.asarray(box, dtype=np.float64), angle, w, h).astype(np.float32))
+    return np.round(moved.astype(np.float64), 1).tolist()
+
+
+def turn_lines(lines: Sequence, angle: int, w: int, h: int, to=to_original) -> tuple:
+    """Lines read in the upright view, their boxes (and their characters'
+    and words') moved into the original image's pixels (w x h), each box
+    clockwise from its top-left corner in that image (`to=to_upright`: the
+    original's lines into the upright view)."""
+    from dataclasses import replace
+
     def move(box) -> list[list[float]]:
-        moved = order_clockwise(to_original(np.asarray(box, dtype=np.float64), angle, w, h).astype(np.float32))
-        return np.round(moved.astype(np.float64), 1).tolist()
+        return move_box(box, angle, w, h, to)
 
     out = []
     for line in lines:

@@ -367,7 +367,7 @@ class OcrPipeline:
         a decoded image does."""
         opts = self._options(options)
         async with self._set(opts.model) as pipeline:
-            return (await pipeline.read_any(await arrived(image), opts, ctx)).to_dict()
+            return {**(await pipeline.read_any(await arrived(image), opts, ctx)).to_dict(), "model": pipeline.config.model}
 
     async def ocr_progress(self, image: Any, options: Optional[OcrOptions] = None,
                            ctx: Context = None) -> AsyncIterator[dict]:
@@ -394,7 +394,7 @@ class OcrPipeline:
                         changed.clear()
                         pages, finished[:] = finished[:], []
                         yield {**latest, "pages": pages}
-                yield {"result": task.result().to_dict()}
+                yield {"result": {**task.result().to_dict(), "model": pipeline.config.model}}
             finally:
                 task.cancel()
 

@@ -47,6 +47,7 @@ def test_further_sets_start_on_their_first_request_only(url):
             for s in ("ppocrv4_mobile", "ppocrv6_tiny")} == {0}
     default = requests.post(f"{url}/v1/ocr", json={"image": image}, timeout=120, headers={"Cache-Control": "no-cache"})
     assert default.status_code == 200 and " ".join(r["text"] for r in default.json()["results"]) == GERMAN_LINE
+    assert default.json()["model"] == "ppocrv6_small"  # the answer names the set that read it
     ready = requests.get(f"{url}/readyz", timeout=30)
     assert ready.status_code == 200 and set(ready.json()["stages"]) == {"det", "cls", "rec"}
     assert running("TextRecognizer_ppocrv4_mobile") == 0  # readiness and stats never start a set
@@ -54,6 +55,10 @@ def test_further_sets_start_on_their_first_request_only(url):
     v4, _ = post_following_retry_after(url, {"image": image, "options": {"model": "ppocrv4_mobile"}})
     assert v4.status_code == 200, v4.text
     assert "ß" not in " ".join(r["text"] for r in v4.json()["results"])  # read by v4 (its dictionary has no ß)
+    assert v4.json()["model"] == "ppocrv4_mobile"
+    hocr = requests.post(f"{url}/v1/ocr?format=hocr", json={"image": image, "options": {"model": "ppocrv4_mobile"}},
+                         timeout=60)
+    assert hocr.status_code == 200 and '<meta name="ocr-langs" content="zh en"' in hocr.text
     assert running("TextDetector_ppocrv4_mobile") == running("TextRecognizer_ppocrv4_mobile") == 1
     assert running("TextRecognizer_ppocrv6_tiny") == 0
     assert states(url) == {"ppocrv6_small": "loaded", "ppocrv4_mobile": "loaded", "ppocrv6_tiny": "not loaded"}

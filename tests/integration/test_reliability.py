@@ -153,7 +153,7 @@ def test_crafted_bad_input_gets_4xx_json_and_no_replica_restarts(service):
             # Flipped bits inside the entropy-coded data can still decode
             # (to a noisy picture): a fine answer, as long as it is one.
             assert {"request_id", "image", "results", "timings_ms"} <= set(r.json()) <= \
-                {"request_id", "image", "results", "timings_ms", "blocks", "orientation"}
+                {"request_id", "image", "results", "timings_ms", "blocks", "orientation", "model"}
             continue
         assert_4xx_json(r)
         if "bomb" in label:

@@ -81,6 +81,31 @@ def test_a_drawn_page_reads_as_title_paragraph_and_table_and_structure_loads_onl
                                                    "text": "410"}
 
 
+@pytest.mark.parametrize("turn", [cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_180], ids=["90", "180"])
+def test_a_turned_page_is_read_upright_and_its_regions_are_in_its_own_pixels(fresh_engine, turn):
+    """A scan fed in sideways or upside down: its lines are read upright
+    (page orientation), and so are its layout and table (the models were
+    trained on upright pages); the regions' and cells' boxes are in the
+    turned page's pixels, around the same lines as upright."""
+    page = cv2.rotate(drawn_page(), turn)
+    r = fresh_engine.read(page, structure=True)
+    assert r.orientation == {cv2.ROTATE_90_CLOCKWISE: 90, cv2.ROTATE_180: 180}[turn]
+    check_page(r.regions, r.lines)
+    h, w = page.shape[:2]
+    for region in r.regions:
+        xs, ys = [p[0] for p in region.box], [p[1] for p in region.box]
+        assert -2 <= min(xs) and max(xs) <= w + 2 and -2 <= min(ys) and max(ys) <= h + 2, region.box
+        for i in region.lines:  # each of its lines' centres inside its box
+            cx = sum(p[0] for p in r.lines[i].box) / 4
+            cy = sum(p[1] for p in r.lines[i].box) / 4
+            assert min(xs) - 5 <= cx <= max(xs) + 5 and min(ys) - 5 <= cy <= max(ys) + 5, (region.type, i)
+    cell = next(c for c in r.regions[2].table.cells if c.text == "410")
+    cx, cy = sum(p[0] for p in cell.box) / 4, sum(p[1] for p in cell.box) / 4
+    line = next(x for x in r.lines if x.text == "410")
+    lx, ly = sum(p[0] for p in line.box) / 4, sum(p[1] for p in line.box) / 4
+    assert abs(cx - lx) < 60 and abs(cy - ly) < 60  # the cell around its text, in the turned page
+
+
 def test_the_table_recogniser_reads_a_crop_alike_alone_and_in_a_batch(fresh_engine):
     from serve_app.core.engine_config import StructureOptions
     from serve_app.inference.runners import TableRecognizer

@@ -88,7 +88,11 @@ def test_hocr_is_well_formed_xhtml_valid_to_the_hocr_spec_and_keeps_the_texts_sp
     root = etree.fromstring(doc.encode())
     assert root.tag == f"{XHTML}html"
     meta = {m.get("name"): m.get("content") for m in root.iter(f"{XHTML}meta") if m.get("name")}
-    assert meta["ocr-system"].startswith("serve_app PP-OCR ") and meta["ocr-langs"] == "zh en"
+    from serve_app.core.model_sets import DEFAULT_MODEL, SETS
+
+    # a body that names no set: the default set's languages
+    assert meta["ocr-system"].startswith("serve_app PP-OCR ") and meta["ocr-langs"].split() == list(
+        SETS[DEFAULT_MODEL].languages)
     assert "ocrx_word" in meta["ocr-capabilities"] and meta["ocr-number-of-pages"] == "1"
     lines = [el for el in root.iter(f"{XHTML}span") if el.get("class") == "ocr_line"]
     assert ["".join(el.itertext()) for el in lines] == [r["text"] for r in IMAGE_BODY["results"]]
@@ -199,3 +203,20 @@ def test_a_line_no_block_holds_still_comes_out():
                                                      "竖排"]
     root = etree.fromstring(render(body, "alto")[0].encode())
     assert len(root.findall(f".//{ALTO}TextLine")) == 4
+
+
+def test_hocr_says_the_languages_of_the_set_that_read_the_body():
+    """ocr-langs and ocr-scripts from the body's "model" (the service and
+    the CLI name the set): v4 reads Chinese and English, v6 small also
+    Japanese and the Latin-script languages of Europe; a set of the user's
+    own says none (its languages are the service's config, not the body's)."""
+    def meta(model):
+        doc, _ = render({**IMAGE_BODY, "model": model}, "hocr")
+        root = etree.fromstring(doc.encode())
+        return {m.get("name"): m.get("content") for m in root.iter(f"{XHTML}meta") if m.get("name")}
+
+    v4, v6 = meta("ppocrv4_mobile"), meta("ppocrv6_small")
+    assert (v4["ocr-langs"], v4["ocr-scripts"]) == ("zh en", "Hans Latn")
+    assert {"ja", "de", "fr"} <= set(v6["ocr-langs"].split()) and v6["ocr-scripts"] == "Hans Hant Latn Jpan"
+    own = meta("invoices")
+    assert "ocr-langs" not in own and "ocr-scripts" not in own and own["ocr-number-of-pages"] == "1"
