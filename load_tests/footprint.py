@@ -1,44 +1,27 @@
 """Footprint of a Serve config, side by side with lighter ones: PSS per
 process and in total, `serve run` to ready (first and second start), one
 client's p50 over the in-process engine, img/s at 8 clients, lines read and
-CER, in one run.
+CER, in one run (docs/performance.md, "The two CPU profiles", has the
+method and the figures).
 
     timeout 1200 .venv/bin/python -m load_tests memory footprint
     ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
 
-A config is a file, optionally with `+key.path=value` overrides of its
-application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
-the default set is both profiles with `recognizer.warm` full and core (core
-is the default: serve_app/serving/shapes_after_ready.py). A replica added by
-autoscaling is not started here (`python -m load_tests startup serve-run
---scale-up` times one).
-
-Each round: the in-process engine in a child process (2 threads on both
-cores, warmed) reads the 60 peer images once and the text-line images twice
-more, one at a time; then for each config (the order reversed every other
-round) `serve run` of a copy of it (a free port, a fresh job journal and a
-fresh compiled-engine cache folder, both temporary; nothing else changed)
-is started, timed to /readyz 200; one client reads the same images with
-`Cache-Control: no-cache`; the PSS of every process of the service
-(smaps_rollup, the `serve run` process and its descendants) is read; 8
-clients read the peer images (each a rotation of them) until 2 passes are
-done; PSS again; the service is stopped (SIGTERM) and started again with
-the same cache folder: the second start's time to /readyz. The one-client
-pass starts once the recogniser's shapes built after ready are built (the
-engine is timed warmed too); the first request, right after ready, is
-timed on its own. After the 8 clients the engine is started again in a
-child process beside the running service (warmed on the text-line images),
-and the two read each text-line image in turn, `--line-passes` + 1 times,
-the engine first every other pair: the one-client overhead as the p50 of
-the per-pair differences, both sides on the machine at the same moments
-(the round's engine above ran before the service, without Ray's processes
-beside it). PSS is read
-right after the peer set, again after 3 s idle (past the model processes'
-`malloc_trim_idle_s`: serve_app/serving/heap.py), and right after the 8
-clients. Ready means
-/readyz 200, every stage with a ready, warmed replica (the CPU profile's
-second recogniser replica may still be warming then). Nothing else of ours
-runs meanwhile; other users' load is printed with the figures."""
+A config is a file with optional `+key.path=value` overrides of its
+application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`.
+Each round: the engine in a child process (warmed) reads the peer images
+once and the text-line images `--line-passes` more times; then each config
+(the order reversed every other round) runs as `serve run` of a temporary
+copy (a free port, a fresh journal and compile cache) and is timed to
+/readyz 200 (every stage with a ready, warmed replica); its first request
+is timed alone, then, once the recogniser's shapes built after ready are
+built, one client reads the same images (`Cache-Control: no-cache`); PSS
+of the `serve run` process and its descendants is read then, after
+IDLE_S idle and after 8 clients; the engine, started again beside the
+service, and the service read each text-line image in turn (the engine
+first every other pair); each further model set is loaded; the service
+is stopped and started again on the same cache: the second start.
+Other users' load is printed with the figures."""
 
 from __future__ import annotations
 
@@ -59,7 +42,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 
 from harness import service  # noqa: E402
-from harness.procfs import descendants, load_line, pss_mb  # noqa: E402
+from harness.procfs import descendants, load_line, pss_mb, start_time  # noqa: E402
 from load_tests.stats import median  # noqa: E402
 from load_tests.cli import standalone  # noqa: E402
 
@@ -79,29 +62,22 @@ DEPLOYMENT_GROUPS = {"TextDetector": "det replica", "DirectionClassifier": "cls 
                      "JobStore": "job store"}
 
 
-def process_group(cmdline: str) -> str:
-    """Which part of the service a process is, from its command line
-    (truncated ones too)."""
-    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmdline)
+def role(cmd: str) -> str:
+    """A service process's role from its command line (truncated ones
+    too): a replica's deployment, Ray's and Serve's own processes, the
+    `serve run` CLI."""
+    if "serve run" in cmd or cmd.split(" ")[0].endswith("/serve"):
+        return "serve run (CLI)"
+    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmd)
     if m:
         return DEPLOYMENT_GROUPS.get(m.group(1), m.group(1))
     for needle, group in (("ProxyActor", "proxy"), ("ServeController", "controller"), ("gcs_server", "gcs"),
                           ("raylet", "raylet"), ("dashboard", "dashboard"), ("ray::", "ray other"),
-                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other")):
-        if needle in cmdline:
+                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other"),
+                          ("IDLE", "ray other")):
+        if needle in cmd:
             return group
     return "other"
-
-
-def role(cmd: str) -> str:
-    """A service process's role from its command line: the deployment of a
-    replica, Ray's and Serve's own processes, the `serve run` CLI."""
-    if "serve run" in cmd or cmd.split(" ")[0].endswith("/serve"):
-        return "serve run (CLI)"
-    g = process_group(cmd)
-    if g == "other" and "IDLE" in cmd:
-        return "ray other"
-    return g
 
 
 def group_pss(procs: list[dict]) -> dict[str, dict]:
@@ -231,35 +207,43 @@ def engine_config(precision: Optional[str] = None):
     return config
 
 
-def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
+def warmed_engine(names: list[str], precision: Optional[str] = None):
+    """The in-process engine (a context manager), warmed, and the images' bytes."""
     from harness.peer import PEER
 
     from serve_app.engine import OcrEngine
 
-    data = {n: (PEER / n).read_bytes() for n in names}
+    eng = OcrEngine(engine_config(precision))
+    eng.warm()
+    return eng, {n: (PEER / n).read_bytes() for n in names}
+
+
+def timed_read(eng, data: bytes) -> tuple[float, list[str]]:
+    t = time.perf_counter()
+    res = eng.read(data)
+    return (time.perf_counter() - t) * 1000, [ln.text for ln in res.lines]
+
+
+def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     ms_peer, ms_lines, reads = [], [], {}
-    with OcrEngine(engine_config(precision)) as eng:
-        eng.warm()
+    eng, data = warmed_engine(names, precision)
+    with eng:
         for n in names:
-            t = time.perf_counter()
-            res = eng.read(data[n])
-            ms_peer.append((time.perf_counter() - t) * 1000)
-            reads[n] = [l.text for l in res.lines]
+            ms, reads[n] = timed_read(eng, data[n])
+            ms_peer.append(ms)
             if n in lines:
-                ms_lines.append(ms_peer[-1])
-        for _ in range(passes):
-            for n in lines:
-                t = time.perf_counter()
-                eng.read(data[n])
-                ms_lines.append((time.perf_counter() - t) * 1000)
+                ms_lines.append(ms)
+        ms_lines += [timed_read(eng, data[n])[0] for _ in range(passes) for n in lines]
     return {"ms_peer": ms_peer, "ms_lines": ms_lines, "reads": reads}
+
+
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
 
 
 def run_engine(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-child",
            json.dumps([names, lines, passes, precision])]
-    out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
-                         capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    out = subprocess.run(cmd, env=CHILD_ENV, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
     if out.returncode != 0:
         raise RuntimeError(f"engine child failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -269,20 +253,13 @@ def run_engine(names: list[str], lines: list[str], passes: int, precision: Optio
 def engine_server(names: list[str], precision: Optional[str] = None) -> None:
     """The engine as run_engine's, kept: warmed on `names`, then one read per
     image name on stdin, its ms on stdout (a line each)."""
-    from harness.peer import PEER
-
-    from serve_app.engine import OcrEngine
-
-    data = {n: (PEER / n).read_bytes() for n in names}
-    with OcrEngine(engine_config(precision)) as eng:
-        eng.warm()
+    eng, data = warmed_engine(names, precision)
+    with eng:
         for n in names:
             eng.read(data[n])
         print("ready", flush=True)
         for line in sys.stdin:
-            t = time.perf_counter()
-            eng.read(data[line.strip()])
-            print(f"{(time.perf_counter() - t) * 1000:.3f}", flush=True)
+            print(f"{timed_read(eng, data[line.strip()])[0]:.3f}", flush=True)
 
 
 class EngineBeside:
@@ -290,9 +267,8 @@ class EngineBeside:
 
     def __init__(self, names: list[str], precision: Optional[str] = None):
         cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-server", json.dumps([names, precision])]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, cwd=str(ROOT))
+        self.proc = subprocess.Popen(cmd, env=CHILD_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, cwd=str(ROOT))
         if self.proc.stdout.readline().strip() != "ready":
             self.close()
             raise RuntimeError("the engine beside the service did not start")
@@ -416,16 +392,6 @@ class ServeRun:
                     pass
         self.pids = {}
         wait_ray_gone()
-
-
-def start_time(pid: int) -> Optional[int]:
-    """A process's start time (/proc/<pid>/stat field 22), None if gone:
-    with the pid, it names one process (pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[list[str]]]:
