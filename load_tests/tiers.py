@@ -27,6 +27,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness.procfs import load_line
 
@@ -88,12 +89,6 @@ def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], cr
 # the children
 
 
-def _rss_mb() -> float:
-    from harness.procfs import rss_mb
-
-    return rss_mb()
-
-
 def engine_config(model: str, threads: int, memory_optim: str = "auto"):
     """The in-process defaults (OpenVINO, bf16 where the CPU has it, the
     process pinned) with `threads` inference threads per predictor."""
@@ -108,16 +103,17 @@ def engine_config(model: str, threads: int, memory_optim: str = "auto"):
 def measure(model: str, set_names: list[str], sample: int, threads: int, memory_optim: str = "auto") -> dict:
     """In a child: read every set with `model` once; texts, boxes, memory."""
     from harness.eval_sets import build, score_item
+    from harness.procfs import rss_mb
     from serve_app.engine import OcrEngine
     from serve_app.flow.pipeline import load_image
     from serve_app.ocr.det_preprocess import det_layout, prepare_image
 
-    sets = {n: _sampled(build(n), sample) for n in set_names}
-    rss0 = _rss_mb()
+    sets = {n: sampled(build(n), sample) for n in set_names}
+    rss0 = rss_mb()
     t0 = time.perf_counter()
     eng = OcrEngine(engine_config(model, threads, memory_optim), model=model)
     load_s = time.perf_counter() - t0
-    rss_loaded = _rss_mb()
+    rss_loaded = rss_mb()
     cfg = eng.config
     out: dict = {"model": model, "load_s": load_s, "rss_before_mb": rss0, "rss_loaded_mb": rss_loaded,
                  "options": cfg.predictor.model_dump(include={"enable_openvino_engine", "openvino_precision",
@@ -135,7 +131,7 @@ def measure(model: str, set_names: list[str], sample: int, threads: int, memory_
                 per.append({"name": it.name, "score": score_item(name, it.truth, it.boxes, lines),
                             "det_hw": det_hw, "crops_wh": crops, "texts": [t for t, _ in lines][:8]})
             out["sets"][name] = {"items": per, "walls": []}  # filled by timed_interleaved
-        out["rss_end_mb"] = _rss_mb()
+        out["rss_end_mb"] = rss_mb()
         out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     finally:
         eng.close()
@@ -151,7 +147,7 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
     from harness.eval_sets import build
     from serve_app.engine import OcrEngine
 
-    sets = {n: _sampled(build(n), sample) for n in set_names}
+    sets = {n: sampled(build(n), sample) for n in set_names}
     engines = {m: OcrEngine(engine_config(m, threads, memory_optim), model=m) for m in models}
     try:
         for eng in engines.values():
@@ -164,10 +160,11 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
             eng.close()
 
 
-def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int) -> dict[str, dict[str, list[float]]]:
+def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int,
+                      reading: Callable[[str], None] = lambda key: None) -> dict[str, dict[str, list[float]]]:
     """`repeats` timed passes, image by image, each image read by every
-    engine in turn (the order rotated each pass); engine key -> set -> the
-    wall seconds of each read."""
+    engine in turn (the order rotated each pass; `reading(key)` told before
+    each read); engine key -> set -> the wall seconds of each read."""
     keys = list(engines)
     walls: dict[str, dict[str, list[float]]] = {k: {n: [] for n in sets} for k in keys}
     for r in range(repeats):
@@ -175,6 +172,7 @@ def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int) -> dic
         for name, items in sets.items():
             for it in items:
                 for k in order:
+                    reading(k)
                     t = time.perf_counter()
                     engines[k].read(it.image)
                     walls[k][name].append(time.perf_counter() - t)
@@ -191,7 +189,8 @@ def _side(box, axis: int) -> float:
     return (math.dist(a, d) + math.dist(b, c)) / 2
 
 
-def _sampled(items: list, n: int) -> list:
+def sampled(items: list, n: int) -> list:
+    """At most n of items, evenly spread (n <= 0: all)."""
     if n <= 0 or len(items) <= n:
         return items
     step = len(items) / n

@@ -120,47 +120,30 @@ def instrument(clock: Clock, engines: dict) -> Callable[[], None]:
     return restore
 
 
-def images(set_names: list[str], sample: int) -> list[tuple[str, object]]:
+def measure(models: list[str], set_names: list[str], sample: int, repeats: int,
+            threads: int) -> tuple[Clock, dict, dict, int]:
+    """Load every set's engine, read the images once untimed, then `repeats`
+    timed passes interleaved (tiers' loop); (clock, wall ms per set, lines
+    per set, images)."""
     from harness.eval_sets import build
-
-    out = []
-    for name in set_names:
-        items = build(name)
-        if 0 < sample < len(items):
-            step = len(items) / sample
-            items = [items[int(i * step)] for i in range(sample)]
-        out += [(f"{name}/{it.name}", it.image) for it in items]
-    return out
-
-
-def measure(models: list[str], imgs: list, repeats: int, threads: int) -> tuple[Clock, dict, dict]:
-    """Load every set's engine, read `imgs` once untimed, then `repeats`
-    timed passes interleaved; (clock, wall ms per set, lines per set)."""
-    from load_tests.tiers import engine_config
+    from load_tests.tiers import engine_config, interleaved_walls, sampled
     from serve_app.engine import OcrEngine
 
+    sets = {n: sampled(build(n), sample) for n in set_names}
+    imgs = [it.image for items in sets.values() for it in items]
     engines = {m: OcrEngine(engine_config(m, threads), model=m) for m in models}
     clock = Clock()
     restore = instrument(clock, engines)
-    wall: dict[str, float] = collections.defaultdict(float)
-    lines: dict[str, int] = {}
     try:
-        for m, eng in engines.items():  # untimed: every shape these images use is built
-            lines[m] = sum(len(eng.read(img).lines) for _, img in imgs)
+        lines = {m: sum(len(eng.read(img).lines) for img in imgs) for m, eng in engines.items()}  # untimed
         clock.on = True
-        for r in range(repeats):
-            order = models[r % len(models):] + models[:r % len(models)]
-            for _, img in imgs:
-                for m in order:
-                    clock.current = m
-                    t = time.perf_counter()
-                    engines[m].read(img)
-                    wall[m] += (time.perf_counter() - t) * 1e3
+        walls = interleaved_walls(engines, sets, repeats, reading=lambda m: setattr(clock, "current", m))
     finally:
         restore()
         for eng in engines.values():
             eng.close()
-    return clock, wall, lines
+    wall = {m: 1e3 * sum(sum(w) for w in per_set.values()) for m, per_set in walls.items()}
+    return clock, wall, lines, len(imgs)
 
 
 def render(models: list[str], clock: Clock, wall: dict, lines: dict, n_reads: int, shapes: bool) -> str:
@@ -200,13 +183,12 @@ def report(args: argparse.Namespace) -> tuple[list[str], Clock, dict, dict]:
     from load_tests.tiers import machine
 
     models = list(dict.fromkeys([BASE, *args.models.split(",")]))
-    imgs = images(args.sets, args.sample)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
-    clock, wall, lines = measure(models, imgs, args.repeats, args.threads)
-    print(f"# tiers-breakdown: {len(imgs)} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
+    clock, wall, lines, n_images = measure(models, args.sets, args.sample, args.repeats, args.threads)
+    print(f"# tiers-breakdown: {n_images} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
           f"interleaved in one process; {args.threads} inference thread(s) per predictor; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; {load_line(load0)}; "
           f"{time.perf_counter() - t0:.0f} s")
-    print(render(models, clock, wall, lines, len(imgs) * args.repeats, args.shapes))
+    print(render(models, clock, wall, lines, n_images * args.repeats, args.shapes))
     return models, clock, wall, lines
