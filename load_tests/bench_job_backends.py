@@ -28,11 +28,11 @@ from pathlib import Path
 
 from harness.redis_server import RedisServer  # noqa: E402  (harness/redis_server.py)
 
-from serve_app.jobs.book import JobBook  # noqa: E402
-from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402
-from serve_app.core.request_options import OcrOptions  # noqa: E402
-from serve_app.core.app_args import JobArgs  # noqa: E402
-from load_tests.stats import percentile  # noqa: E402
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.redis_book import RedisJobBook
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
+from load_tests.stats import percentile
 
 IMAGE = b"\x89PNG" + bytes(50_000)
 

@@ -41,18 +41,16 @@ import copy
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import cv2
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
 
-from harness.pdfs import image_pdf  # noqa: E402
-from harness.peer import PEER  # noqa: E402
+from harness.pdfs import image_pdf
+from harness.peer import PEER
 
-from harness.service import load_config, served  # noqa: E402
-from serve_app.core.app_args import AppArgs  # noqa: E402
+from harness.service import load_config, served
+from serve_app.core.app_args import AppArgs
 
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
 

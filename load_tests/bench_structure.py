@@ -28,12 +28,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
-from harness.table_scores import cells_exact, grid, shape_right, table_html, teds, title_found  # noqa: E402
-from harness.tables import PLACES, STYLES, DrawnTable, table_set  # noqa: E402
-from load_tests.cli import check, standalone  # noqa: E402
-from load_tests.stats import fmt, median  # noqa: E402
+from harness.table_scores import cells_exact, grid, shape_right, table_html, teds, title_found
+from harness.tables import PLACES, STYLES, DrawnTable, table_set
+from load_tests.cli import check, standalone
+from load_tests.stats import fmt, median
 
 CELLS_BAR, SHAPE_BAR, COST_BAR = 0.90, 0.90, 1.8
 

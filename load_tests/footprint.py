@@ -39,12 +39,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import service
+from harness.procfs import descendants, load_line, pss_mb, start_time
+from load_tests.stats import median
+from load_tests.cli import standalone
 
-from harness import service  # noqa: E402
-from harness.procfs import descendants, load_line, pss_mb, start_time  # noqa: E402
-from load_tests.stats import median  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_CONFIGS = ("deployments.yaml+recognizer.warm=full", "deployments.yaml",
                    "deployments.light.yaml+recognizer.warm=full", "deployments.light.yaml")

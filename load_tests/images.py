@@ -9,7 +9,6 @@ from typing import Optional
 
 from harness.peer import PEER
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = PEER
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 CTYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}

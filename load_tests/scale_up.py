@@ -28,14 +28,12 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
-from load_tests.images import pick_images  # noqa: E402
-from load_tests.loadgen import http_sync  # noqa: E402
-from harness.service import apply_config, load_config, served  # noqa: E402
-from harness.peer import PEER  # noqa: E402
+from load_tests.images import pick_images
+from load_tests.loadgen import http_sync
+from harness.service import apply_config, load_config, served
+from harness.peer import PEER
 
 DET = "TextDetector"
 

@@ -30,10 +30,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from load_tests import scale_up
+from load_tests.footprint import ServeRun, parse_config
 
-from load_tests import scale_up  # noqa: E402
-from load_tests.footprint import ServeRun, parse_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FLOOR = "floor"
 FLOOR_CONFIG = {

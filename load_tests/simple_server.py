@@ -23,16 +23,14 @@ import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import JSONResponse  # noqa: E402
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
-from serve_app.core.errors import OcrError  # noqa: E402
-import sys  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
+from serve_app.core.errors import OcrError
+import sys
+from load_tests.cli import standalone
 
 log = logging.getLogger("simple_server")
 state: dict = {"engine": None}

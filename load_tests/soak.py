@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import Optional
 
 
-from harness import service  # noqa: E402
-from harness import procfs  # noqa: E402
-from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
-from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
-from load_tests.report import write_soak_report  # noqa: E402
-from load_tests.stats import summarize  # noqa: E402
+from harness import service
+from harness import procfs
+from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants
+from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop
+from load_tests.report import write_soak_report
+from load_tests.stats import summarize
 
 REPO = service.REPO
 DEPLOYMENTS = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]
