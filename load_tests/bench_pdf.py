@@ -2,37 +2,25 @@
 in-process engine reading the same rendered pages one by one, and the
 service with 1 and 2 recogniser replicas. One run, one machine.
 
-The PDF is made here from the first 20 peer images that are whole pages
-(not the word or line crops), each page a JPEG (quality 90, as a scanner
-would store it; lossless pages would make the PDF larger than the 20 MiB
-body limit) sized to its pixels at the render DPI (harness/pdfs.py). The
-engine reads the pages as the service renders them, so every system reads
-the same pixels.
+The PDF is made from the first 20 peer images that are whole pages, each a
+JPEG page (quality 90, as a scanner stores it; lossless pages would pass
+the 20 MiB body limit) sized to its pixels at the render DPI
+(harness/pdfs.py); the engine reads the pages as the service renders them.
 
-Protocol
---------
-1. Engine (no Ray running): OcrEngine with its defaults (every core),
-   warmed on every input shape; the pages rendered once with
-   serve_app.flow.documents (the service's renderer, the config's DPI); one
-   untimed pass, then `--repeats` timed passes, each reading the 20 pages
-   one after another (`engine.read(page)`). Also timed: `engine.read_document`
-   on the PDF (the same pipeline code the service runs, pages concurrently
-   within one process), same repeats.
-2. Service, for each recogniser replica count in `--replicas` (1 then 2):
-   deployments.yaml with TextRecognizer's autoscaling pinned to that count
-   (the other deployments as configured), deployed as `serve deploy` does
-   (harness/service.py); one untimed document, then `--repeats` timed
-   POST /v1/ocr of the PDF (application/pdf), one at a time. Latency = the
-   whole document, request to response.
-3. Reported per system: pages/s = pages x repeats / summed document
-   seconds; p50 and max document latency; lines read over the 20 pages
-   (from the last pass; the same on every system when they agree); the
-   service's mean render time per page (its own timings_ms "render").
+1. Engine (no Ray): OcrEngine with its defaults, warmed; the pages rendered
+   once with serve_app.flow.documents (the service's renderer and DPI); one
+   untimed pass, then `--repeats` timed passes of `engine.read(page)` one
+   after another, and of `engine.read_document` on the PDF (the service's
+   pipeline code, pages concurrent within one process).
+2. Service, per recogniser replica count in `--replicas` (1 then 2):
+   deployments.yaml with TextRecognizer pinned to that count, deployed as
+   `serve deploy` does; one untimed document, then `--repeats` timed
+   POST /v1/ocr of the PDF, one at a time (latency: the whole document).
+3. Per system: pages/s = pages x repeats / summed document seconds; p50 and
+   max document latency; lines read (last pass); the service's mean render
+   ms per page (its timings_ms "render").
 
-Run (from the repository root, under the shared lock on a shared machine):
-
-    timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5
-"""
+    timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5   # under the shared lock"""
 
 from __future__ import annotations
 

@@ -4,17 +4,12 @@ work) and each config, started twice each, in one run.
 
     timeout 900 .venv/bin/python -m load_tests startup serve-run
 
-Each start is footprint.py's (`serve run` of a temporary copy on a free
-port, a fresh journal; the second start reuses the first's compile-cache
-folder). The phases come from the `serve run` output's own timestamps:
-the CLI's first line, Ray up ("Started a local Ray instance"), Serve up
-("Started Serve"), the app imported and built, the first replica added,
-the last model replica's "replica ready" line (serve_app.serving.replica),
-and /readyz 200 as the client saw it. Nothing else of ours runs meanwhile.
-
-`--scale-up` measures instead a replica added after ready: from a load step
-(or, with `--idle`, one more replica on idle cores) to an autoscaled
-detector replica answering (load_tests/scale_up.py).
+Each start is footprint's ServeRun (a temporary copy on a free port, a
+fresh journal; the second start reuses the first's compile cache). The
+phases are the `serve run` output's own timestamps (MARKS: the CLI's
+first line, Ray up, Serve up, the app built, the first replica added, the
+last model replica's "replica ready") and /readyz 200 as the client saw it.
+`--scale-up`: a replica added after ready instead (load_tests/scale_up.py).
 
     timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up [--idle]"""
 

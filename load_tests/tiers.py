@@ -1,22 +1,16 @@
 """The model tiers side by side in one run: each evaluation set
-(harness/eval_sets.py) read by each model set (ppocrv4_mobile,
-ppocrv6_small, ppocrv6_tiny) with the in-process engine: lines read, exact lines, CER, img/s, memory, and each tier's
-FLOPs floor (GFLOP per image over the GFLOP/s this engine reaches on one
-large convolution on this CPU) beside the img/s it gets. Ratios against
-ppocrv4_mobile measured in the same run.
+(harness/eval_sets.py) read by each model set with the in-process engine:
+lines read, exact lines, CER, img/s, memory, and each set's FLOP floor
+(GFLOP per image over the GFLOP/s this engine reaches on one large
+convolution here) beside its img/s; ratios against ppocrv4_mobile.
 
-Each model reads in its own child process (its peak RSS is its own;
-Paddle keeps an engine's memory after close), one after another, on the
-same images: one untimed pass (its texts are the ones scored; it also
-builds every input shape these images use). The img/s come from one more
-child that loads every model and reads `--repeats` timed passes one
-image at a time, interleaved (image by image, the models' order rotated
-each pass; `OcrEngine.read`: one thread per stage, `--threads` inference
-threads each), so load from other work on a shared machine falls on every
-model alike: the `x v4` ratios are the figures to read there.
+Each model reads in its own child process (its peak RSS its own), one
+untimed pass whose texts are scored; the img/s come from one more child
+with every model loaded, `--repeats` timed passes interleaved image by
+image (the order rotated each pass), so other work's load falls on every
+model alike: read the `x v4` ratios.
 
-    python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
-"""
+    python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)"""
 
 from __future__ import annotations
 

@@ -1,23 +1,16 @@
-"""Where each model set's time per image goes, stage by stage (the
-detector's and recogniser's pre-processing, graph and post-processing, the
-crops, the classifier, the rest of the pipeline), beside PP-OCRv4 in the
-same process, the images read interleaved (image by image, the sets' order
-rotated each pass): the ratios are the figures to trust on a shared
-machine.
+"""Where each model set's time per image goes, stage by stage (pre- and
+post-processing, graphs, crops, classifier, the rest of the pipeline),
+beside PP-OCRv4 in the same process, read interleaved as `engine tiers`
+does: the ratios are the figures to trust on a shared machine.
 
     python -m load_tests engine tiers-breakdown                        # peer labels + dense pages, 3 passes
     python -m load_tests engine tiers-breakdown --sets peer --sample 20 --repeats 5
-    python -m load_tests engine tiers-breakdown --smoke                # two images, v4 + v6 tiny, one pass
 
-The engines are the in-process defaults (`serve_app.engine.default_engine_config`:
-Paddle's OpenVINO engine at its `auto` precision, the process pinned) with
-`--threads` inference threads per predictor (1: what `engine tiers` uses).
-`--shapes` adds the detector's and recogniser's graph time per input shape
-(ms per call). Stage times are wall times of the functions the pipeline
-calls (wrapped for the run), so they add up to the image's time less what
-runs between them (`pipeline rest`: the event loop, thread hand-offs,
-assembling lines).
-"""
+The engines are tiers' (`engine_config`: the in-process defaults with
+`--threads` inference threads per predictor). `--shapes` adds each graph's
+ms per input shape. Stage times are wall times of the functions the
+pipeline calls (wrapped for the run); `pipeline rest` is what runs between
+them (the event loop, thread hand-offs, assembling lines)."""
 
 from __future__ import annotations
 
