@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,8 @@ from pathlib import Path
 from typing import Optional
 
 from harness import service
-from harness.procfs import descendants, load_line, pss_mb, start_time
+from harness.procfs import load_line
+from harness.service import ServeRun, parse_config
 from load_tests.stats import median
 from load_tests.cli import standalone
 
@@ -94,28 +94,6 @@ def group_pss(procs: list[dict]) -> dict[str, dict]:
         g["max"] = max(g["max"], p["pss"])
     rank = {r: i for i, r in enumerate(order)}
     return dict(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0])))
-
-
-def parse_config(spec: str) -> tuple[str, list[tuple[list[str], object]]]:
-    """`FILE+a.b=v+...` -> (FILE, [(["a", "b"], v), ...]), v read as YAML."""
-    import yaml
-
-    path, *rest = spec.strip().split("+")
-    out = []
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} of {spec!r}: write key.path=value")
-        out.append((key.split("."), yaml.safe_load(value)))
-    return path, out
-
-
-def apply_overrides(args: dict, overrides: list[tuple[list[str], object]]) -> None:
-    for keys, value in overrides:
-        node = args
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
 
 
 def text_lines(names: list[str]) -> list[str]:
@@ -297,103 +275,6 @@ def paired(engine_ms: list[float], service_ms: list[float]) -> dict:
             "over_p50": median([s - e for e, s in zip(engine_ms, service_ms)]), "pairs": len(engine_ms)}
 
 
-# -- the service ---------------------------------------------------------------------
-
-
-class ServeRun:
-    """`serve run` of a temporary copy of a config: a free port, a
-    temporary journal and compile cache; started in its own session."""
-
-    def __init__(self, config: Path, work: Path, cache_dir: Path, overrides: Optional[list] = None):
-        import yaml
-
-        cfg = yaml.safe_load(config.read_text())
-        for app in cfg["applications"]:
-            args = app.setdefault("args", {})
-            apply_overrides(args, overrides or [])
-            if args.get("jobs", {}).get("journal"):
-                args["jobs"]["journal"] = str(work / "jobs.sqlite")
-            args.setdefault("engine", {}).setdefault("predictor", {})["cache_dir"] = str(cache_dir)
-        self.cfg = cfg
-        self.path = work / "config.yaml"
-        self.log_path = work / "serve.log"
-        self.url = ""
-        self.proc: Optional[subprocess.Popen] = None
-        self.pids: dict[int, Optional[int]] = {}  # pid -> its start time (clock ticks after boot)
-
-    def _remember(self, pids: list[int]) -> None:
-        for p in pids:
-            self.pids.setdefault(p, start_time(p))
-
-    def start(self, timeout_s: float) -> float:
-        """Seconds from `serve run` to /readyz 200, on a port of its own
-        (so nothing left of an earlier start can answer for it)."""
-        import yaml
-
-        from harness.service import free_port, wait_ready
-
-        port = free_port()
-        self.cfg.setdefault("http_options", {})["port"] = port
-        self.path.write_text(yaml.safe_dump(self.cfg))
-        self.url = f"http://127.0.0.1:{port}"
-        serve_bin = Path(sys.executable).parent / "serve"
-        log = open(self.log_path, "a")
-        t = time.perf_counter()
-        self.proc = subprocess.Popen([str(serve_bin), "run", str(self.path)], cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
-        log.close()
-        try:
-            wait_ready(self.url, timeout_s, proc=self.proc, every_s=0.1)
-        except Exception as e:
-            self.stop()
-            raise RuntimeError(f"{e}:\n{self.log_path.read_text()[-3000:]}") from e
-        return time.perf_counter() - t
-
-    def processes(self) -> list[dict]:
-        from harness.procfs import cmdline
-
-        assert self.proc is not None
-        out = []
-        pids = [self.proc.pid, *descendants(self.proc.pid)]
-        self._remember(pids)
-        for pid in pids:
-            m = pss_mb(pid)
-            if m:
-                cmd = cmdline(pid, 200)
-                out.append({"pid": pid, "cmd": cmd, "role": role(cmd), **m})
-        return out
-
-    def stop(self) -> None:
-        from harness.service import wait_ray_gone
-
-        if self.proc is None:
-            return
-        self._remember([self.proc.pid, *descendants(self.proc.pid)])
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # `serve run` stops the local Ray it started
-            self.proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
-        # Ray's workers outlive the CLI by a few seconds: wait for every
-        # process this service had, then SIGKILL what is left of them.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(t is not None and start_time(p) == t for p, t in self.pids.items()):
-            time.sleep(0.2)
-        for p, started in self.pids.items():
-            if started is not None and start_time(p) == started:  # still that process, not a reused pid
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self.pids = {}
-        wait_ray_gone()
-
-
 def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[list[str]]]:
     ctype = "image/png" if name.endswith(".png") else "image/jpeg"
     t = time.perf_counter()
@@ -498,7 +379,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
             for _ in range(passes):
                 for n in lines:
                     ms_lines.append(post(s, svc.url, n, data[n])[0])
-        procs = svc.processes()
+        procs = [dict(p, role=role(p["cmd"])) for p in svc.processes()]
         out["shapes_left_pss"] = service.shapes_left(svc.url)
         out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=median(ms_peer),
                    p50_lines=median(ms_lines),
@@ -506,10 +387,10 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                    groups=group_pss(procs), pss_total=sum(p["pss"] for p in procs),
                    rss_total=sum(p["rss"] for p in procs), n_procs=len(procs))
         time.sleep(IDLE_S)  # past malloc_trim_idle_s (1 s by default): the model processes' heaps trimmed
-        out["pss_total_idle"] = sum(p["pss"] for p in svc.processes())
+        out["pss_total_idle"] = svc.pss_mb()
         load = clients(svc.url, names, data, n_clients, 2)
         out.update(rate_8=load["rate"], errors_8=load["errors"],
-                   pss_total_loaded=sum(p["pss"] for p in svc.processes()))
+                   pss_total_loaded=svc.pss_mb())
         out["paired"] = paired_lines(svc.url, lines, data, passes + 1, precision)
         out["sets"] = further_sets(svc, data[lines[0]])
         svc.stop()
@@ -520,7 +401,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
     return out
 
 
-def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
+def further_sets(svc: ServeRun, image: bytes) -> dict[str, dict]:
     """Each catalogued set other than the default (GET /v1/models), in
     turn: seconds from its first request to its 200 (its load, following
     503 + Retry-After), and the service's PSS after it over the PSS before
@@ -535,7 +416,7 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
     out = {}
     for m in catalogue["models"][1:]:
         time.sleep(IDLE_S)
-        before = sum(p["pss"] for p in svc.processes())
+        before = svc.pss_mb()
         t, status = time.perf_counter(), 0
         while time.perf_counter() - t < 600:
             r = requests.post(f"{svc.url}/v1/ocr", json={**body, "options": {"model": m["name"]}}, timeout=120,
@@ -547,7 +428,7 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
         first_s = time.perf_counter() - t
         time.sleep(IDLE_S)
         out[m["name"]] = {"first_s": first_s, "status": status,
-                          "added_mb": sum(p["pss"] for p in svc.processes()) - before}
+                          "added_mb": svc.pss_mb() - before}
     for m in requests.get(f"{svc.url}/v1/models", timeout=30).json()["models"][1:]:
         out[m["name"]].update(service_mb=m.get("mb"), state=m.get("state"))  # loaded, all: none unloaded
     return out

@@ -4,7 +4,7 @@ work) and each config, started twice each, in one run.
 
     timeout 900 .venv/bin/python -m load_tests startup serve-run
 
-Each start is footprint's ServeRun (a temporary copy on a free port, a
+Each start is harness.service.ServeRun (a temporary copy on a free port, a
 fresh journal; the second start reuses the first's compile cache). The
 phases are the `serve run` output's own timestamps (MARKS: the CLI's
 first line, Ray up, Serve up, the app built, the first replica added, the
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from load_tests import scale_up
-from load_tests.footprint import ServeRun, parse_config
+from harness.service import ServeRun, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
