@@ -1,22 +1,18 @@
 """Document structure (#58): tables read by the service against the peer
 on the drawn table set (harness/tables.py), and what structure costs
-against a plain read of the same page. Everything measured in this run.
+against a plain read of the same page, all measured in this run.
 
     flock /tmp/ocr-heavy.lock .venv/bin/python -m load_tests documents structure [--seeds 3] [--repeats 3] [--json F]
 
-Tables:
-1. per style: the service (the in-process engine, `structure=True` on the
-   whole image: it finds the table itself, alone or on a page) beside the
-   peer (RapidTable 0.3.0 over RapidOCR, given the true table crop;
-   `--url` reads through a started service instead of the engine):
+1. per style: the service (the in-process engine with `structure=True` on
+   the whole image, finding the table itself; `--url`: a started service)
+   beside the peer (RapidTable 0.3.0 over RapidOCR, given the true crop):
    cells exact, shape right, TEDS (harness/table_scores.py), tables found,
-   img/s (the service reads the whole image, the peer only the crop);
-   1b. (in-process only) the engine's table stage alone on the peer's
-   true crop: where the service's misses lie, layout or table;
-2. pages whose title came back as a `title` region with the title's text,
-   and as a `#` heading of the page's Markdown;
-3. cost: each page read plain and with structure, interleaved, median of
-   the rounds, and the ratio (the issue's bar: <= 1.8x)."""
+   img/s; 1b. (in-process) the engine's table stage alone on the true crop:
+   whether a miss is the layout's or the table's;
+2. titles found as a `title` region and as the Markdown's `#` heading;
+3. cost: each page read plain and with structure, interleaved rounds,
+   their medians' ratio (the issue's bar: <= 1.8x)."""
 
 from __future__ import annotations
 
@@ -25,14 +21,14 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
 from harness.table_scores import cells_exact, grid, shape_right, table_html, teds, title_found
 from harness.tables import PLACES, STYLES, DrawnTable, table_set
 from load_tests.cli import check, standalone
-from load_tests.stats import fmt, median
+from load_tests.stats import fmt, md_table, median
 
 CELLS_BAR, SHAPE_BAR, COST_BAR = 0.90, 0.90, 1.8
 
@@ -167,11 +163,9 @@ def score_engine_crop(engine, items: list[DrawnTable], margin: int = 12) -> dict
 def crop_table(scores: dict[str, Score]) -> None:
     print("\n## 1b. The service's table stage alone on the true crop (layout skipped; the page's lines, "
           "SLANet_plus on Paddle, the pipeline's matcher)\n")
-    print("| style | tables | cells exact | shape right | TEDS |")
-    print("|---|---:|---:|---:|---:|")
-    for style, sc in [*((s, scores[s]) for s in STYLES if scores[s].tables), ("**all**", _total(scores))]:
-        j = sc.to_json()
-        print(f"| {style} | {sc.tables} | {fmt(sc.exact, 3)} | {fmt(sc.shape, 2)} | {fmt(j['teds'], 3)} |")
+    rows = [*((s, scores[s]) for s in STYLES if scores[s].tables), ("**all**", _total(scores))]
+    print("\n".join(md_table(["style", "tables", "cells exact", "shape right", "TEDS"], [
+        [style, sc.tables, fmt(sc.exact, 3), fmt(sc.shape, 2), fmt(sc.to_json()["teds"], 3)] for style, sc in rows])))
 
 
 def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
@@ -187,13 +181,8 @@ def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
 def _total(scores: dict[str, Score]) -> Score:
     t = Score()
     for s in scores.values():
-        t.cells_ok += s.cells_ok
-        t.cells += s.cells
-        t.shapes_ok += s.shapes_ok
-        t.tables += s.tables
-        t.found += s.found
-        t.teds += s.teds
-        t.seconds += s.seconds
+        for f in fields(Score):
+            setattr(t, f.name, getattr(t, f.name) + getattr(s, f.name))
     return t
 
 
@@ -239,10 +228,9 @@ def cost_table(read, pages: list[DrawnTable], repeats: int) -> dict:
     ratio = struct / plain
     print(f"\n## 3. Cost: {len(pages)} pages (title, paragraph, table) read plain and with structure, "
           f"{repeats} interleaved rounds\n")
-    print("| mode | median round s | s/page | vs plain |")
-    print("|---|---:|---:|---:|")
-    for mode, v in (("plain", plain), ("structure", struct)):
-        print(f"| {mode} | {v:.2f} | {v / len(pages):.3f} | {v / plain:.2f}x |")
+    print("\n".join(md_table(["mode", "median round s", "s/page", "vs plain"], [
+        [mode, f"{v:.2f}", f"{v / len(pages):.3f}", f"{v / plain:.2f}x"] for mode, v in (("plain", plain),
+                                                                                     ("structure", struct))])))
     print(f"\nbar (issue 58): structure <= {COST_BAR}x plain: {'met' if ratio <= COST_BAR else 'missed'} ({ratio:.2f}x)")
     return {"plain_s": plain, "structure_s": struct, "ratio": ratio, "pages": len(pages), "rounds": rounds}
 

@@ -1,19 +1,15 @@
 """The GPU smoke run's Python steps (load_tests/gpu_run.sh calls them; each
 prints a Markdown section for the report):
 
-    python -m load_tests.gpu_smoke probe
+    python -m load_tests.gpu_smoke probe      # paddle's build, the GPUs it sees, TensorRT
     python -m load_tests.gpu_smoke engines --json OUT/engines.json
     python -m load_tests.gpu_smoke service --url http://127.0.0.1:8000 --engines OUT/engines.json
 
-probe: paddle's build, the GPUs it sees, TensorRT. engines: the in-process
-engine over the peer images (tests/data/peer) on the CPU and on the GPU
-(plain Paddle on the GPU: the in-process engine takes one predictor config
-for all stages), text compared, ms/img for each. service: load against the
-deployed GPU profile, its answers compared with the CPU engine's (this is
-where TensorRT fp16 runs), then every model replica's stats (enforced GPU
-memory limit, TensorRT ranges, batch sizes formed) next to the GPU memory
-nvidia-smi sees for its process.
-"""
+engines: the in-process engine over the peer images on the CPU and on the
+GPU (plain Paddle: one predictor config for all stages), text compared,
+ms/img each. service: load against the deployed GPU profile (TensorRT fp16
+runs here), its answers against the CPU engine's, every model replica's
+stats beside the GPU memory nvidia-smi sees for its process."""
 
 from __future__ import annotations
 

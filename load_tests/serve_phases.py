@@ -88,18 +88,12 @@ def start_once(spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
 
 
 def table(results: dict[str, list[dict]]) -> str:
-    names = list(results)
-    rows = ["| s from `serve run` | " + " | ".join(f"{n}, start {k + 1}" for n in names
-                                                  for k in range(len(results[n]))) + " |",
-            "|---|" + "---:|" * sum(len(v) for v in results.values())]
-    for phase in [m for m, _ in MARKS] + ["/readyz 200"]:
-        cells = []
-        for n in names:
-            for r in results[n]:
-                v = r.get(phase)
-                cells.append("-" if v is None else f"{v:.1f}")
-        rows.append(f"| {phase} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    from load_tests.stats import md_table
+
+    runs = [(f"{n}, start {k + 1}", r) for n, rs in results.items() for k, r in enumerate(rs)]
+    return "\n".join(md_table(["s from `serve run`", *(name for name, _ in runs)], [
+        [phase, *("-" if r.get(phase) is None else f"{r[phase]:.1f}" for _, r in runs)]
+        for phase in [m for m, _ in MARKS] + ["/readyz 200"]]))
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:

@@ -267,6 +267,7 @@ def summarise(run: dict, figures) -> dict:
 def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str, wall_s: float,
            loads: str = "") -> str:
     from harness.eval_sets import SETS
+    from load_tests.stats import fmt
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
     w: list[str] = []
@@ -300,7 +301,7 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
             floor = conv["gflops"] / s["gflop"] if conv and s["gflop"] else None
             w.append(f"| {name} ({SETS[name][1]}) | {m} | {s['images']} | {s['truth']} | {s['read']} | "
                      f"{s['exact']} ({100 * s['exact'] / max(s['truth'], 1):.0f}%) | {s['cer']:.3f} | "
-                     f"{s['ips']:.2f} | {ratio:.2f} | {_f(s['gflop'])} | {_f(floor)} | "
+                     f"{s['ips']:.2f} | {ratio:.2f} | {fmt(s['gflop'], 2)} | {fmt(floor, 2)} | "
                      f"{'n/a' if floor is None else format(100 * s['ips'] / floor, '.0f') + '%'} |")
     w.append("")
     w.append("| model | load s | RSS before MB | after load MB | end MB | peak MB | added MB |")
@@ -309,10 +310,6 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
         w.append(f"| {m} | {r['load_s']:.1f} | {r['rss_before_mb']:.0f} | {r['rss_loaded_mb']:.0f} | "
                  f"{r['rss_end_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['rss_before_mb']:.0f} |")
     return "\n".join(w) + "\n"
-
-
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
 
 
 def smoke(args: argparse.Namespace) -> int:
