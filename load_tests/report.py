@@ -268,27 +268,23 @@ def write_soak_report(raw: dict, out: Path) -> dict:
         pass
     first, last = rows[0][1], rows[-1][1]
     mg = summary["max_memory_growth"]
-    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "",
-             "| requests | errors | offered img/s | saturation img/s | p50 ms | p99 ms | max replica memory growth |",
-             "|---|---|---|---|---|---|---|",
-             f"| {summary['requests']} | {summary['errors']} | {summary['offered_img_s']} "
-             f"| {summary['saturation_img_s']} | {summary['p50_ms']} | {summary['p99_ms']} "
-             f"| {f'{mg:.2%}' if mg is not None else 'n/a'} |", "",
-             "Memory: each replica's private memory (RSS less the object store's shared pages it has touched,"
-             " shown apart), from the end of warm-up to the end.", "",
-             "| replica | private start MB | private end MB | growth | shared (object store) start -> end MB |",
-             "|---|---|---|---|---|"]
-    for k, g in summary["memory_growth"].items():
-        shm = f"{k} shm"
-        lines.append(f"| {k} | {first[k]:.0f} | {last[k]:.0f} | {g:.2%} "
-                     f"| {first.get(shm, float('nan')):.0f} -> {last.get(shm, float('nan')):.0f} |")
+    nan = float("nan")
+    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "", *md_table(
+        ["requests", "errors", "offered img/s", "saturation img/s", "p50 ms", "p99 ms", "max replica memory growth"],
+        [[summary[k] for k in ("requests", "errors", "offered_img_s", "saturation_img_s", "p50_ms", "p99_ms")]
+         + [f"{mg:.2%}" if mg is not None else "n/a"]], "lllllll"), "",
+        "Memory: each replica's private memory (RSS less the object store's shared pages it has touched,"
+        " shown apart), from the end of warm-up to the end.", "", *md_table(
+            ["replica", "private start MB", "private end MB", "growth", "shared (object store) start -> end MB"],
+            [[k, f"{first[k]:.0f}", f"{last[k]:.0f}", f"{g:.2%}",
+              f"{first.get(f'{k} shm', nan):.0f} -> {last.get(f'{k} shm', nan):.0f}"]
+             for k, g in summary["memory_growth"].items()], "lllll")]
     if summary["error_kinds"]:
         lines += ["", "Errors: " + "; ".join(f"`{e}`" for e in summary["error_kinds"])]
     if summary.get("hostile"):
         lines += ["", f"Hostile requests mixed in ({summary['hostile_share']} per good one), answers by kind:", "",
-                  "| kind | answers |", "|---|---|"]
-        lines += [f"| {k} | {', '.join(f'{s} x{n}' for s, n in sorted(v.items()))} |"
-                  for k, v in sorted(summary["hostile"].items())]
+                  *md_table(["kind", "answers"], [[k, ", ".join(f"{s} x{n}" for s, n in sorted(v.items()))]
+                                                  for k, v in sorted(summary["hostile"].items())], "ll")]
     (out / "soak.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
