@@ -25,7 +25,6 @@ the 20 MiB body limit) sized to its pixels at the render DPI
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import sys
 import time
@@ -33,10 +32,8 @@ import time
 import cv2
 import requests
 
-
 from harness.pdfs import image_pdf
-from harness.peer import PEER
-
+from harness.peer import PEER, peer_names
 from harness.service import load_config, served
 from serve_app.core.app_args import AppArgs
 
@@ -44,8 +41,7 @@ CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det",
 
 
 def page_images(n: int) -> list[tuple[str, "object"]]:
-    names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-    pages = [n_ for n_ in names if not any(c in n_ for c in CROPS)][:n]
+    pages = [name for name in peer_names() if not any(c in name for c in CROPS)][:n]
     if len(pages) < n:
         raise SystemExit(f"only {len(pages)} whole-page peer images in {PEER}")
     return [(name, cv2.imread(str(PEER / name), cv2.IMREAD_COLOR)) for name in pages]
@@ -86,8 +82,7 @@ def bench_engine(pdf: bytes, repeats: int, dpi: int) -> list[dict]:
 
 
 def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
-    config = load_config()
-    config = copy.deepcopy(config)
+    config = load_config()  # a fresh dict each call
     for d in config["applications"][0]["deployments"]:
         if d["name"] == "TextRecognizer":
             d.pop("num_replicas", None)
