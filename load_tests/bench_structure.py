@@ -97,23 +97,12 @@ def http_reader(url: str):
     return read
 
 
-def markdown_of(answer: dict) -> str | None:
-    """The answer as ?format=markdown writes it (serve_app.flow.formats.render);
-    None where this tree has no Markdown format yet."""
-    from serve_app.core.errors import BadRequest
+def heading_found(answer: dict, title: str) -> bool:
+    """The title as a `#` heading line of the answer's Markdown (as
+    ?format=markdown writes it: serve_app.flow.formats.render)."""
     from serve_app.flow.formats import render
 
-    try:
-        return render(answer, "markdown")[0]
-    except BadRequest:
-        return None
-
-
-def heading_found(markdown: str | None, title: str) -> bool | None:
-    """The title as a `#` heading line of the Markdown (None: no Markdown)."""
-    if markdown is None:
-        return None
-    return any(line.strip() == f"# {title}" for line in markdown.splitlines())
+    return any(line.strip() == f"# {title}" for line in render(answer, "markdown")[0].splitlines())
 
 
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
@@ -121,7 +110,7 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
     `#` heading of its Markdown), the answers' regions per image)."""
     scores = {s: Score() for s in STYLES}
     titles: dict[str, bool] = {}
-    headings: dict[str, bool | None] = {}
+    headings: dict[str, bool] = {}
     regions: dict[str, dict] = {}
     for item in items:
         t0 = time.perf_counter()
@@ -131,7 +120,7 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
         scores[item.style].add(html, item, dt)
         if item.title:
             titles[item.name] = title_found(answer, item.title)
-            headings[item.name] = heading_found(markdown_of(answer), item.title)
+            headings[item.name] = heading_found(answer, item.title)
         regions[item.name] = {"types": [r["type"] for r in answer.get("regions") or ()], "html": html}
     return scores, {"region": titles, "heading": headings}, regions
 
@@ -272,9 +261,6 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
             out["service_true_crop"] = {s: v.to_json() for s, v in crop_scores.items()}
         for kind, what in (("region", "a title region"), ("heading", "a `#` heading of the page's Markdown")):
             got = titles[kind]
-            if any(v is None for v in got.values()):
-                print(f"\n## 2. Titles as {what}: n/a (this tree has no Markdown format)")
-                continue
             found = sum(got.values())
             print(f"\n## 2. Titles as {what}: {found}/{len(got)} pages"
                   + ("" if found == len(got) else f" (missed: {', '.join(n for n, ok in got.items() if not ok)})"))
