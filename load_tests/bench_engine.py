@@ -55,7 +55,7 @@ from pathlib import Path
 from harness.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap
 from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr
 from load_tests.engine_report import SystemLog, render, summarise
-from load_tests.images import DEFAULT_IMAGES, IMAGE_SUFFIXES
+from load_tests.images import DEFAULT_IMAGES, pick_names
 from load_tests.stats import Record
 
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
@@ -102,21 +102,6 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def list_images(folder: Path, quick: bool) -> list[str]:
-    if not folder.is_dir():
-        sys.exit(f"image folder {folder} not found (use --images DIR)")
-    names = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    if not names:
-        sys.exit(f"no jpg/jpeg/png images in {folder}")
-    if quick:
-        chosen = [n for n in QUICK_IMAGES if n in names]
-        missing = [n for n in QUICK_IMAGES if n not in names]
-        if missing:
-            print(f"note: quick images not in {folder}: {missing}", file=sys.stderr)
-        names = chosen or names[:8]
-    return names
-
-
 def load_labels(folder: Path) -> dict[str, list[str]]:
     path = folder / "expected.json"
     if not path.is_file():
@@ -153,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         print("warning: mallopt(M_MMAP_THRESHOLD) failed; running with glibc's default", file=sys.stderr)
         args.malloc_mmap_threshold = 0
     folder = args.images.resolve()
-    images = list_images(folder, args.quick)
+    images = pick_names(folder, args.quick, None, None, QUICK_IMAGES)
     labels = {k: v for k, v in load_labels(folder).items() if k in images}
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
