@@ -183,6 +183,8 @@ def replicas() -> list[dict]:
     import ray
     from ray import serve
 
+    from harness.service import replica_stats
+
     ray.init(address="auto", logging_level="ERROR")
     used = _gpu_memory_by_pid()
     rows: list[dict] = []
@@ -191,11 +193,7 @@ def replicas() -> list[dict]:
           "| TensorRT shapes / batch max | batches seen | items per batch (count) |")
     print("|---|---:|---|---:|---:|---:|---|---:|---|")
     for name in ("TextDetector", "DirectionClassifier", "TextRecognizer"):
-        handle = serve.get_deployment_handle(name, app_name="ocr")
-        seen: dict[int, dict] = {}
-        for _ in range(40):  # requests spread over the replicas; collect each pid once
-            s = handle.stats.remote().result()
-            seen[s["pid"]] = s
+        seen = replica_stats(serve.get_deployment_handle(name, app_name="ocr"), n=10**6, tries=40)  # every pid 40 calls reach
         for pid, s in sorted(seen.items()):
             trt = s.get("tensorrt") or {}
             sizes = collections.Counter(b["items"] for b in s["recent_batches"])

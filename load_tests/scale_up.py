@@ -23,7 +23,7 @@ import time
 
 from load_tests.images import pick_images
 from load_tests.loadgen import http_sync
-from harness.service import apply_config, load_config, served
+from harness.service import apply_config, load_config, replica_stats, served
 from harness.peer import PEER
 
 DET = "TextDetector"
@@ -43,11 +43,8 @@ def replica_states() -> dict[str, int]:
 
 
 def det_stats(handle, tries: int = 12) -> dict[int, dict]:
-    seen: dict[int, dict] = {}
-    for _ in range(tries):
-        st = handle.stats.remote().result()
-        seen[st["pid"]] = st
-    return seen
+    """pid -> stats() of every detector replica `tries` calls reach."""
+    return replica_stats(handle, n=10**6, tries=tries)
 
 
 async def run(a) -> dict:
