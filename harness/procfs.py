@@ -79,6 +79,16 @@ def process_table() -> dict[int, tuple[int, float]]:
     return out
 
 
+def start_time(pid: int) -> Optional[int]:
+    """A process's start time (/proc/<pid>/stat field 22, clock ticks after
+    boot), None if gone: with the pid, it names one process (pids are reused)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def cmdline(pid: int, width: int = 90) -> str:
     try:
         with open(f"/proc/{pid}/cmdline") as fh:

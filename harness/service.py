@@ -13,8 +13,10 @@ import contextlib
 import copy
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -540,3 +542,120 @@ class Service:
         stop_all(graceful=False)
         self.started = False
         return time.perf_counter() - t
+
+
+def parse_config(spec: str) -> tuple[str, list[tuple[list[str], object]]]:
+    """`FILE+a.b=v+...` -> (FILE, [(["a", "b"], v), ...]), v read as YAML:
+    a config with overrides of its application args, for ServeRun."""
+    path, *rest = spec.strip().split("+")
+    out = []
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} of {spec!r}: write key.path=value")
+        out.append((key.split("."), yaml.safe_load(value)))
+    return path, out
+
+
+def apply_overrides(args: dict, overrides: list[tuple[list[str], object]]) -> None:
+    for keys, value in overrides:
+        node = args
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+
+
+class ServeRun:
+    """`serve run` of a temporary copy of a config (as a user starts it; with
+    parse_config's overrides): a free port, a temporary journal and compile
+    cache; started in its own session; stop() leaves none of its processes."""
+
+    def __init__(self, config: Path, work: Path, cache_dir: Path, overrides: Optional[list] = None):
+        cfg = yaml.safe_load(config.read_text())
+        for app in cfg["applications"]:
+            args = app.setdefault("args", {})
+            apply_overrides(args, overrides or [])
+            if args.get("jobs", {}).get("journal"):
+                args["jobs"]["journal"] = str(work / "jobs.sqlite")
+            args.setdefault("engine", {}).setdefault("predictor", {})["cache_dir"] = str(cache_dir)
+        self.cfg = cfg
+        self.path = work / "config.yaml"
+        self.log_path = work / "serve.log"
+        self.url = ""
+        self.proc: Optional[subprocess.Popen] = None
+        self.pids: dict[int, Optional[int]] = {}  # pid -> its start time (clock ticks after boot)
+
+    def _remember(self, pids: list[int]) -> None:
+        from harness.procfs import start_time
+
+        for p in pids:
+            self.pids.setdefault(p, start_time(p))
+
+    def start(self, timeout_s: float) -> float:
+        """Seconds from `serve run` to /readyz 200, on a port of its own
+        (so nothing left of an earlier start can answer for it)."""
+        port = free_port()
+        self.cfg.setdefault("http_options", {})["port"] = port
+        self.path.write_text(yaml.safe_dump(self.cfg))
+        self.url = f"http://127.0.0.1:{port}"
+        serve_bin = Path(sys.executable).parent / "serve"
+        log = open(self.log_path, "a")
+        t = time.perf_counter()
+        self.proc = subprocess.Popen([str(serve_bin), "run", str(self.path)], cwd=REPO, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     env={**os.environ, "PYTHONPATH": str(REPO)})
+        log.close()
+        try:
+            wait_ready(self.url, timeout_s, proc=self.proc, every_s=0.1)
+        except Exception as e:
+            self.stop()
+            raise RuntimeError(f"{e}:\n{self.log_path.read_text()[-3000:]}") from e
+        return time.perf_counter() - t
+
+    def processes(self) -> list[dict]:
+        """Every live process of the service (`serve run` and its
+        descendants): pid, command line and harness.procfs.pss_mb's figures."""
+        from harness.procfs import cmdline, descendants, pss_mb
+
+        assert self.proc is not None
+        out = []
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
+        self._remember(pids)
+        for pid in pids:
+            m = pss_mb(pid)
+            if m:
+                out.append({"pid": pid, "cmd": cmdline(pid, 200), **m})
+        return out
+
+    def pss_mb(self) -> float:
+        """The PSS of all its processes, MB."""
+        return sum(p["pss"] for p in self.processes())
+
+    def stop(self) -> None:
+        from harness.procfs import descendants, start_time
+
+        if self.proc is None:
+            return
+        self._remember([self.proc.pid, *descendants(self.proc.pid)])
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # `serve run` stops the local Ray it started
+            self.proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+        # Ray's workers outlive the CLI by a few seconds: wait for every
+        # process this service had, then SIGKILL what is left of them.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(t is not None and start_time(p) == t for p, t in self.pids.items()):
+            time.sleep(0.2)
+        for p, started in self.pids.items():
+            if started is not None and start_time(p) == started:  # still that process, not a reused pid
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.pids = {}
+        wait_ray_gone()

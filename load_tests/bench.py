@@ -1,68 +1,41 @@
-"""Load tests of the OCR service, with its baselines measured in the same run.
-
-One process runs everything, one phase at a time (nothing else of ours runs
-while a phase is measured), on the same images and the same cores:
+"""Load tests of the OCR service, with its baselines measured in the same
+run: one process, one phase at a time, the same images and cores.
 
 1. ``engine``: the in-process ``OcrEngine`` in a loop, one image at a time.
-2. ``rapidocr``: RapidOCR on onnxruntime (``rapidocr_onnxruntime``) in-process
-   in a loop, one image at a time (skipped with a note if not installed).
-3. ``simple``: ``load_tests/simple_server.py`` (one process, one engine, a lock
-   around ``engine.read``; FastAPI + uvicorn) started as a subprocess on
-   ``--simple-port`` and loaded over HTTP like the service.
-4. The service: a local Ray cluster of this process's own
-   (``ray.init(address="local")``), Serve on ``--port``, and the applications
-   of ``--config`` (default ``deployments.yaml``) deployed the way
-   ``serve deploy`` does. Measured:
+2. ``rapidocr``: RapidOCR on onnxruntime in-process, likewise (skipped with
+   a note if not installed).
+3. ``simple``: ``load_tests/simple_server.py`` (one process, one engine, a
+   lock around ``engine.read``; FastAPI + uvicorn) on ``--simple-port``,
+   loaded over HTTP like the service.
+4. The service: this process's own local Ray, Serve on ``--port``, the
+   applications of ``--config`` (default ``deployments.yaml``) deployed as
+   ``serve deploy`` does. ``cold``: Ray start, Serve start, deploy to
+   ``/readyz`` 200, each model replica's load and warm-up, the first
+   request. ``http``: ``POST /v1/ocr`` closed loop at ``--clients``
+   (saturation). ``open``: Poisson arrivals at ``--open-fraction`` (0.7) of
+   that saturation (or ``--open-rate``). ``handle``:
+   ``serve.get_app_handle("ocr").ocr.remote(bytes)``, closed loop. ``jobs``:
+   ``POST /v1/ocr/jobs`` then polling; skipped with a note if the endpoint
+   is not deployed (``--jobs-force``: run anyway). ``nobatch``: the closed
+   loop again with ``max_batch_size: 1`` on the three model deployments.
 
-   * ``cold``: Ray start, Serve start, deploy -> ``/readyz`` 200, each model
-     replica's load and warm-up time, and the first request's latency.
-   * ``http``: ``POST /v1/ocr`` closed loop at ``--clients`` (finds saturation).
-   * ``open``: open loop (Poisson arrivals) at ``--open-fraction`` (0.7) of the
-     saturation throughput found by ``http`` (or at ``--open-rate``).
-   * ``handle``: ``serve.get_app_handle("ocr").ocr.remote(bytes)`` from this
-     Ray driver, closed loop.
-   * ``jobs``: ``POST /v1/ocr/jobs`` -> 202 ``{job_id}``, then
-     ``GET /v1/ocr/jobs/{id}`` polled until succeeded/failed. Probed first: if
-     the endpoint is not deployed the phase is skipped with a note
-     (``--jobs-force`` runs it anyway; every request then records its 404).
-   * ``nobatch``: the same closed loop after redeploying with ``user_config``
-     ``max_batch_size: 1`` for the three model deployments (batching off).
+Every point: ``--warmup`` s unrecorded, then ``--duration`` s measured;
+latency over the requests *sent* in the window, throughput over the
+answers *received* in it; open-loop latency from the scheduled arrival (no
+coordinated omission). Each target first reads every image once, untimed.
+Mean batch size per model stage: each deployment's ``stats()``, sampled
+every 2 s and diffed per replica pid. Each point records the load average
+and others' CPU (/proc); the report warns when they, or an engine point
+slower than the simple server, make the comparison untrustworthy.
 
-Every load point has a warm-up (``--warmup`` s, not recorded) and a
-measurement window (``--duration`` s). Closed loop: N clients, each sending
-its next image as soon as the previous answer arrives; latency statistics
-cover the requests *sent* in the window (each runs to its end), throughput
-counts the successful answers *received* in the window. Open loop: arrivals
-from a seeded Poisson process, latency measured from the scheduled arrival
-time (no coordinated omission); throughput as above. Each target first gets
-one untimed pass over the images (every detector input shape seen once), so
-every system is measured warm. Mean batch size per model stage comes from
-each deployment's ``stats()`` (its last 256 batches), sampled every 2 s
-during the window and diffed per replica pid.
-
-The machine may be shared: each point records the load average and "others'
-CPU" (cores busy with work outside this process tree, from /proc), and the
-report warns when other work, or an engine point slower than the simple
-server (the same engine plus HTTP), makes the comparisons untrustworthy.
-
-Outputs: ``<out>/benchmarks.md`` (tables, targets, queueing with the image
-mix taken out, low-load latency image by image, where the time goes),
-``<out>/img/*.png`` (latency vs throughput; batching on vs off), the raw
-per-request records as JSON (``--raw``, default
-``load_tests/out/bench_results[_quick].json``), and a one-line summary on
-stdout. Progress goes to stderr. The report and plots are rendered from the
-raw JSON alone (a live run writes it, reads it back and renders that), so
-``--from-raw FILE`` (measure nothing, rewrite the report and plots of a
-recorded run) writes the same document.
-
-Run from the repository root::
+Outputs: ``<out>/benchmarks.md``, ``<out>/img/*.png``, the raw records as
+JSON (``--raw``) and a summary line on stdout (progress on stderr). The
+report is rendered from the raw JSON alone, so ``--from-raw FILE`` rewrites
+a recorded run's report and plots, measuring nothing.
 
     .venv/bin/python -m load_tests serve load --quick               # < 2 min, proves the harness works
     .venv/bin/python -m load_tests serve load --n-images 20 --duration 30 --out DIR   # a full run
     .venv/bin/python -m load_tests serve load --targets handle --clients 1,8   # only the handle sweep
-
-``--quick``: 3 small images, 0.5 + 2 s points, every phase at one or two
-load points; it proves the harness works and asserts nothing about speed.
 """
 
 from __future__ import annotations
@@ -72,13 +45,12 @@ import asyncio
 import json
 from pathlib import Path
 
-
-from load_tests.images import DEFAULT_IMAGES, pick_images  # noqa: E402
-from load_tests.loadgen import log  # noqa: E402
-from load_tests.phases import run_in_process, run_service, run_simple  # noqa: E402
-from load_tests.report import summary_line, write_raw, write_report  # noqa: E402
-from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run  # noqa: E402
-from harness.service import REPO  # noqa: E402
+from harness.service import REPO
+from load_tests.images import DEFAULT_IMAGES, pick_images
+from load_tests.loadgen import log
+from load_tests.phases import run_in_process, run_service, run_simple
+from load_tests.report import summary_line, write_raw, write_report
+from load_tests.runs import ALL_TARGETS, SERVICE_TARGETS, Run
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:

@@ -1,72 +1,45 @@
-"""Benchmark: this project's in-process engine against RapidOCR, CPU only.
+"""Benchmark: this project's in-process engine against RapidOCR, CPU only,
+in ONE process, on the same images, each with ``--threads N`` CPU
+inference threads (default: every core this process may use):
 
-Three systems run in ONE process, on the same images, with the same number of
-CPU inference threads (``--threads N``, default: every core this process may
-use):
+* ``engine``: ``OcrEngine`` with ``default_engine_config()`` (Paddle
+  Inference, OpenVINO engine), ``cpu_math_library_num_threads`` N;
+  ``--engine-config reference``: RapidOCR's stage parameters
+  (``serve_app.core.engine_config.reference_config``), same predictor.
+* ``rapidocr-paddle``: ``rapidocr_paddle.RapidOCR`` (1.4.5) with its
+  defaults and ``cpu_math_library_num_threads=N`` (a Global key RapidOCR
+  copies to Det, Cls and Rec; a ``det_`` key would be overwritten).
+* ``rapidocr-onnxruntime``: ``rapidocr_onnxruntime.RapidOCR`` (1.4.4),
+  ``intra_op_num_threads=N`` (copied likewise).
+A RapidOCR package that fails to import or load is reported as skipped.
 
-* ``engine``: ``serve_app.engine.OcrEngine`` with ``default_engine_config()``
-  (Paddle Inference, OpenVINO engine), its ``cpu_math_library_num_threads``
-  set to N. ``--engine-config reference`` uses RapidOCR's stage parameters
-  instead (``serve_app.core.engine_config.reference_config``), same predictor options.
-* ``rapidocr-paddle``: ``rapidocr_paddle.RapidOCR`` (1.4.5, Paddle Inference)
-  with its defaults and ``cpu_math_library_num_threads=N`` (a Global key that
-  RapidOCR copies to Det, Cls and Rec; a ``det_``-prefixed key would be
-  overwritten by that copy).
-* ``rapidocr-onnxruntime``: ``rapidocr_onnxruntime.RapidOCR`` (1.4.4) with its
-  defaults and ``intra_op_num_threads=N`` (likewise copied to Det, Cls, Rec).
+Protocol: load each system (timed apart); one untimed warm-up pass per
+system (its texts are scored; a timed pass that reads otherwise is counted
+in the notes); ``--repeats`` timed passes (default 3), the systems
+interleaved per pass so a shared machine's drift hits all alike; one call
+is one image path in, lines out (read and decode included). Per system:
+mean and median of the per-image medians, p90 of all samples, img/s =
+images x repeats / the summed call seconds, and the det/cls/rec split of
+that total ("other": decode, resizing, cropping, bookkeeping): the engine's
+own ``timings_ms`` (det includes its crops), timers around RapidOCR's
+``text_det``/``text_cls``/``text_rec`` (its ``elapse`` leaves out
+pre-processing). Lines read: in the warm-up pass (the detectors' settings
+differ). Accuracy on ``expected.json``'s ``ground-truth-label`` images:
+CER (harness/peer.py, the tests' metric) and label recall (labels found as
+a case-sensitive substring). Ratios: engine img/s over each baseline's,
+and the geometric mean of per-image median-time ratios.
 
-A RapidOCR package that fails to import or load is reported as skipped; the
-others still run.
-
-Protocol
---------
-1. Load every system (load time reported, not part of the throughput).
-2. Warm-up: one untimed pass over all images per system. Its outputs are the
-   ones scored for accuracy.
-3. ``--repeats R`` timed passes (default 3). Each pass runs the systems
-   interleaved -- engine over all images, then rapidocr-paddle, then
-   rapidocr-onnxruntime -- so drift on a shared, noisy machine hits all
-   systems alike. One call = one image path in, OCR lines out, timed with
-   ``time.perf_counter`` around the call (file read and decode included).
-4. Per system: mean and median of the per-image medians, p90 over all timed
-   samples, images/s = images * repeats / (sum of the system's timed call
-   seconds), and the det/cls/rec split = the summed stage times as % of that
-   total ("other" is the rest: decode, resizing, cropping, bookkeeping).
-   Stage times: the engine's own ``timings_ms`` (det includes its crops); for
-   RapidOCR, timers wrapped around its ``text_det``/``text_cls``/``text_rec``
-   calls (pre- and post-processing included, crops in "other"), since its own
-   ``elapse`` leaves out pre-processing and is None when nothing is found.
-   "lines read" = text lines returned over all images in the warm-up pass
-   (how much work each system did: the engine's default detector settings
-   differ from RapidOCR's, so the counts can differ a lot).
-5. Accuracy on the images of kind ``ground-truth-label`` in ``expected.json``:
-   CER over all labels (harness/peer.py, the metric the tests use): each label
-   is matched to the recognised line where it needs the fewest edits
-   (whitespace removed; surrounding text in the line is free), errors summed
-   over all labels and divided by their characters; label recall = fraction
-   of labels found as a case-sensitive substring of the recognised text.
-6. Ratios: engine images/s divided by each baseline's images/s, and the
-   geometric mean of the per-image median-time ratios.
-
-Memory: the process RSS is sampled every 0.1 s and its peak recorded per
-system. Between passes (untimed) the glibc heap is trimmed (``malloc_trim``;
-``--no-trim`` to skip): rapidocr-paddle grows by ~0.3-0.7 GiB for every new
-recognition batch width it meets (~11 GiB on the dense image) and glibc keeps
-that freed memory, which got a first full run OOM-killed on a 24 GiB machine.
-If the machine's MemAvailable falls under ``--min-free-gb`` (default 1) the
-run stops at once with a message rather than let the OOM killer choose.
-``--malloc-mmap-threshold 1048576`` (glibc ``mallopt``, applies to every
-system, off by default) caps rapidocr-paddle's peak at ~2.6 GiB instead.
-
-Outputs are also checked for stability: a timed pass whose text differs from
-the warm-up pass is counted in the notes.
-
-Run (from the repository root)::
+Memory: RSS sampled every 0.1 s, the peak per system. Between passes the
+heap is trimmed (``malloc_trim``; ``--no-trim``): rapidocr-paddle grows by
+~0.3-0.7 GiB per new recognition batch width (~11 GiB on the dense image)
+and glibc keeps it. Under ``--min-free-gb`` (1) MemAvailable the run stops
+with a message rather than meet the OOM killer; ``--malloc-mmap-threshold
+1048576`` caps rapidocr-paddle's peak at ~2.6 GiB.
 
     .venv/bin/python -m load_tests engine systems --quick        # ~1-2 minutes
     .venv/bin/python -m load_tests engine systems --per-image --out load_tests/out/bench_engine.md
 
-Markdown goes to stdout; progress goes to stderr (`--help`: the options).
+Markdown on stdout, progress on stderr.
 """
 
 from __future__ import annotations
@@ -79,35 +52,20 @@ import time
 import traceback
 from pathlib import Path
 
+from harness.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap
+from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr
+from load_tests.engine_report import SystemLog, render, summarise
+from load_tests.images import DEFAULT_IMAGES, pick_names
+from load_tests.stats import Record
 
-REPO = Path(__file__).resolve().parents[1]
-
-from load_tests.baselines import STAGES, CallOutput, System, make_engine, make_rapidocr  # noqa: E402
-from load_tests.engine_report import SystemLog, render, summarise  # noqa: E402
-from harness.procfs import MemoryWatch, rss_gb, set_mmap_threshold, trim_heap  # noqa: E402
-from load_tests.stats import Record  # noqa: E402
-from load_tests.images import DEFAULT_IMAGES  # noqa: E402
-
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SYSTEMS = ("engine", "rapidocr-paddle", "rapidocr-onnxruntime")
 
 # --quick: dense text, a receipt, a word crop, RapidOCR's mixed-script test
 # image, a scene image with labels, a Chinese page, an empty image and a
 # 65x11 sliver (RapidOCR's limit_type=min blows it up to 736x4416).
-QUICK_IMAGES = (
-    "mmocr_demo_densetext_det.jpg",
-    "mmocr_wildreceipt_2.jpeg",
-    "mmocr_word_1223731.jpg",
-    "rapidocr_ch_en_num.jpg",
-    "mmocr_icdar15_img_1.jpg",
-    "paddleocr_1.jpg",
-    "rapidocr_empty_black.jpg",
-    "rapidocr_short.png",
-)
-
-
-# --------------------------------------------------------------------------
-# main
+QUICK_IMAGES = ("mmocr_demo_densetext_det.jpg", "mmocr_wildreceipt_2.jpeg", "mmocr_word_1223731.jpg",
+                "rapidocr_ch_en_num.jpg", "mmocr_icdar15_img_1.jpg", "paddleocr_1.jpg", "rapidocr_empty_black.jpg",
+                "rapidocr_short.png")
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:
@@ -142,21 +100,6 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if bad:
         raise SystemExit(f"unknown system(s) {bad}; choose from {SYSTEMS}")
     return args
-
-
-def list_images(folder: Path, quick: bool) -> list[str]:
-    if not folder.is_dir():
-        sys.exit(f"image folder {folder} not found (use --images DIR)")
-    names = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-    if not names:
-        sys.exit(f"no jpg/jpeg/png images in {folder}")
-    if quick:
-        chosen = [n for n in QUICK_IMAGES if n in names]
-        missing = [n for n in QUICK_IMAGES if n not in names]
-        if missing:
-            print(f"note: quick images not in {folder}: {missing}", file=sys.stderr)
-        names = chosen or names[:8]
-    return names
 
 
 def load_labels(folder: Path) -> dict[str, list[str]]:
@@ -195,7 +138,7 @@ def main(args: argparse.Namespace) -> int:
         print("warning: mallopt(M_MMAP_THRESHOLD) failed; running with glibc's default", file=sys.stderr)
         args.malloc_mmap_threshold = 0
     folder = args.images.resolve()
-    images = list_images(folder, args.quick)
+    images = pick_names(folder, args.quick, None, None, QUICK_IMAGES)
     labels = {k: v for k, v in load_labels(folder).items() if k in images}
     load_before = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -1,18 +1,16 @@
 """Benchmark: what the Redis job book (jobs.backend: redis) costs against the
-SQLite one, per submit and per poll, on this machine, side by side in one
-run. Each book is the store's own class (serve_app.jobs.book.JobBook with its
-journal, serve_app.jobs.redis_book.RedisJobBook) in this process, with a pipeline
-that answers at once, so the figures are the book's own cost, not OCR's:
+SQLite one (the baseline, ratio 1.00), per submit and per poll, side by
+side in one run: each the store's own class (JobBook with its journal,
+RedisJobBook) in this process, with a pipeline that answers at once, so
+the figures are the book's own cost:
 
-- submit: one job (a 50 KB image) accepted, i.e. durable: the SQLite
-  journal committed with synchronous=FULL, the Redis script answered by a
-  local redis-server with appendonly yes, appendfsync always (and, for
-  comparison, everysec: what the fsync costs);
-- submit x32: 32 submits at once (a burst from many clients);
-- poll: GET of a finished job (its 200-byte result).
+- submit: one job (a 50 KB image) accepted, i.e. durable: SQLite committed
+  with synchronous=FULL, the Redis script answered by a local redis-server
+  with appendonly yes, appendfsync always (and everysec: the fsync's cost);
+- submit x32: 32 submits at once; poll: GET of a finished job (200 bytes).
 
-The baseline is the SQLite book (ratio 1.00). Redis runs on loopback on the
-same 2 cores; a real cluster adds a network round trip per call.
+Redis runs on loopback on the same cores; a cluster adds a network round
+trip per call.
 
     .venv/bin/python -m load_tests jobs [--n 300] [--polls 2000]"""
 
@@ -28,11 +26,11 @@ from pathlib import Path
 
 from harness.redis_server import RedisServer  # noqa: E402  (harness/redis_server.py)
 
-from serve_app.jobs.book import JobBook  # noqa: E402
-from serve_app.jobs.redis_book import RedisJobBook  # noqa: E402
-from serve_app.core.request_options import OcrOptions  # noqa: E402
-from serve_app.core.app_args import JobArgs  # noqa: E402
-from load_tests.stats import percentile  # noqa: E402
+from serve_app.jobs.book import JobBook
+from serve_app.jobs.redis_book import RedisJobBook
+from serve_app.core.request_options import OcrOptions
+from serve_app.core.app_args import JobArgs
+from load_tests.stats import percentile
 
 IMAGE = b"\x89PNG" + bytes(50_000)
 

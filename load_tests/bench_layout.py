@@ -25,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
 
-from harness.pages import fax_tiff, made_pages, order_score  # noqa: E402
-from harness.peer import PEER, reference  # noqa: E402
+from harness.pages import fax_tiff, made_pages, order_score
+from harness.peer import PEER, reference
 
 ANGLES = (0, 90, 180, 270)
 

@@ -2,64 +2,46 @@
 in-process engine reading the same rendered pages one by one, and the
 service with 1 and 2 recogniser replicas. One run, one machine.
 
-The PDF is made here from the first 20 peer images that are whole pages
-(not the word or line crops), each page a JPEG (quality 90, as a scanner
-would store it; lossless pages would make the PDF larger than the 20 MiB
-body limit) sized to its pixels at the render DPI (harness/pdfs.py). The
-engine reads the pages as the service renders them, so every system reads
-the same pixels.
+The PDF is made from the first 20 peer images that are whole pages, each a
+JPEG page (quality 90, as a scanner stores it; lossless pages would pass
+the 20 MiB body limit) sized to its pixels at the render DPI
+(harness/pdfs.py); the engine reads the pages as the service renders them.
 
-Protocol
---------
-1. Engine (no Ray running): OcrEngine with its defaults (every core),
-   warmed on every input shape; the pages rendered once with
-   serve_app.flow.documents (the service's renderer, the config's DPI); one
-   untimed pass, then `--repeats` timed passes, each reading the 20 pages
-   one after another (`engine.read(page)`). Also timed: `engine.read_document`
-   on the PDF (the same pipeline code the service runs, pages concurrently
-   within one process), same repeats.
-2. Service, for each recogniser replica count in `--replicas` (1 then 2):
-   deployments.yaml with TextRecognizer's autoscaling pinned to that count
-   (the other deployments as configured), deployed as `serve deploy` does
-   (harness/service.py); one untimed document, then `--repeats` timed
-   POST /v1/ocr of the PDF (application/pdf), one at a time. Latency = the
-   whole document, request to response.
-3. Reported per system: pages/s = pages x repeats / summed document
-   seconds; p50 and max document latency; lines read over the 20 pages
-   (from the last pass; the same on every system when they agree); the
-   service's mean render time per page (its own timings_ms "render").
+1. Engine (no Ray): OcrEngine with its defaults, warmed; the pages rendered
+   once with serve_app.flow.documents (the service's renderer and DPI); one
+   untimed pass, then `--repeats` timed passes of `engine.read(page)` one
+   after another, and of `engine.read_document` on the PDF (the service's
+   pipeline code, pages concurrent within one process).
+2. Service, per recogniser replica count in `--replicas` (1 then 2):
+   deployments.yaml with TextRecognizer pinned to that count, deployed as
+   `serve deploy` does; one untimed document, then `--repeats` timed
+   POST /v1/ocr of the PDF, one at a time (latency: the whole document).
+3. Per system: pages/s = pages x repeats / summed document seconds; p50 and
+   max document latency; lines read (last pass); the service's mean render
+   ms per page (its timings_ms "render").
 
-Run (from the repository root, under the shared lock on a shared machine):
-
-    timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5
-"""
+    timeout 900 .venv/bin/python -m load_tests documents pdf --repeats 5   # under the shared lock"""
 
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import cv2
 import requests
 
-REPO = Path(__file__).resolve().parents[1]
-
-from harness.pdfs import image_pdf  # noqa: E402
-from harness.peer import PEER  # noqa: E402
-
-from harness.service import load_config, served  # noqa: E402
-from serve_app.core.app_args import AppArgs  # noqa: E402
+from harness.pdfs import image_pdf
+from harness.peer import PEER, peer_names
+from harness.service import load_config, served
+from serve_app.core.app_args import AppArgs
 
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
 
 
 def page_images(n: int) -> list[tuple[str, "object"]]:
-    names = sorted(p.name for p in PEER.iterdir() if p.suffix.lower() in (".jpg", ".jpeg", ".png"))
-    pages = [n_ for n_ in names if not any(c in n_ for c in CROPS)][:n]
+    pages = [name for name in peer_names() if not any(c in name for c in CROPS)][:n]
     if len(pages) < n:
         raise SystemExit(f"only {len(pages)} whole-page peer images in {PEER}")
     return [(name, cv2.imread(str(PEER / name), cv2.IMREAD_COLOR)) for name in pages]
@@ -100,8 +82,7 @@ def bench_engine(pdf: bytes, repeats: int, dpi: int) -> list[dict]:
 
 
 def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
-    config = load_config()
-    config = copy.deepcopy(config)
+    config = load_config()  # a fresh dict each call
     for d in config["applications"][0]["deployments"]:
         if d["name"] == "TextRecognizer":
             d.pop("num_replicas", None)

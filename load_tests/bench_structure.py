@@ -1,22 +1,18 @@
 """Document structure (#58): tables read by the service against the peer
 on the drawn table set (harness/tables.py), and what structure costs
-against a plain read of the same page. Everything measured in this run.
+against a plain read of the same page, all measured in this run.
 
     flock /tmp/ocr-heavy.lock .venv/bin/python -m load_tests documents structure [--seeds 3] [--repeats 3] [--json F]
 
-Tables:
-1. per style: the service (the in-process engine, `structure=True` on the
-   whole image: it finds the table itself, alone or on a page) beside the
-   peer (RapidTable 0.3.0 over RapidOCR, given the true table crop;
-   `--url` reads through a started service instead of the engine):
+1. per style: the service (the in-process engine with `structure=True` on
+   the whole image, finding the table itself; `--url`: a started service)
+   beside the peer (RapidTable 0.3.0 over RapidOCR, given the true crop):
    cells exact, shape right, TEDS (harness/table_scores.py), tables found,
-   img/s (the service reads the whole image, the peer only the crop);
-   1b. (in-process only) the engine's table stage alone on the peer's
-   true crop: where the service's misses lie, layout or table;
-2. pages whose title came back as a `title` region with the title's text,
-   and as a `#` heading of the page's Markdown;
-3. cost: each page read plain and with structure, interleaved, median of
-   the rounds, and the ratio (the issue's bar: <= 1.8x)."""
+   img/s; 1b. (in-process) the engine's table stage alone on the true crop:
+   whether a miss is the layout's or the table's;
+2. titles found as a `title` region and as the Markdown's `#` heading;
+3. cost: each page read plain and with structure, interleaved rounds,
+   their medians' ratio (the issue's bar: <= 1.8x)."""
 
 from __future__ import annotations
 
@@ -25,15 +21,14 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
-from harness.table_scores import cells_exact, grid, shape_right, table_html, teds, title_found  # noqa: E402
-from harness.tables import PLACES, STYLES, DrawnTable, table_set  # noqa: E402
-from load_tests.cli import check, standalone  # noqa: E402
-from load_tests.stats import fmt, median  # noqa: E402
+from harness.table_scores import cells_exact, grid, shape_right, table_html, teds, title_found
+from harness.tables import PLACES, STYLES, DrawnTable, table_set
+from load_tests.cli import check, standalone
+from load_tests.stats import fmt, md_table, median
 
 CELLS_BAR, SHAPE_BAR, COST_BAR = 0.90, 0.90, 1.8
 
@@ -102,23 +97,12 @@ def http_reader(url: str):
     return read
 
 
-def markdown_of(answer: dict) -> str | None:
-    """The answer as ?format=markdown writes it (serve_app.flow.formats.render);
-    None where this tree has no Markdown format yet."""
-    from serve_app.core.errors import BadRequest
+def heading_found(answer: dict, title: str) -> bool:
+    """The title as a `#` heading line of the answer's Markdown (as
+    ?format=markdown writes it: serve_app.flow.formats.render)."""
     from serve_app.flow.formats import render
 
-    try:
-        return render(answer, "markdown")[0]
-    except BadRequest:
-        return None
-
-
-def heading_found(markdown: str | None, title: str) -> bool | None:
-    """The title as a `#` heading line of the Markdown (None: no Markdown)."""
-    if markdown is None:
-        return None
-    return any(line.strip() == f"# {title}" for line in markdown.splitlines())
+    return any(line.strip() == f"# {title}" for line in render(answer, "markdown")[0].splitlines())
 
 
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
@@ -126,7 +110,7 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
     `#` heading of its Markdown), the answers' regions per image)."""
     scores = {s: Score() for s in STYLES}
     titles: dict[str, bool] = {}
-    headings: dict[str, bool | None] = {}
+    headings: dict[str, bool] = {}
     regions: dict[str, dict] = {}
     for item in items:
         t0 = time.perf_counter()
@@ -136,7 +120,7 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
         scores[item.style].add(html, item, dt)
         if item.title:
             titles[item.name] = title_found(answer, item.title)
-            headings[item.name] = heading_found(markdown_of(answer), item.title)
+            headings[item.name] = heading_found(answer, item.title)
         regions[item.name] = {"types": [r["type"] for r in answer.get("regions") or ()], "html": html}
     return scores, {"region": titles, "heading": headings}, regions
 
@@ -168,11 +152,9 @@ def score_engine_crop(engine, items: list[DrawnTable], margin: int = 12) -> dict
 def crop_table(scores: dict[str, Score]) -> None:
     print("\n## 1b. The service's table stage alone on the true crop (layout skipped; the page's lines, "
           "SLANet_plus on Paddle, the pipeline's matcher)\n")
-    print("| style | tables | cells exact | shape right | TEDS |")
-    print("|---|---:|---:|---:|---:|")
-    for style, sc in [*((s, scores[s]) for s in STYLES if scores[s].tables), ("**all**", _total(scores))]:
-        j = sc.to_json()
-        print(f"| {style} | {sc.tables} | {fmt(sc.exact, 3)} | {fmt(sc.shape, 2)} | {fmt(j['teds'], 3)} |")
+    rows = [*((s, scores[s]) for s in STYLES if scores[s].tables), ("**all**", _total(scores))]
+    print("\n".join(md_table(["style", "tables", "cells exact", "shape right", "TEDS"], [
+        [style, sc.tables, fmt(sc.exact, 3), fmt(sc.shape, 2), fmt(sc.to_json()["teds"], 3)] for style, sc in rows])))
 
 
 def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
@@ -188,13 +170,8 @@ def score_peer(peer, items: list[DrawnTable]) -> dict[str, Score]:
 def _total(scores: dict[str, Score]) -> Score:
     t = Score()
     for s in scores.values():
-        t.cells_ok += s.cells_ok
-        t.cells += s.cells
-        t.shapes_ok += s.shapes_ok
-        t.tables += s.tables
-        t.found += s.found
-        t.teds += s.teds
-        t.seconds += s.seconds
+        for f in fields(Score):
+            setattr(t, f.name, getattr(t, f.name) + getattr(s, f.name))
     return t
 
 
@@ -240,10 +217,9 @@ def cost_table(read, pages: list[DrawnTable], repeats: int) -> dict:
     ratio = struct / plain
     print(f"\n## 3. Cost: {len(pages)} pages (title, paragraph, table) read plain and with structure, "
           f"{repeats} interleaved rounds\n")
-    print("| mode | median round s | s/page | vs plain |")
-    print("|---|---:|---:|---:|")
-    for mode, v in (("plain", plain), ("structure", struct)):
-        print(f"| {mode} | {v:.2f} | {v / len(pages):.3f} | {v / plain:.2f}x |")
+    print("\n".join(md_table(["mode", "median round s", "s/page", "vs plain"], [
+        [mode, f"{v:.2f}", f"{v / len(pages):.3f}", f"{v / plain:.2f}x"] for mode, v in (("plain", plain),
+                                                                                     ("structure", struct))])))
     print(f"\nbar (issue 58): structure <= {COST_BAR}x plain: {'met' if ratio <= COST_BAR else 'missed'} ({ratio:.2f}x)")
     return {"plain_s": plain, "structure_s": struct, "ratio": ratio, "pages": len(pages), "rounds": rounds}
 
@@ -285,9 +261,6 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
             out["service_true_crop"] = {s: v.to_json() for s, v in crop_scores.items()}
         for kind, what in (("region", "a title region"), ("heading", "a `#` heading of the page's Markdown")):
             got = titles[kind]
-            if any(v is None for v in got.values()):
-                print(f"\n## 2. Titles as {what}: n/a (this tree has no Markdown format)")
-                continue
             found = sum(got.values())
             print(f"\n## 2. Titles as {what}: {found}/{len(got)} pages"
                   + ("" if found == len(got) else f" (missed: {', '.join(n for n, ok in got.items() if not ok)})"))

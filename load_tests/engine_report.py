@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from harness.procfs import load_line
 from load_tests.baselines import STAGES
 from load_tests.runs import dist_version
-from load_tests.stats import Record, percentile
+from load_tests.stats import Record, fmt as stats_fmt, percentile
 
 
 # --------------------------------------------------------------------------
@@ -99,8 +99,7 @@ def summarise(rec: SystemLog, images: list[str], repeats: int, labels: dict[str,
 
 
 def fmt(x: float, nd: int = 1) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
-
+    return stats_fmt(x, nd)
 
 
 def render(args, folder, images, labels, systems, skipped, records, stats,

@@ -1,44 +1,27 @@
 """Footprint of a Serve config, side by side with lighter ones: PSS per
 process and in total, `serve run` to ready (first and second start), one
 client's p50 over the in-process engine, img/s at 8 clients, lines read and
-CER, in one run.
+CER, in one run (docs/performance.md, "The two CPU profiles", has the
+method and the figures).
 
     timeout 1200 .venv/bin/python -m load_tests memory footprint
     ... footprint --configs deployments.yaml,deployments.light.yaml --rounds 2
 
-A config is a file, optionally with `+key.path=value` overrides of its
-application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`:
-the default set is both profiles with `recognizer.warm` full and core (core
-is the default: serve_app/serving/shapes_after_ready.py). A replica added by
-autoscaling is not started here (`python -m load_tests startup serve-run
---scale-up` times one).
-
-Each round: the in-process engine in a child process (2 threads on both
-cores, warmed) reads the 60 peer images once and the text-line images twice
-more, one at a time; then for each config (the order reversed every other
-round) `serve run` of a copy of it (a free port, a fresh job journal and a
-fresh compiled-engine cache folder, both temporary; nothing else changed)
-is started, timed to /readyz 200; one client reads the same images with
-`Cache-Control: no-cache`; the PSS of every process of the service
-(smaps_rollup, the `serve run` process and its descendants) is read; 8
-clients read the peer images (each a rotation of them) until 2 passes are
-done; PSS again; the service is stopped (SIGTERM) and started again with
-the same cache folder: the second start's time to /readyz. The one-client
-pass starts once the recogniser's shapes built after ready are built (the
-engine is timed warmed too); the first request, right after ready, is
-timed on its own. After the 8 clients the engine is started again in a
-child process beside the running service (warmed on the text-line images),
-and the two read each text-line image in turn, `--line-passes` + 1 times,
-the engine first every other pair: the one-client overhead as the p50 of
-the per-pair differences, both sides on the machine at the same moments
-(the round's engine above ran before the service, without Ray's processes
-beside it). PSS is read
-right after the peer set, again after 3 s idle (past the model processes'
-`malloc_trim_idle_s`: serve_app/serving/heap.py), and right after the 8
-clients. Ready means
-/readyz 200, every stage with a ready, warmed replica (the CPU profile's
-second recogniser replica may still be warming then). Nothing else of ours
-runs meanwhile; other users' load is printed with the figures."""
+A config is a file with optional `+key.path=value` overrides of its
+application args (YAML values), e.g. `deployments.yaml+recognizer.warm=full`.
+Each round: the engine in a child process (warmed) reads the peer images
+once and the text-line images `--line-passes` more times; then each config
+(the order reversed every other round) runs as `serve run` of a temporary
+copy (a free port, a fresh journal and compile cache) and is timed to
+/readyz 200 (every stage with a ready, warmed replica); its first request
+is timed alone, then, once the recogniser's shapes built after ready are
+built, one client reads the same images (`Cache-Control: no-cache`); PSS
+of the `serve run` process and its descendants is read then, after
+IDLE_S idle and after 8 clients; the engine, started again beside the
+service, and the service read each text-line image in turn (the engine
+first every other pair); each further model set is loaded; the service
+is stopped and started again on the same cache: the second start.
+Other users' load is printed with the figures."""
 
 from __future__ import annotations
 
@@ -47,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -56,12 +38,13 @@ import time
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from harness import service
+from harness.procfs import load_line
+from harness.service import ServeRun, parse_config
+from load_tests.stats import median
+from load_tests.cli import standalone
 
-from harness import service  # noqa: E402
-from harness.procfs import descendants, load_line, pss_mb  # noqa: E402
-from load_tests.stats import median  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_CONFIGS = ("deployments.yaml+recognizer.warm=full", "deployments.yaml",
                    "deployments.light.yaml+recognizer.warm=full", "deployments.light.yaml")
@@ -79,29 +62,22 @@ DEPLOYMENT_GROUPS = {"TextDetector": "det replica", "DirectionClassifier": "cls 
                      "JobStore": "job store"}
 
 
-def process_group(cmdline: str) -> str:
-    """Which part of the service a process is, from its command line
-    (truncated ones too)."""
-    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmdline)
+def role(cmd: str) -> str:
+    """A service process's role from its command line (truncated ones
+    too): a replica's deployment, Ray's and Serve's own processes, the
+    `serve run` CLI."""
+    if "serve run" in cmd or cmd.split(" ")[0].endswith("/serve"):
+        return "serve run (CLI)"
+    m = re.search(r"ServeReplica:[^:\s]+:(\w+)", cmd)
     if m:
         return DEPLOYMENT_GROUPS.get(m.group(1), m.group(1))
     for needle, group in (("ProxyActor", "proxy"), ("ServeController", "controller"), ("gcs_server", "gcs"),
                           ("raylet", "raylet"), ("dashboard", "dashboard"), ("ray::", "ray other"),
-                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other")):
-        if needle in cmdline:
+                          ("log_monitor", "ray other"), ("runtime_env", "ray other"), ("/ray/", "ray other"),
+                          ("IDLE", "ray other")):
+        if needle in cmd:
             return group
     return "other"
-
-
-def role(cmd: str) -> str:
-    """A service process's role from its command line: the deployment of a
-    replica, Ray's and Serve's own processes, the `serve run` CLI."""
-    if "serve run" in cmd or cmd.split(" ")[0].endswith("/serve"):
-        return "serve run (CLI)"
-    g = process_group(cmd)
-    if g == "other" and "IDLE" in cmd:
-        return "ray other"
-    return g
 
 
 def group_pss(procs: list[dict]) -> dict[str, dict]:
@@ -118,28 +94,6 @@ def group_pss(procs: list[dict]) -> dict[str, dict]:
         g["max"] = max(g["max"], p["pss"])
     rank = {r: i for i, r in enumerate(order)}
     return dict(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(order)), kv[0])))
-
-
-def parse_config(spec: str) -> tuple[str, list[tuple[list[str], object]]]:
-    """`FILE+a.b=v+...` -> (FILE, [(["a", "b"], v), ...]), v read as YAML."""
-    import yaml
-
-    path, *rest = spec.strip().split("+")
-    out = []
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"override {item!r} of {spec!r}: write key.path=value")
-        out.append((key.split("."), yaml.safe_load(value)))
-    return path, out
-
-
-def apply_overrides(args: dict, overrides: list[tuple[list[str], object]]) -> None:
-    for keys, value in overrides:
-        node = args
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
 
 
 def text_lines(names: list[str]) -> list[str]:
@@ -231,35 +185,43 @@ def engine_config(precision: Optional[str] = None):
     return config
 
 
-def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
+def warmed_engine(names: list[str], precision: Optional[str] = None):
+    """The in-process engine (a context manager), warmed, and the images' bytes."""
     from harness.peer import PEER
 
     from serve_app.engine import OcrEngine
 
-    data = {n: (PEER / n).read_bytes() for n in names}
+    eng = OcrEngine(engine_config(precision))
+    eng.warm()
+    return eng, {n: (PEER / n).read_bytes() for n in names}
+
+
+def timed_read(eng, data: bytes) -> tuple[float, list[str]]:
+    t = time.perf_counter()
+    res = eng.read(data)
+    return (time.perf_counter() - t) * 1000, [ln.text for ln in res.lines]
+
+
+def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     ms_peer, ms_lines, reads = [], [], {}
-    with OcrEngine(engine_config(precision)) as eng:
-        eng.warm()
+    eng, data = warmed_engine(names, precision)
+    with eng:
         for n in names:
-            t = time.perf_counter()
-            res = eng.read(data[n])
-            ms_peer.append((time.perf_counter() - t) * 1000)
-            reads[n] = [l.text for l in res.lines]
+            ms, reads[n] = timed_read(eng, data[n])
+            ms_peer.append(ms)
             if n in lines:
-                ms_lines.append(ms_peer[-1])
-        for _ in range(passes):
-            for n in lines:
-                t = time.perf_counter()
-                eng.read(data[n])
-                ms_lines.append((time.perf_counter() - t) * 1000)
+                ms_lines.append(ms)
+        ms_lines += [timed_read(eng, data[n])[0] for _ in range(passes) for n in lines]
     return {"ms_peer": ms_peer, "ms_lines": ms_lines, "reads": reads}
+
+
+CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"}
 
 
 def run_engine(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-child",
            json.dumps([names, lines, passes, precision])]
-    out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
-                         capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    out = subprocess.run(cmd, env=CHILD_ENV, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
     if out.returncode != 0:
         raise RuntimeError(f"engine child failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -269,20 +231,13 @@ def run_engine(names: list[str], lines: list[str], passes: int, precision: Optio
 def engine_server(names: list[str], precision: Optional[str] = None) -> None:
     """The engine as run_engine's, kept: warmed on `names`, then one read per
     image name on stdin, its ms on stdout (a line each)."""
-    from harness.peer import PEER
-
-    from serve_app.engine import OcrEngine
-
-    data = {n: (PEER / n).read_bytes() for n in names}
-    with OcrEngine(engine_config(precision)) as eng:
-        eng.warm()
+    eng, data = warmed_engine(names, precision)
+    with eng:
         for n in names:
             eng.read(data[n])
         print("ready", flush=True)
         for line in sys.stdin:
-            t = time.perf_counter()
-            eng.read(data[line.strip()])
-            print(f"{(time.perf_counter() - t) * 1000:.3f}", flush=True)
+            print(f"{timed_read(eng, data[line.strip()])[0]:.3f}", flush=True)
 
 
 class EngineBeside:
@@ -290,9 +245,8 @@ class EngineBeside:
 
     def __init__(self, names: list[str], precision: Optional[str] = None):
         cmd = [sys.executable, "-m", "load_tests.footprint", "--engine-server", json.dumps([names, precision])]
-        self.proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, cwd=str(ROOT))
+        self.proc = subprocess.Popen(cmd, env=CHILD_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, cwd=str(ROOT))
         if self.proc.stdout.readline().strip() != "ready":
             self.close()
             raise RuntimeError("the engine beside the service did not start")
@@ -319,113 +273,6 @@ def paired(engine_ms: list[float], service_ms: list[float]) -> dict:
     each side's p50 and the p50 of the per-pair differences."""
     return {"engine_p50": median(engine_ms), "service_p50": median(service_ms),
             "over_p50": median([s - e for e, s in zip(engine_ms, service_ms)]), "pairs": len(engine_ms)}
-
-
-# -- the service ---------------------------------------------------------------------
-
-
-class ServeRun:
-    """`serve run` of a temporary copy of a config: a free port, a
-    temporary journal and compile cache; started in its own session."""
-
-    def __init__(self, config: Path, work: Path, cache_dir: Path, overrides: Optional[list] = None):
-        import yaml
-
-        cfg = yaml.safe_load(config.read_text())
-        for app in cfg["applications"]:
-            args = app.setdefault("args", {})
-            apply_overrides(args, overrides or [])
-            if args.get("jobs", {}).get("journal"):
-                args["jobs"]["journal"] = str(work / "jobs.sqlite")
-            args.setdefault("engine", {}).setdefault("predictor", {})["cache_dir"] = str(cache_dir)
-        self.cfg = cfg
-        self.path = work / "config.yaml"
-        self.log_path = work / "serve.log"
-        self.url = ""
-        self.proc: Optional[subprocess.Popen] = None
-        self.pids: dict[int, Optional[int]] = {}  # pid -> its start time (clock ticks after boot)
-
-    def _remember(self, pids: list[int]) -> None:
-        for p in pids:
-            self.pids.setdefault(p, start_time(p))
-
-    def start(self, timeout_s: float) -> float:
-        """Seconds from `serve run` to /readyz 200, on a port of its own
-        (so nothing left of an earlier start can answer for it)."""
-        import yaml
-
-        from harness.service import free_port, wait_ready
-
-        port = free_port()
-        self.cfg.setdefault("http_options", {})["port"] = port
-        self.path.write_text(yaml.safe_dump(self.cfg))
-        self.url = f"http://127.0.0.1:{port}"
-        serve_bin = Path(sys.executable).parent / "serve"
-        log = open(self.log_path, "a")
-        t = time.perf_counter()
-        self.proc = subprocess.Popen([str(serve_bin), "run", str(self.path)], cwd=ROOT, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
-        log.close()
-        try:
-            wait_ready(self.url, timeout_s, proc=self.proc, every_s=0.1)
-        except Exception as e:
-            self.stop()
-            raise RuntimeError(f"{e}:\n{self.log_path.read_text()[-3000:]}") from e
-        return time.perf_counter() - t
-
-    def processes(self) -> list[dict]:
-        from harness.procfs import cmdline
-
-        assert self.proc is not None
-        out = []
-        pids = [self.proc.pid, *descendants(self.proc.pid)]
-        self._remember(pids)
-        for pid in pids:
-            m = pss_mb(pid)
-            if m:
-                cmd = cmdline(pid, 200)
-                out.append({"pid": pid, "cmd": cmd, "role": role(cmd), **m})
-        return out
-
-    def stop(self) -> None:
-        from harness.service import wait_ray_gone
-
-        if self.proc is None:
-            return
-        self._remember([self.proc.pid, *descendants(self.proc.pid)])
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # `serve run` stops the local Ray it started
-            self.proc.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
-        # Ray's workers outlive the CLI by a few seconds: wait for every
-        # process this service had, then SIGKILL what is left of them.
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(t is not None and start_time(p) == t for p, t in self.pids.items()):
-            time.sleep(0.2)
-        for p, started in self.pids.items():
-            if started is not None and start_time(p) == started:  # still that process, not a reused pid
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self.pids = {}
-        wait_ray_gone()
-
-
-def start_time(pid: int) -> Optional[int]:
-    """A process's start time (/proc/<pid>/stat field 22), None if gone:
-    with the pid, it names one process (pids are reused)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def post(session, url: str, name: str, data: bytes) -> tuple[float, Optional[list[str]]]:
@@ -532,7 +379,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
             for _ in range(passes):
                 for n in lines:
                     ms_lines.append(post(s, svc.url, n, data[n])[0])
-        procs = svc.processes()
+        procs = [dict(p, role=role(p["cmd"])) for p in svc.processes()]
         out["shapes_left_pss"] = service.shapes_left(svc.url)
         out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=median(ms_peer),
                    p50_lines=median(ms_lines),
@@ -540,10 +387,10 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
                    groups=group_pss(procs), pss_total=sum(p["pss"] for p in procs),
                    rss_total=sum(p["rss"] for p in procs), n_procs=len(procs))
         time.sleep(IDLE_S)  # past malloc_trim_idle_s (1 s by default): the model processes' heaps trimmed
-        out["pss_total_idle"] = sum(p["pss"] for p in svc.processes())
+        out["pss_total_idle"] = svc.pss_mb()
         load = clients(svc.url, names, data, n_clients, 2)
         out.update(rate_8=load["rate"], errors_8=load["errors"],
-                   pss_total_loaded=sum(p["pss"] for p in svc.processes()))
+                   pss_total_loaded=svc.pss_mb())
         out["paired"] = paired_lines(svc.url, lines, data, passes + 1, precision)
         out["sets"] = further_sets(svc, data[lines[0]])
         svc.stop()
@@ -554,7 +401,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
     return out
 
 
-def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
+def further_sets(svc: ServeRun, image: bytes) -> dict[str, dict]:
     """Each catalogued set other than the default (GET /v1/models), in
     turn: seconds from its first request to its 200 (its load, following
     503 + Retry-After), and the service's PSS after it over the PSS before
@@ -569,7 +416,7 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
     out = {}
     for m in catalogue["models"][1:]:
         time.sleep(IDLE_S)
-        before = sum(p["pss"] for p in svc.processes())
+        before = svc.pss_mb()
         t, status = time.perf_counter(), 0
         while time.perf_counter() - t < 600:
             r = requests.post(f"{svc.url}/v1/ocr", json={**body, "options": {"model": m["name"]}}, timeout=120,
@@ -581,7 +428,7 @@ def further_sets(svc: "ServeRun", image: bytes) -> dict[str, dict]:
         first_s = time.perf_counter() - t
         time.sleep(IDLE_S)
         out[m["name"]] = {"first_s": first_s, "status": status,
-                          "added_mb": sum(p["pss"] for p in svc.processes()) - before}
+                          "added_mb": svc.pss_mb() - before}
     for m in requests.get(f"{svc.url}/v1/models", timeout=30).json()["models"][1:]:
         out[m["name"]].update(service_mb=m.get("mb"), state=m.get("state"))  # loaded, all: none unloaded
     return out

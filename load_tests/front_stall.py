@@ -1,27 +1,15 @@
 """Benchmark: the front beside heavy or hostile work (issue 49). Each class
-of harness.stall runs against the light profile (`make serve`'s, behind a
-token and 16 named tokens, a 2 s page budget) while /healthz is asked every
-0.1 s, another client (127.0.0.2) reads one word image one request after
-another (every 0.5 s), and the ingress's and the whole service's PSS are
-sampled:
+of harness.stall (`CLASSES`; each function's docstring says what it
+sends) runs against the light profile (`make serve`'s, behind a token and
+16 named tokens, a 2 s page budget) beside harness.stall's `Beside`
+probes: /healthz every 0.1 s, a word image read one request after another
+by another client (127.0.0.2), the ingress's and the service's PSS.
 
-    timeout 900 .venv/bin/python -m load_tests hostile front [--seconds 20]
+    timeout 900 .venv/bin/python -m load_tests hostile front [--seconds 20] [--only readers,bomb]
 
-The classes: `readers` (16 readers of one large finished job's hOCR, in a
-loop), `probes` (8 clients polling /readyz and /v1/stats every 0.1 s while
-one reads dense pages), `submits` (4 clients submitting 19 MB PNG jobs of 250 chunks,
-1 rotating through 16 named tokens fetching a result), `layout` (2
-clients reading a page of 1,600 lone letters), `door` (2 clients sending
-a 199-page TIFF, its first page 16 x 16 px and the rest 16 MP, to the sync
-API), `tiled` (a job of a 40-page TIFF of 16 MP pages in 16 x 16 px
-tiles: when it ended), `bomb` (a job of a 500-page PDF of render-bomb
-pages, another client reading a one-page PDF beside it), `documents` (a
-500-page PDF render bomb and 100 4-page TIFF jobs from one client), `flood`
-(one client's 100 4-page TIFF jobs, then another client's one-image job:
-when it started and ended). First the probes alone (the baseline of this
-run), then each class: /healthz p99, the normal request's worst time and
-statuses, the ingress's and the service's peak PSS growth, what the
-workload got. Prints one table (markdown)."""
+First the probes alone (this run's baseline), then each class: /healthz
+p99, the normal request's worst time and statuses, the ingress's and the
+service's peak PSS growth, what the workload got; one markdown table."""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
-REPO = Path(__file__).resolve().parents[1]
+from serve_app.tools.gpu_build import Stop, choose, parse, query
+from load_tests.cli import standalone
 
-from serve_app.tools.gpu_build import Stop, choose, parse, query  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 INDEXES = ("https://pypi.org/simple/pip/", "https://www.paddlepaddle.org.cn/packages/stable/cu126/")
 MIN_FREE_GB = 20  # paddlepaddle-gpu and its CUDA wheels (~6 GB unpacked), pip's cache, TensorRT, Ray's logs

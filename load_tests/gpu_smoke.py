@@ -1,19 +1,15 @@
 """The GPU smoke run's Python steps (load_tests/gpu_run.sh calls them; each
 prints a Markdown section for the report):
 
-    python -m load_tests.gpu_smoke probe
+    python -m load_tests.gpu_smoke probe      # paddle's build, the GPUs it sees, TensorRT
     python -m load_tests.gpu_smoke engines --json OUT/engines.json
     python -m load_tests.gpu_smoke service --url http://127.0.0.1:8000 --engines OUT/engines.json
 
-probe: paddle's build, the GPUs it sees, TensorRT. engines: the in-process
-engine over the peer images (tests/data/peer) on the CPU and on the GPU
-(plain Paddle on the GPU: the in-process engine takes one predictor config
-for all stages), text compared, ms/img for each. service: load against the
-deployed GPU profile, its answers compared with the CPU engine's (this is
-where TensorRT fp16 runs), then every model replica's stats (enforced GPU
-memory limit, TensorRT ranges, batch sizes formed) next to the GPU memory
-nvidia-smi sees for its process.
-"""
+engines: the in-process engine over the peer images on the CPU and on the
+GPU (plain Paddle: one predictor config for all stages), text compared,
+ms/img each. service: load against the deployed GPU profile (TensorRT fp16
+runs here), its answers against the CPU engine's, every model replica's
+stats beside the GPU memory nvidia-smi sees for its process."""
 
 from __future__ import annotations
 
@@ -23,17 +19,15 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PEER = REPO / "tests" / "data" / "peer"
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
+from harness.peer import PEER, REPO, peer_names
+from load_tests.loadgen import post_file, threaded_load as load, threaded_summary as summarize  # noqa: F401 (the tests')
 
 
 def peer_images() -> list[Path]:
-    return sorted(p for p in PEER.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return [PEER / n for n in peer_names()]
 
 
 def probe() -> int:
@@ -118,50 +112,11 @@ def engines(out_json: Path) -> int:
     return 0
 
 
-def _post(url: str, path: Path, timeout: float = 120):
-    import requests
-
+def _post(url: str, path: Path):
     import os
 
     token = os.environ.get("OCR_AUTH_TOKEN")  # the GPU profile's token (gpu_run.sh sets one)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with path.open("rb") as f:
-        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, headers=headers, timeout=timeout)
-
-
-def load(url: str, images: list[Path], clients: int, seconds: float, post=_post) -> dict:
-    """`clients` threads, each posting the peer images in turn for `seconds`;
-    a request that fails is recorded (its exception's name), never raised."""
-    lat, codes, stop = [], collections.Counter(), time.monotonic() + seconds
-    lock = threading.Lock()
-
-    def client(k: int) -> None:
-        i = k
-        while time.monotonic() < stop:
-            t = time.perf_counter()
-            try:
-                code = post(url, images[i % len(images)]).status_code
-            except Exception as e:  # noqa: BLE001 - recorded, never raised
-                code = type(e).__name__
-            with lock:
-                lat.append((time.perf_counter() - t) * 1000)
-                codes[code] += 1
-            i += clients
-
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return summarize(clients, lat, codes, time.perf_counter() - t0)
-
-
-def summarize(clients: int, lat_ms: list[float], codes: dict, wall_s: float) -> dict:
-    ok = codes.get(200, 0)
-    q = statistics.quantiles(lat_ms, n=100, method="inclusive") if len(lat_ms) >= 2 else [float("nan")] * 99
-    return {"clients": clients, "ok": ok, "img_s": ok / wall_s if wall_s > 0 else 0.0,
-            "p50_ms": q[49], "p99_ms": q[98], "codes": dict(codes), "clean": bool(ok) and set(codes) == {200}}
+    return post_file(url, path, headers={"Authorization": f"Bearer {token}"} if token else {})
 
 
 def stage_ms(batches: list[dict]) -> dict:
@@ -190,7 +145,7 @@ def service(url: str, engines_json: Path, seconds: float, levels: list[int]) -> 
         same, total, differ = line_agreement(cpu, texts)
         agreement = (f"{same}/{total} lines identical ({100 * same / max(total, 1):.1f}%); images that differ: "
                      f"{', '.join(differ) or 'none'}")
-    runs = [load(url, images, n, seconds) for n in levels]
+    runs = [load(url, images, n, seconds, _post) for n in levels]
     rows = replicas()
     print("\n## Summary\n")
     print("| what | value |\n|---|---|")
@@ -228,6 +183,8 @@ def replicas() -> list[dict]:
     import ray
     from ray import serve
 
+    from harness.service import replica_stats
+
     ray.init(address="auto", logging_level="ERROR")
     used = _gpu_memory_by_pid()
     rows: list[dict] = []
@@ -236,11 +193,7 @@ def replicas() -> list[dict]:
           "| TensorRT shapes / batch max | batches seen | items per batch (count) |")
     print("|---|---:|---|---:|---:|---:|---|---:|---|")
     for name in ("TextDetector", "DirectionClassifier", "TextRecognizer"):
-        handle = serve.get_deployment_handle(name, app_name="ocr")
-        seen: dict[int, dict] = {}
-        for _ in range(40):  # requests spread over the replicas; collect each pid once
-            s = handle.stats.remote().result()
-            seen[s["pid"]] = s
+        seen = replica_stats(serve.get_deployment_handle(name, app_name="ocr"), n=10**6, tries=40)  # every pid 40 calls reach
         for pid, s in sorted(seen.items()):
             trt = s.get("tensorrt") or {}
             sizes = collections.Counter(b["items"] for b in s["recent_batches"])

@@ -1,27 +1,21 @@
 """Benchmark: job callbacks and page streams beside a stranger's worst
-(issue 59). The real HTTP app (serve_app.http.app over a Front) and a real
-SQLite job book, served by uvicorn on 127.0.0.1 in this process, with real
-receivers on 127.0.0.1; the pipeline is stood in by one that answers at once
-(a document's --pages pages made up): what is measured is the book's and the
-stream's bounds, not the models, so it runs without Ray (no lock needed).
+(issue 59). The real HTTP app over a Front and a real SQLite job book,
+served by uvicorn on 127.0.0.1 in this process, with real receivers; the
+pipeline is a stand-in that answers at once (a document of --pages pages):
+it measures the book's and the stream's bounds, not the models, so it runs
+without Ray (no lock needed).
 
     python -m load_tests hostile callbacks [--pages 2000 --readers 8 --seconds 10]
 
-First /healthz alone (asked every 20 ms for --seconds: the baseline of this
-run), then two cases:
-
-- `deliveries`: client 127.0.0.2 submits jobs whose callback targets are a
-  black hole (a port that accepts connections and never answers) until it
-  is refused (jobs.callbacks.max_pending_per_client), while client
-  127.0.0.3 submits --jobs jobs to a receiver that answers: whether all of
-  the second client's jobs are accepted and their events delivered, and in
-  what time, beside the first client's 503s;
-- `streams`: --readers slow readers (1 KiB every 0.1 s each) of a finished
-  --pages-page document's page stream, while /healthz is asked every 20 ms:
-  its p50 and p99, and this process's RSS growth.
-
-Prints one table (markdown) and whether each case holds (every delivery of
-the other client made; /healthz p99 under 100 ms)."""
+First /healthz alone (every 20 ms for --seconds: the baseline), then
+`deliveries`: client 127.0.0.2 submits jobs calling back a black hole (a
+port that never answers) until refused (jobs.callbacks.max_pending_per_client)
+while 127.0.0.3 submits --jobs jobs to a receiver that answers: are all of
+the second client's jobs accepted and delivered, in what time; and
+`streams`: --readers slow readers (1 KiB every 0.1 s) of a finished
+document's page stream beside /healthz every 20 ms: its p50 and p99 and
+this process's RSS growth. One markdown table and whether each case holds
+(every delivery of the other client made; /healthz p99 under 100 ms)."""
 
 from __future__ import annotations
 

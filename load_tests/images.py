@@ -9,7 +9,6 @@ from typing import Optional
 
 from harness.peer import PEER
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = PEER
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 CTYPES = {".jpg": "image/jpeg", ".jpeg": "image/jpeg", ".png": "image/png"}
@@ -33,8 +32,14 @@ def load(folder: Path, names) -> list[Img]:
 
 
 def pick_images(folder: Path, quick: bool, n: Optional[int], names: Optional[list[str]]) -> list[Img]:
-    """`names` if given; the quick set with `quick`; else n evenly spaced
-    over the sorted names (every source is represented), else all."""
+    return load(folder, pick_names(folder, quick, n, names))
+
+
+def pick_names(folder: Path, quick: bool, n: Optional[int], names: Optional[list[str]],
+               quick_names: tuple[str, ...] = QUICK_IMAGES) -> list[str]:
+    """`names` if given; `quick_names` (those in the folder) with `quick`;
+    else n evenly spaced over the sorted names (every source is
+    represented), else all."""
     if not folder.is_dir():
         sys.exit(f"image folder {folder} not found (use --images DIR)")
     avail = sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
@@ -46,12 +51,12 @@ def pick_images(folder: Path, quick: bool, n: Optional[int], names: Optional[lis
             sys.exit(f"images not in {folder}: {missing}")
         chosen = list(names)
     elif quick:
-        chosen = [x for x in QUICK_IMAGES if x in avail] or avail[:3]
+        chosen = [x for x in quick_names if x in avail] or avail[:len(quick_names)]
     elif n and n < len(avail):
         chosen = [avail[int(i * len(avail) / n)] for i in range(n)]
     else:
         chosen = avail
-    return load(folder, chosen)
+    return chosen
 
 
 def resized_variants(images: list[Img], n: int, seed: int = 11, scale: tuple[float, float] = (0.35, 1.6),

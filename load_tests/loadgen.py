@@ -323,3 +323,52 @@ def loop_baseline(label: str, call: Callable[[bytes], Optional[dict]], images: l
     cpu = cpu_share(c0, cpu_seconds(), t1 - t0)
     prog.close()
     return recs, (t0, t1 + 1e-9), cpu
+
+
+def post_file(url: str, path, timeout: float = 120, headers: Optional[dict] = None):
+    """POST url/v1/ocr with the file at `path` as multipart `file` (blocking)."""
+    import requests
+
+    with path.open("rb") as f:
+        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, headers=headers or {}, timeout=timeout)
+
+
+def threaded_load(url: str, images: list, clients: int, seconds: float, post=post_file) -> dict:
+    """`clients` threads, each posting `images` in turn (client k from the
+    k-th) for `seconds`; a request that fails is recorded (its exception's
+    name), never raised."""
+    import collections
+    import threading
+
+    lat, codes, stop = [], collections.Counter(), time.monotonic() + seconds
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        i = k
+        while time.monotonic() < stop:
+            t = time.perf_counter()
+            try:
+                code = post(url, images[i % len(images)]).status_code
+            except Exception as e:  # noqa: BLE001 - recorded, never raised
+                code = type(e).__name__
+            with lock:
+                lat.append((time.perf_counter() - t) * 1000)
+                codes[code] += 1
+            i += clients
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return threaded_summary(clients, lat, codes, time.perf_counter() - t0)
+
+
+def threaded_summary(clients: int, lat_ms: list[float], codes: dict, wall_s: float) -> dict:
+    from load_tests.stats import percentile
+
+    ok = codes.get(200, 0)
+    return {"clients": clients, "ok": ok, "img_s": ok / wall_s if wall_s > 0 else 0.0,
+            "p50_ms": percentile(lat_ms, 50), "p99_ms": percentile(lat_ms, 99), "codes": dict(codes),
+            "clean": bool(ok) and set(codes) == {200}}

@@ -5,10 +5,10 @@ that fails is logged and recorded in the run; the next one still runs."""
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import traceback
-from typing import Optional
+from typing import Iterator, Optional
 
 from load_tests.baselines import SimpleServer, engine_loop, rapidocr_loop
 from load_tests.batches import BatchSampler, set_batching
@@ -40,27 +40,20 @@ async def warm_pass(send: Send, images: list[Img], label: str) -> list[Record]:
     return recs
 
 
-def phase(run: Run, name: str):
-    """Decorator-free guard: log and keep going when a phase fails."""
-
-    class Guard:
-        def __enter__(self):
-            log(f"=== {name}")
-            self.t = now()
-            return self
-
-        def __exit__(self, et, e, tb):
-            if et is None:
-                log(f"=== {name} done in {now() - self.t:.1f}s")
-                return False
-            if et in (KeyboardInterrupt, asyncio.CancelledError):
-                return False
-            msg = f"phase {name} failed: {et.__name__}: {e}"
-            log(msg + "\n" + "".join(traceback.format_exception(et, e, tb))[-3000:])
-            run.failures.append(msg)
-            return True
-
-    return Guard()
+@contextlib.contextmanager
+def phase(run: Run, name: str) -> Iterator[None]:
+    """Log the phase; when it fails, log and record why and keep going
+    (an interrupt or a cancellation still ends the run)."""
+    log(f"=== {name}")
+    t = now()
+    try:
+        yield
+    except Exception as e:
+        msg = f"phase {name} failed: {type(e).__name__}: {e}"
+        log(msg + "\n" + traceback.format_exc()[-3000:])
+        run.failures.append(msg)
+        return
+    log(f"=== {name} done in {now() - t:.1f}s")
 
 
 def run_in_process(run: Run, images: list[Img]) -> None:

@@ -3,18 +3,14 @@
     python -m load_tests engine precision                # CPU: OpenVINO bf16 and oneDNN fp32 vs OpenVINO fp32
     python -m load_tests engine precision --device gpu   # GPU: TensorRT fp16 vs Paddle's fp32 GPU kernels
 
-The same measure a TensorRT fp16/int8 replica is judged by before it is ready
-(serve_app/inference/precision_check.py; outside the bound it serves at fp32):
-on the packaged real images (serve_app/inference/calibration), the detector's
-mean box IoU, identical angle decisions, the recogniser's CER, each stage on its own
-inputs (the crops are cut at the recorded boxes, so a stage's figure does
-not inherit another's differences). One table; the baseline row is the
-reference against itself (100% by construction: it shows the measure is
+The measure a TensorRT fp16/int8 replica must pass before it is ready
+(serve_app/inference/precision_check.py), on the packaged real images: the
+detector's mean box IoU, identical angle decisions, the recogniser's CER,
+each stage on its own inputs (crops cut at the recorded boxes). The
+baseline row is the reference against itself (100%: the measure is
 deterministic). On the CPU the low precision is OpenVINO's bf16 (where the
-CPU has it): the only reduced precision that runs here. GPU mode: not run
-(no GPU here); int8 there needs the Serve replica's calibration
-(serve_app/inference/int8_calibration.py) and is not measured by this program.
-"""
+CPU has it). GPU mode: not run here; int8 needs the replica's calibration
+and is not measured by this program."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from load_tests.loadgen import log
 from load_tests.runs import Run, TIMING_KEYS
 from harness.procfs import load_line
 from harness.service import MODEL_DEPLOYMENTS as STAGES, REPO
-from load_tests.stats import Record, fmt as f, percentiles, summarize
+from load_tests.stats import Record, fmt as f, md_table, percentiles, summarize
 
 
 def batch_cell(b: Optional[dict], key: str) -> str:
@@ -29,13 +29,19 @@ def render(run: Run, plots: list[str]) -> str:
     head, dirty = run.git
     L: list[str] = []
     w = L.append
+
+    def section(title: str, *paragraphs: str, table: tuple = ()) -> None:
+        """## title, its paragraphs and a table (md_table's arguments), each followed by a blank line."""
+        for block in (f"## {title}", *paragraphs):
+            L.extend([block, ""])
+        if table:
+            L.extend([*md_table(*table), ""])
     w(f"# Load-test results{' (quick: proves the harness works, numbers mean nothing)' if a.quick else ''}")
     w("")
     w(f"Written by `load_tests/bench.py` ({' '.join(a.argv) or 'no options'}). Started {run.started}, "
       f"wall {f(run.wall_s)} s.")
     w("")
-    w("## Setup")
-    w("")
+    section("Setup")
     w(f"- machine: {run.machine}; {load_line(run.loadavg_start, run.loadavg_end or ())} (each point's is in the table)")
     w(f"- code: commit {head}" + (f", with uncommitted changes in {', '.join(d.split()[-1] for d in dirty)}"
                                   if dirty else ", clean"))
@@ -46,22 +52,17 @@ def render(run: Run, plots: list[str]) -> str:
     w(f"- each load point: {a.warmup:g} s warm-up, then {a.duration:g} s measured; client timeout {a.timeout:g} s; "
       f"latency statistics over requests sent in the window, throughput = successful answers received in it")
     w("")
-    w("## Results")
-    w("")
-    w("| target | load | requests | errors | img/s | p50 ms | p90 ms | p99 ms | mean batch det/cls/rec "
-      "(requests) | rec crops/batch | replicas det/cls/rec | load avg 1 min | others' CPU (cores) |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|")
-    for p in run.points:
-        if p.target == "cold":
-            continue
-        s = p.summary
-        b = p.batches
-        w(f"| {p.label} | {p.load_str()} | {s['requests']} | {s['errors']} ({f(100 * s['error_rate'], 1)}%) "
-          f"| {f(s['throughput'], 2)} | {f(s['p50_ms'])} | {f(s['p90_ms'])} | {f(s['p99_ms'])} "
-          f"| {batch_cell(b, 'mean_requests')} | {f(b['rec']['mean_items'], 1) if b else ''} "
-          f"| {batch_cell(b, 'replicas')} | {f(p.loadavg[0], 1) if p.loadavg else ''} "
-          f"| {f(p.cpu['others'], 2) if p.cpu else 'n/a'} |")
-    w("")
+    section("Results", table=(
+        ["target", "load", "requests", "errors", "img/s", "p50 ms", "p90 ms", "p99 ms",
+         "mean batch det/cls/rec (requests)", "rec crops/batch", "replicas det/cls/rec", "load avg 1 min",
+         "others' CPU (cores)"],
+        [[p.label, p.load_str(), p.summary["requests"],
+          f"{p.summary['errors']} ({f(100 * p.summary['error_rate'], 1)}%)", f(p.summary["throughput"], 2),
+          f(p.summary["p50_ms"]), f(p.summary["p90_ms"]), f(p.summary["p99_ms"]),
+          batch_cell(p.batches, "mean_requests"), f(p.batches["rec"]["mean_items"], 1) if p.batches else "",
+          batch_cell(p.batches, "replicas"), f(p.loadavg[0], 1) if p.loadavg else "",
+          f(p.cpu["others"], 2) if p.cpu else "n/a"] for p in run.points if p.target != "cold"],
+        "llrrrrrrlrlrr"))
     w("`load avg 1 min`: the machine's at the end of the point (every process, ours included). `others' CPU`: "
       "cores busy with work that is not this run's process tree during the window (from /proc; n/a in runs "
       "recorded before it was measured). Both say how much another user's work disturbed the point.")
@@ -75,20 +76,15 @@ def render(run: Run, plots: list[str]) -> str:
         w("")
     rows = targets_check(run)
     if rows:
-        w("## Targets (ratios from this run; reported, not asserted)")
-        w("")
-        w("| target | measured | wanted | met |")
-        w("|---|---|---|---|")
-        for t, m, want, ok in rows:
-            w(f"| {t} | {m} | {want} | {'yes' if ok else 'no' if ok is not None else '?'} |")
-        w("")
+        section("Targets (ratios from this run; reported, not asserted)", table=(
+            ["target", "measured", "wanted", "met"],
+            [[t, m, want, "yes" if ok else "no" if ok is not None else "?"] for t, m, want, ok in rows], "llll"))
         for warning in disturbance_warnings(run):
             w(f"- **Warning:** {warning}")
         w("")
     if run.cold:
         c = run.cold
-        w("## Cold start")
-        w("")
+        section("Cold start")
         w(f"- Ray start {f(c.get('ray_init_s'), 1)} s, Serve start {f(c.get('serve_start_s'), 1)} s, "
           f"**deploy -> /readyz 200: {f(c.get('deploy_to_ready_s'), 1)} s** (deploy call "
           f"{f(c.get('deploy_call_s'), 1)} s; readiness polled every 0.25 s)")
@@ -109,19 +105,14 @@ def render(run: Run, plots: list[str]) -> str:
         sl, ref = slowdowns(run, p)
         if sl:
             sp = percentiles(sl)
-            tail_rows.append(f"| {p.label} | {p.load_str()} | {ref.label}, {ref.load_str()} | {sp['p50']:.2f} "
-                             f"| {sp['p90']:.2f} | {sp['p99']:.2f} |")
+            tail_rows.append([p.label, p.load_str(), f"{ref.label}, {ref.load_str()}",
+                              *(f"{sp[k]:.2f}" for k in ("p50", "p90", "p99"))])
     if tail_rows:
-        w("## Queueing, with the image mix taken out")
-        w("")
-        w("Latency of each request divided by the median latency of the same image on the same system at 1 "
-          "client (1.0 = as fast as unloaded). The images differ a lot in cost (a dense page takes ~20x a "
-          "typical photo), so the plain percentiles above mix image cost with queueing; these do not.")
-        w("")
-        w("| target | load | reference | p50 | p90 | p99 |")
-        w("|---|---|---|---:|---:|---:|")
-        L.extend(tail_rows)
-        w("")
+        section("Queueing, with the image mix taken out",
+                "Latency of each request divided by the median latency of the same image on the same system at 1 "
+                "client (1.0 = as fast as unloaded). The images differ a lot in cost (a dense page takes ~20x a "
+                "typical photo), so the plain percentiles above mix image cost with queueing; these do not.",
+                table=(["target", "load", "reference", "p50", "p90", "p99"], tail_rows, "lllrrr"))
     pairs = []
     by = {(p.target, p.load) for p in run.points}
     for x, y in ((("http", 1), ("engine", 1)), (("http", 1), ("simple", 1)), (("simple", 1), ("engine", 1)),
@@ -130,19 +121,12 @@ def render(run: Run, plots: list[str]) -> str:
             px = [p for p in run.points if (p.target, p.load) == x][0]
             py = [p for p in run.points if (p.target, p.load) == y][0]
             d, n = paired_diff(px, py)
-            pairs.append(f"| {px.label}, {px.load_str()} | {py.label}, {py.load_str()} | {f(d, 1)} | {n} |")
+            pairs.append([f"{px.label}, {px.load_str()}", f"{py.label}, {py.load_str()}", f(d, 1), n])
     if pairs:
-        w("## Low-load latency, image by image")
-        w("")
-        w("Median over the images of (median latency of the image on A - on B), in ms: what A adds per "
-          "request when nothing queues.")
-        w("")
-        w("| A | B | A - B (ms) | images |")
-        w("|---|---|---:|---:|")
-        L.extend(pairs)
-        w("")
-    w("## Where the time goes (means over successful requests; ms)")
-    w("")
+        section("Low-load latency, image by image",
+                "Median over the images of (median latency of the image on A - on B), in ms: what A adds per "
+                "request when nothing queues.", table=(["A", "B", "A - B (ms)", "images"], pairs, "llrr"))
+    section("Where the time goes (means over successful requests; ms)")
     w("`decode`..`total` are the server's own `timings_ms` (in the service each model stage includes the hop to "
       "its deployment and the wait for a batch); `outside` = client latency minus server `total` (HTTP, proxy, "
       "ingress, queueing before the pipeline); `busy` = the model replicas' summed batch compute time per "
@@ -165,20 +149,17 @@ def render(run: Run, plots: list[str]) -> str:
           + f" | {f(outside)} | {f(st.get('lock_wait'))} | {batch_cell(b, 'mean_batch_ms')} | {busy} |")
     w("")
     if plots:
-        w("## Plots")
-        w("")
+        section("Plots")
         for pth in plots:
             w(f"![{Path(pth).stem}](img/{Path(pth).name})")
             w("")
     if run.probes:
-        w("## Probes")
-        w("")
+        section("Probes")
         for k, v in run.probes.items():
             w(f"- {k}: {v}")
         w("")
     if run.notes or run.failures:
-        w("## Notes")
-        w("")
+        section("Notes")
         for n in run.notes:
             w(f"- {n}")
         for n in run.failures:
@@ -287,27 +268,23 @@ def write_soak_report(raw: dict, out: Path) -> dict:
         pass
     first, last = rows[0][1], rows[-1][1]
     mg = summary["max_memory_growth"]
-    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "",
-             "| requests | errors | offered img/s | saturation img/s | p50 ms | p99 ms | max replica memory growth |",
-             "|---|---|---|---|---|---|---|",
-             f"| {summary['requests']} | {summary['errors']} | {summary['offered_img_s']} "
-             f"| {summary['saturation_img_s']} | {summary['p50_ms']} | {summary['p99_ms']} "
-             f"| {f'{mg:.2%}' if mg is not None else 'n/a'} |", "",
-             "Memory: each replica's private memory (RSS less the object store's shared pages it has touched,"
-             " shown apart), from the end of warm-up to the end.", "",
-             "| replica | private start MB | private end MB | growth | shared (object store) start -> end MB |",
-             "|---|---|---|---|---|"]
-    for k, g in summary["memory_growth"].items():
-        shm = f"{k} shm"
-        lines.append(f"| {k} | {first[k]:.0f} | {last[k]:.0f} | {g:.2%} "
-                     f"| {first.get(shm, float('nan')):.0f} -> {last.get(shm, float('nan')):.0f} |")
+    nan = float("nan")
+    lines = ["# Soak", "", f"`python -m load_tests soak --seconds {raw['seconds']:.0f}`", "", *md_table(
+        ["requests", "errors", "offered img/s", "saturation img/s", "p50 ms", "p99 ms", "max replica memory growth"],
+        [[summary[k] for k in ("requests", "errors", "offered_img_s", "saturation_img_s", "p50_ms", "p99_ms")]
+         + [f"{mg:.2%}" if mg is not None else "n/a"]], "lllllll"), "",
+        "Memory: each replica's private memory (RSS less the object store's shared pages it has touched,"
+        " shown apart), from the end of warm-up to the end.", "", *md_table(
+            ["replica", "private start MB", "private end MB", "growth", "shared (object store) start -> end MB"],
+            [[k, f"{first[k]:.0f}", f"{last[k]:.0f}", f"{g:.2%}",
+              f"{first.get(f'{k} shm', nan):.0f} -> {last.get(f'{k} shm', nan):.0f}"]
+             for k, g in summary["memory_growth"].items()], "lllll")]
     if summary["error_kinds"]:
         lines += ["", "Errors: " + "; ".join(f"`{e}`" for e in summary["error_kinds"])]
     if summary.get("hostile"):
         lines += ["", f"Hostile requests mixed in ({summary['hostile_share']} per good one), answers by kind:", "",
-                  "| kind | answers |", "|---|---|"]
-        lines += [f"| {k} | {', '.join(f'{s} x{n}' for s, n in sorted(v.items()))} |"
-                  for k, v in sorted(summary["hostile"].items())]
+                  *md_table(["kind", "answers"], [[k, ", ".join(f"{s} x{n}" for s, n in sorted(v.items()))]
+                                                  for k, v in sorted(summary["hostile"].items())], "ll")]
     (out / "soak.md").write_text("\n".join(lines) + "\n")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary

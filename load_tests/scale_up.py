@@ -1,25 +1,16 @@
-"""From a load step to an autoscaled detector replica answering requests:
-deploys deployments.yaml (TextDetector autoscales from 1 to 2 replicas),
-runs `--base-clients` closed-loop HTTP clients over the peer images, then
-steps to `--step-clients`, and prints the timeline: when Serve started a
-replica, when its process started, when it began building its predictor,
-was loaded, warmed and ready, when Serve listed it RUNNING, and when the
-first request's batch ran on it. Throughput per interval beside it. Part
-of `startup serve-run` (its `--scale-up`), not a program of its own.
-
-    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up
-
+"""From a load step to an autoscaled detector replica answering requests
+(`startup serve-run --scale-up`, not a program of its own): deploys
+deployments.yaml (TextDetector autoscales from 1 to 2 replicas), runs
+`--base-clients` closed-loop HTTP clients over the peer images, steps to
+`--step-clients`, and prints the timeline (Serve starts a replica, its
+process starts, builds its predictor, is loaded, warmed, ready, listed
+RUNNING, runs its first batch) beside throughput per interval.
 `--target-ongoing` / `--upscale-delay` override the detector's autoscaling
-config (default: the file's, which is what users get).
+config (default: the file's). `--idle`: no load; at the step the config is
+deployed again with the detector's min_replicas raised by one (a replica
+added on idle cores); the run ends once it is RUNNING.
 
-`--idle`: no load at all; at the "step" the config is deployed again with
-the detector's min_replicas raised by one, so Serve adds a replica as its
-autoscaler would, with both cores idle (the issue's "a replica added by
-autoscaling ready in at most 10 s on an idle core"). The run ends once the
-new replica is RUNNING and its stats are read; no request is sent.
-
-    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up --idle
-"""
+    timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up [--idle]"""
 
 from __future__ import annotations
 
@@ -28,14 +19,12 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
-from load_tests.images import pick_images  # noqa: E402
-from load_tests.loadgen import http_sync  # noqa: E402
-from harness.service import apply_config, load_config, served  # noqa: E402
-from harness.peer import PEER  # noqa: E402
+from load_tests.images import pick_images
+from load_tests.loadgen import http_sync
+from harness.service import apply_config, load_config, replica_stats, served
+from harness.peer import PEER
 
 DET = "TextDetector"
 
@@ -54,11 +43,8 @@ def replica_states() -> dict[str, int]:
 
 
 def det_stats(handle, tries: int = 12) -> dict[int, dict]:
-    seen: dict[int, dict] = {}
-    for _ in range(tries):
-        st = handle.stats.remote().result()
-        seen[st["pid"]] = st
-    return seen
+    """pid -> stats() of every detector replica `tries` calls reach."""
+    return replica_stats(handle, n=10**6, tries=tries)
 
 
 async def run(a) -> dict:

@@ -4,17 +4,12 @@ work) and each config, started twice each, in one run.
 
     timeout 900 .venv/bin/python -m load_tests startup serve-run
 
-Each start is footprint.py's (`serve run` of a temporary copy on a free
-port, a fresh journal; the second start reuses the first's compile-cache
-folder). The phases come from the `serve run` output's own timestamps:
-the CLI's first line, Ray up ("Started a local Ray instance"), Serve up
-("Started Serve"), the app imported and built, the first replica added,
-the last model replica's "replica ready" line (serve_app.serving.replica),
-and /readyz 200 as the client saw it. Nothing else of ours runs meanwhile.
-
-`--scale-up` measures instead a replica added after ready: from a load step
-(or, with `--idle`, one more replica on idle cores) to an autoscaled
-detector replica answering (load_tests/scale_up.py).
+Each start is harness.service.ServeRun (a temporary copy on a free port, a
+fresh journal; the second start reuses the first's compile cache). The
+phases are the `serve run` output's own timestamps (MARKS: the CLI's
+first line, Ray up, Serve up, the app built, the first replica added, the
+last model replica's "replica ready") and /readyz 200 as the client saw it.
+`--scale-up`: a replica added after ready instead (load_tests/scale_up.py).
 
     timeout 600 .venv/bin/python -m load_tests startup serve-run --scale-up [--idle]"""
 
@@ -30,10 +25,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from load_tests import scale_up
+from harness.service import ServeRun, parse_config
 
-from load_tests import scale_up  # noqa: E402
-from load_tests.footprint import ServeRun, parse_config  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 FLOOR = "floor"
 FLOOR_CONFIG = {
@@ -93,18 +88,12 @@ def start_once(spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
 
 
 def table(results: dict[str, list[dict]]) -> str:
-    names = list(results)
-    rows = ["| s from `serve run` | " + " | ".join(f"{n}, start {k + 1}" for n in names
-                                                  for k in range(len(results[n]))) + " |",
-            "|---|" + "---:|" * sum(len(v) for v in results.values())]
-    for phase in [m for m, _ in MARKS] + ["/readyz 200"]:
-        cells = []
-        for n in names:
-            for r in results[n]:
-                v = r.get(phase)
-                cells.append("-" if v is None else f"{v:.1f}")
-        rows.append(f"| {phase} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    from load_tests.stats import md_table
+
+    runs = [(f"{n}, start {k + 1}", r) for n, rs in results.items() for k, r in enumerate(rs)]
+    return "\n".join(md_table(["s from `serve run`", *(name for name, _ in runs)], [
+        [phase, *("-" if r.get(phase) is None else f"{r[phase]:.1f}" for _, r in runs)]
+        for phase in [m for m, _ in MARKS] + ["/readyz 200"]]))
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:

@@ -1,19 +1,13 @@
-"""The single-process OCR server a user would write first: the baseline the
-Serve app is compared with in ``load_tests/bench.py``.
+"""The single-process OCR server a user would write first: `serve load`'s
+baseline (load_tests/bench.py). One process, one ``OcrEngine`` (all
+cores), FastAPI + uvicorn, an ``asyncio.Lock`` around ``engine.read`` (in
+a worker thread, so the loop keeps accepting). ``POST /v1/ocr`` as the
+service for what the benchmark sends (multipart ``file`` or the raw body);
+the answer ``{request_id, image, results, timings_ms}`` (``lock_wait``: the
+time queued), errors ``{request_id, error: {code, message}}`` with the
+service's status codes; ``GET /healthz``, ``GET /readyz`` (200 once loaded).
 
-One process, one ``OcrEngine`` (all cores, as ``default_engine_config()``
-sets it), FastAPI + uvicorn, and an ``asyncio.Lock`` around ``engine.read``
-(run in a worker thread, so the event loop keeps accepting connections while
-one image is read). Same ``POST /v1/ocr`` contract as the service for what the
-benchmark sends: the image as a multipart field ``file`` or as the raw body
-(``image/*`` or ``application/octet-stream``); the answer is
-``{request_id, image, results, timings_ms}``, where ``timings_ms`` also holds
-``lock_wait`` (time queued behind other requests). Errors are
-``{request_id, error: {code, message}}`` with the service's status codes.
-``GET /healthz`` is liveness, ``GET /readyz`` is 200 once the engine is loaded.
-
-    .venv/bin/python -m load_tests.simple_server --port 8712
-"""
+    .venv/bin/python -m load_tests.simple_server --port 8712"""
 
 from __future__ import annotations
 
@@ -23,16 +17,14 @@ import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import JSONResponse  # noqa: E402
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
-from serve_app.core.errors import OcrError  # noqa: E402
-import sys  # noqa: E402
-from load_tests.cli import standalone  # noqa: E402
+from serve_app.core.errors import OcrError
+import sys
+from load_tests.cli import standalone
 
 log = logging.getLogger("simple_server")
 state: dict = {"engine": None}

@@ -1,31 +1,23 @@
 """Soak run: the service from deployments.yaml under open-loop (Poisson) load
 at about 70% of its measured saturation, for a long time; records every
-replica's memory and reports errors and memory growth.
+replica's memory and reports errors and memory growth (docs/testing.md,
+"The soak").
 
     .venv/bin/python -m load_tests soak --seconds 1200           # the long run (about 20 min)
     .venv/bin/python -m load_tests soak --seconds 60 --settle 30 --sizes 8 --out DIR   # CI's short one (tests/e2e/test_soak.py)
     .venv/bin/python -m load_tests soak --from-raw DIR/soak_raw.json --out DIR   # re-render, measure nothing
 
-The good clients replay images of many sizes (`--sizes` random resizes of
-the peer images, seeded), and a hostile share (`--hostile`, a fraction of
-the good rate) is mixed in: junk bodies (400), oversized bodies (413),
-bodies trickled too slowly (408) and dense pages with a deadline too short
-to meet (504, or 503 when admission by cost refuses them at the door), and
-the cheapest, costliest requests of harness/hostile.py in turn
-(PDFs that render for minutes, long thin PNGs, a 500-page blank PDF...:
-each a 4xx, or a 503 naming the jobs API). Their answers are counted apart; the good clients must see
-no error at all.
-
-Memory growth (each replica's private memory: RSS less the shared pages of
-Ray's object store, which are recorded apart; harness/procfs.py) is
-measured from the end of warm-up (every soak image read twice, so every
-shape the replicas will see has been seen, then up to 90 s at the soak rate,
-so the heaps have settled) to the end. Latency percentiles are
-load_tests/stats.py's, the same as the benchmark's. `soak(url, ...)` runs
-against a service already started; the command line starts its own.
-Writes DIR/soak_raw.json (every request and memory sample), and from it
-DIR/soak.md (table and summary), DIR/summary.json, DIR/soak_memory.csv and,
-with matplotlib, DIR/soak_memory.png."""
+The good clients replay `--sizes` seeded random resizes of the peer images;
+a hostile share (`--hostile`, a fraction of the good rate) is mixed in
+(HOSTILE_KINDS: junk 400, oversized 413, trickled 408, dense pages past a
+0.2 s deadline 504 or 503, and harness/hostile.py's costliest cheap
+requests in turn), counted apart: the good clients must see no error.
+Memory growth (each replica's private memory; the object store's shared
+pages recorded apart) runs from the end of warm-up (every image read twice,
+then up to 90 s at the soak rate) to the end. `soak(url, ...)` runs against
+a started service; the command line starts its own. Writes
+DIR/soak_raw.json and from it soak.md, summary.json, soak_memory.csv (and
+soak_memory.png with matplotlib)."""
 
 from __future__ import annotations
 
@@ -37,12 +29,12 @@ from pathlib import Path
 from typing import Optional
 
 
-from harness import service  # noqa: E402
-from harness import procfs  # noqa: E402
-from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants  # noqa: E402
-from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop  # noqa: E402
-from load_tests.report import write_soak_report  # noqa: E402
-from load_tests.stats import summarize  # noqa: E402
+from harness import service
+from harness import procfs
+from load_tests.images import DEFAULT_IMAGES, SOAK_IMAGES, Img, load, pick_images, resized_variants
+from load_tests.loadgen import closed_loop, http_sync, log, now, open_loop
+from load_tests.report import write_soak_report
+from load_tests.stats import summarize
 
 REPO = service.REPO
 DEPLOYMENTS = ["TextDetector", "DirectionClassifier", "TextRecognizer", "OcrPipeline", "OcrIngress"]

@@ -130,3 +130,11 @@ def fmt(x, nd: int = 0) -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "n/a"
     return f"{x:.{nd}f}"
+
+
+def md_table(head: list[str], rows: Iterable[Iterable], align: str = "") -> list[str]:
+    """A markdown table's lines: `align` one letter a column, l or r (by
+    default the first column left, the rest right)."""
+    align = align or "l" + "r" * (len(head) - 1)
+    return ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|",
+            *("| " + " | ".join(map(str, r)) + " |" for r in rows)]

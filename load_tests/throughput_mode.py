@@ -21,13 +21,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from harness.peer import PEER
 from load_tests.cli import standalone
-from load_tests.stats import percentile
+from load_tests.loadgen import post_file, threaded_load
 
 REPO = Path(__file__).resolve().parents[1]
 RECEIPT = PEER / "mmocr_wildreceipt_1.jpeg"
@@ -48,13 +47,6 @@ except Exception as e:
 """
 
 
-def _post(url: str, path: Path):
-    import requests
-
-    with path.open("rb") as f:
-        return requests.post(f"{url}/v1/ocr", files={"file": (path.name, f)}, timeout=120)
-
-
 def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
           loops: tuple[str, ...] = ("0", "1")) -> None:
     from harness.service import load_config, served
@@ -68,42 +60,18 @@ def child(mode: str, out: Path, seconds: float, clients: int, repeats: int,
     try:
         with served(load_config(), num_cpus=8) as url:
             result["ready_s"] = time.monotonic() - t0
-            r = _post(url, RECEIPT)
+            r = post_file(url, RECEIPT)
             result["receipt_status"] = r.status_code
             result["receipt_texts"] = [x["text"] for x in r.json().get("results", [])] if r.status_code == 200 else r.text
             for name, path in (("receipt", RECEIPT), ("word", WORD)):
-                _post(url, path)  # first-call costs out
+                post_file(url, path)  # first-call costs out
                 lat, codes = [], []
                 for _ in range(repeats):
                     t = time.perf_counter()
-                    codes.append(_post(url, path).status_code)
+                    codes.append(post_file(url, path).status_code)
                     lat.append((time.perf_counter() - t) * 1000)
                 result[f"one_{name}"] = {"p50_ms": statistics.median(lat), "codes": sorted(set(codes))}
-            lat, codes, lock, stop = [], {}, threading.Lock(), time.monotonic() + seconds
-            mix = [RECEIPT, WORD, WORD, WORD]
-
-            def run(k: int) -> None:
-                i = k
-                while time.monotonic() < stop:
-                    t = time.perf_counter()
-                    try:
-                        code = _post(url, mix[i % len(mix)]).status_code
-                    except Exception as e:  # noqa: BLE001 - recorded
-                        code = type(e).__name__
-                    with lock:
-                        lat.append((time.perf_counter() - t) * 1000)
-                        codes[str(code)] = codes.get(str(code), 0) + 1
-                    i += 1
-
-            threads = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
-            t1 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - t1
-            result["saturation"] = {"img_s": codes.get("200", 0) / wall, "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
-                                    "codes": codes}
+            result["saturation"] = threaded_load(url, [RECEIPT, WORD, WORD, WORD], clients, seconds)
             gcs = ray.get_runtime_context().gcs_address
             for sep in loops:
                 env = {**os.environ, "RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP": sep}

@@ -1,22 +1,16 @@
 """The model tiers side by side in one run: each evaluation set
-(harness/eval_sets.py) read by each model set (ppocrv4_mobile,
-ppocrv6_small, ppocrv6_tiny) with the in-process engine: lines read, exact lines, CER, img/s, memory, and each tier's
-FLOPs floor (GFLOP per image over the GFLOP/s this engine reaches on one
-large convolution on this CPU) beside the img/s it gets. Ratios against
-ppocrv4_mobile measured in the same run.
+(harness/eval_sets.py) read by each model set with the in-process engine:
+lines read, exact lines, CER, img/s, memory, and each set's FLOP floor
+(GFLOP per image over the GFLOP/s this engine reaches on one large
+convolution here) beside its img/s; ratios against ppocrv4_mobile.
 
-Each model reads in its own child process (its peak RSS is its own;
-Paddle keeps an engine's memory after close), one after another, on the
-same images: one untimed pass (its texts are the ones scored; it also
-builds every input shape these images use). The img/s come from one more
-child that loads every model and reads `--repeats` timed passes one
-image at a time, interleaved (image by image, the models' order rotated
-each pass; `OcrEngine.read`: one thread per stage, `--threads` inference
-threads each), so load from other work on a shared machine falls on every
-model alike: the `x v4` ratios are the figures to read there.
+Each model reads in its own child process (its peak RSS its own), one
+untimed pass whose texts are scored; the img/s come from one more child
+with every model loaded, `--repeats` timed passes interleaved image by
+image (the order rotated each pass), so other work's load falls on every
+model alike: read the `x v4` ratios.
 
-    python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)
-"""
+    python -m load_tests engine tiers          # every set, every model (~8 min on 2 cores)"""
 
 from __future__ import annotations
 
@@ -27,6 +21,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness.procfs import load_line
 
@@ -88,12 +83,6 @@ def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], cr
 # the children
 
 
-def _rss_mb() -> float:
-    from harness.procfs import rss_mb
-
-    return rss_mb()
-
-
 def engine_config(model: str, threads: int, memory_optim: str = "auto"):
     """The in-process defaults (OpenVINO, bf16 where the CPU has it, the
     process pinned) with `threads` inference threads per predictor."""
@@ -108,16 +97,17 @@ def engine_config(model: str, threads: int, memory_optim: str = "auto"):
 def measure(model: str, set_names: list[str], sample: int, threads: int, memory_optim: str = "auto") -> dict:
     """In a child: read every set with `model` once; texts, boxes, memory."""
     from harness.eval_sets import build, score_item
+    from harness.procfs import rss_mb
     from serve_app.engine import OcrEngine
     from serve_app.flow.pipeline import load_image
     from serve_app.ocr.det_preprocess import det_layout, prepare_image
 
-    sets = {n: _sampled(build(n), sample) for n in set_names}
-    rss0 = _rss_mb()
+    sets = {n: sampled(build(n), sample) for n in set_names}
+    rss0 = rss_mb()
     t0 = time.perf_counter()
     eng = OcrEngine(engine_config(model, threads, memory_optim), model=model)
     load_s = time.perf_counter() - t0
-    rss_loaded = _rss_mb()
+    rss_loaded = rss_mb()
     cfg = eng.config
     out: dict = {"model": model, "load_s": load_s, "rss_before_mb": rss0, "rss_loaded_mb": rss_loaded,
                  "options": cfg.predictor.model_dump(include={"enable_openvino_engine", "openvino_precision",
@@ -135,7 +125,7 @@ def measure(model: str, set_names: list[str], sample: int, threads: int, memory_
                 per.append({"name": it.name, "score": score_item(name, it.truth, it.boxes, lines),
                             "det_hw": det_hw, "crops_wh": crops, "texts": [t for t, _ in lines][:8]})
             out["sets"][name] = {"items": per, "walls": []}  # filled by timed_interleaved
-        out["rss_end_mb"] = _rss_mb()
+        out["rss_end_mb"] = rss_mb()
         out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     finally:
         eng.close()
@@ -151,7 +141,7 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
     from harness.eval_sets import build
     from serve_app.engine import OcrEngine
 
-    sets = {n: _sampled(build(n), sample) for n in set_names}
+    sets = {n: sampled(build(n), sample) for n in set_names}
     engines = {m: OcrEngine(engine_config(m, threads, memory_optim), model=m) for m in models}
     try:
         for eng in engines.values():
@@ -164,10 +154,11 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
             eng.close()
 
 
-def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int) -> dict[str, dict[str, list[float]]]:
+def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int,
+                      reading: Callable[[str], None] = lambda key: None) -> dict[str, dict[str, list[float]]]:
     """`repeats` timed passes, image by image, each image read by every
-    engine in turn (the order rotated each pass); engine key -> set -> the
-    wall seconds of each read."""
+    engine in turn (the order rotated each pass; `reading(key)` told before
+    each read); engine key -> set -> the wall seconds of each read."""
     keys = list(engines)
     walls: dict[str, dict[str, list[float]]] = {k: {n: [] for n in sets} for k in keys}
     for r in range(repeats):
@@ -175,6 +166,7 @@ def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int) -> dic
         for name, items in sets.items():
             for it in items:
                 for k in order:
+                    reading(k)
                     t = time.perf_counter()
                     engines[k].read(it.image)
                     walls[k][name].append(time.perf_counter() - t)
@@ -191,7 +183,8 @@ def _side(box, axis: int) -> float:
     return (math.dist(a, d) + math.dist(b, c)) / 2
 
 
-def _sampled(items: list, n: int) -> list:
+def sampled(items: list, n: int) -> list:
+    """At most n of items, evenly spread (n <= 0: all)."""
     if n <= 0 or len(items) <= n:
         return items
     step = len(items) / n
@@ -274,6 +267,7 @@ def summarise(run: dict, figures) -> dict:
 def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str, wall_s: float,
            loads: str = "") -> str:
     from harness.eval_sets import SETS
+    from load_tests.stats import fmt
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
     w: list[str] = []
@@ -307,7 +301,7 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
             floor = conv["gflops"] / s["gflop"] if conv and s["gflop"] else None
             w.append(f"| {name} ({SETS[name][1]}) | {m} | {s['images']} | {s['truth']} | {s['read']} | "
                      f"{s['exact']} ({100 * s['exact'] / max(s['truth'], 1):.0f}%) | {s['cer']:.3f} | "
-                     f"{s['ips']:.2f} | {ratio:.2f} | {_f(s['gflop'])} | {_f(floor)} | "
+                     f"{s['ips']:.2f} | {ratio:.2f} | {fmt(s['gflop'], 2)} | {fmt(floor, 2)} | "
                      f"{'n/a' if floor is None else format(100 * s['ips'] / floor, '.0f') + '%'} |")
     w.append("")
     w.append("| model | load s | RSS before MB | after load MB | end MB | peak MB | added MB |")
@@ -316,10 +310,6 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
         w.append(f"| {m} | {r['load_s']:.1f} | {r['rss_before_mb']:.0f} | {r['rss_loaded_mb']:.0f} | "
                  f"{r['rss_end_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['rss_before_mb']:.0f} |")
     return "\n".join(w) + "\n"
-
-
-def _f(x) -> str:
-    return "n/a" if x is None else f"{x:.2f}"
 
 
 def smoke(args: argparse.Namespace) -> int:

@@ -1,23 +1,16 @@
-"""Where each model set's time per image goes, stage by stage (the
-detector's and recogniser's pre-processing, graph and post-processing, the
-crops, the classifier, the rest of the pipeline), beside PP-OCRv4 in the
-same process, the images read interleaved (image by image, the sets' order
-rotated each pass): the ratios are the figures to trust on a shared
-machine.
+"""Where each model set's time per image goes, stage by stage (pre- and
+post-processing, graphs, crops, classifier, the rest of the pipeline),
+beside PP-OCRv4 in the same process, read interleaved as `engine tiers`
+does: the ratios are the figures to trust on a shared machine.
 
     python -m load_tests engine tiers-breakdown                        # peer labels + dense pages, 3 passes
     python -m load_tests engine tiers-breakdown --sets peer --sample 20 --repeats 5
-    python -m load_tests engine tiers-breakdown --smoke                # two images, v4 + v6 tiny, one pass
 
-The engines are the in-process defaults (`serve_app.engine.default_engine_config`:
-Paddle's OpenVINO engine at its `auto` precision, the process pinned) with
-`--threads` inference threads per predictor (1: what `engine tiers` uses).
-`--shapes` adds the detector's and recogniser's graph time per input shape
-(ms per call). Stage times are wall times of the functions the pipeline
-calls (wrapped for the run), so they add up to the image's time less what
-runs between them (`pipeline rest`: the event loop, thread hand-offs,
-assembling lines).
-"""
+The engines are tiers' (`engine_config`: the in-process defaults with
+`--threads` inference threads per predictor). `--shapes` adds each graph's
+ms per input shape. Stage times are wall times of the functions the
+pipeline calls (wrapped for the run); `pipeline rest` is what runs between
+them (the event loop, thread hand-offs, assembling lines)."""
 
 from __future__ import annotations
 
@@ -120,47 +113,30 @@ def instrument(clock: Clock, engines: dict) -> Callable[[], None]:
     return restore
 
 
-def images(set_names: list[str], sample: int) -> list[tuple[str, object]]:
+def measure(models: list[str], set_names: list[str], sample: int, repeats: int,
+            threads: int) -> tuple[Clock, dict, dict, int]:
+    """Load every set's engine, read the images once untimed, then `repeats`
+    timed passes interleaved (tiers' loop); (clock, wall ms per set, lines
+    per set, images)."""
     from harness.eval_sets import build
-
-    out = []
-    for name in set_names:
-        items = build(name)
-        if 0 < sample < len(items):
-            step = len(items) / sample
-            items = [items[int(i * step)] for i in range(sample)]
-        out += [(f"{name}/{it.name}", it.image) for it in items]
-    return out
-
-
-def measure(models: list[str], imgs: list, repeats: int, threads: int) -> tuple[Clock, dict, dict]:
-    """Load every set's engine, read `imgs` once untimed, then `repeats`
-    timed passes interleaved; (clock, wall ms per set, lines per set)."""
-    from load_tests.tiers import engine_config
+    from load_tests.tiers import engine_config, interleaved_walls, sampled
     from serve_app.engine import OcrEngine
 
+    sets = {n: sampled(build(n), sample) for n in set_names}
+    imgs = [it.image for items in sets.values() for it in items]
     engines = {m: OcrEngine(engine_config(m, threads), model=m) for m in models}
     clock = Clock()
     restore = instrument(clock, engines)
-    wall: dict[str, float] = collections.defaultdict(float)
-    lines: dict[str, int] = {}
     try:
-        for m, eng in engines.items():  # untimed: every shape these images use is built
-            lines[m] = sum(len(eng.read(img).lines) for _, img in imgs)
+        lines = {m: sum(len(eng.read(img).lines) for img in imgs) for m, eng in engines.items()}  # untimed
         clock.on = True
-        for r in range(repeats):
-            order = models[r % len(models):] + models[:r % len(models)]
-            for _, img in imgs:
-                for m in order:
-                    clock.current = m
-                    t = time.perf_counter()
-                    engines[m].read(img)
-                    wall[m] += (time.perf_counter() - t) * 1e3
+        walls = interleaved_walls(engines, sets, repeats, reading=lambda m: setattr(clock, "current", m))
     finally:
         restore()
         for eng in engines.values():
             eng.close()
-    return clock, wall, lines
+    wall = {m: 1e3 * sum(sum(w) for w in per_set.values()) for m, per_set in walls.items()}
+    return clock, wall, lines, len(imgs)
 
 
 def render(models: list[str], clock: Clock, wall: dict, lines: dict, n_reads: int, shapes: bool) -> str:
@@ -200,13 +176,12 @@ def report(args: argparse.Namespace) -> tuple[list[str], Clock, dict, dict]:
     from load_tests.tiers import machine
 
     models = list(dict.fromkeys([BASE, *args.models.split(",")]))
-    imgs = images(args.sets, args.sample)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
-    clock, wall, lines = measure(models, imgs, args.repeats, args.threads)
-    print(f"# tiers-breakdown: {len(imgs)} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
+    clock, wall, lines, n_images = measure(models, args.sets, args.sample, args.repeats, args.threads)
+    print(f"# tiers-breakdown: {n_images} images ({', '.join(args.sets)}), {args.repeats} timed passes, sets "
           f"interleaved in one process; {args.threads} inference thread(s) per predictor; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine()}; {load_line(load0)}; "
           f"{time.perf_counter() - t0:.0f} s")
-    print(render(models, clock, wall, lines, len(imgs) * args.repeats, args.shapes))
+    print(render(models, clock, wall, lines, n_images * args.repeats, args.shapes))
     return models, clock, wall, lines
