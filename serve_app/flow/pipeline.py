@@ -25,7 +25,7 @@ from serve_app.core.request_options import OcrOptions
 from serve_app.core.request_context import RequestContext
 from serve_app.core.results import Direction, DocumentResult, OcrResult, PageResult, Recognition, TextLine
 from serve_app.flow.assemble import all_or_none, assemble, crop_lines, whole_image_box
-from serve_app.flow.structure_step import read_structure
+from serve_app.flow.structure_step import read_structure, text_layer_words
 from serve_app.ocr.crop import is_vertical
 from serve_app.ocr.visualize import draw_result
 from serve_app.ocr.decode import array_to_bgr, check_aspect, decode_image, frame_count
@@ -114,9 +114,7 @@ class Pipeline:
             and options.cls is not False
         asked = options
         if options.structure:
-            if self.stages.layout is None or self.stages.table is None:
-                raise BadRequest("options.structure: this service reads no document structure (its layout and "
-                                 "table models are not served here); send the request without structure")
+            self._check_structure()
             options = dataclasses.replace(options, return_words=True)  # a line is split between cells at its words
         lines, votes = await self._lines(img, options, ctx, timings, orient)
         orientation = 0 if orient else None
@@ -316,11 +314,16 @@ class Pipeline:
             pdf.close()
         return DocumentResult(tuple(pages), {"total": _ms(t0)}, pdf.kind)
 
+    def _check_structure(self) -> None:
+        if self.stages.layout is None or self.stages.table is None:
+            raise BadRequest("options.structure: this service reads no document structure (its layout and "
+                             "table models are not served here); send the request without structure")
+
     async def _read_page(self, pdf: PdfFile, index: int, options: OcrOptions, ctx: RequestContext,
                          chars: Optional[list[int]] = None) -> PageResult:
         t0 = time.perf_counter()
         if options.pdf_text_layer:
-            got = await pdf.run(pdf.text_lines, index, options.return_chars)
+            got = await pdf.run(pdf.text_lines, index, options.return_chars or options.structure)
             if got is not None:
                 geo, lines = got
                 if chars is not None:
@@ -328,9 +331,22 @@ class Pipeline:
                     if chars[0] > pdf.limits.max_document_chars:
                         raise TooLarge(f"the PDF's text layer passed {pdf.limits.max_document_chars} characters "
                                        f"at page {index + 1} (engine.documents.max_document_chars)")
-                ms = _ms(t0)
-                return PageResult(index + 1, geo.width, geo.height, lines, {"text_layer": ms, "total": ms},
-                                  "text_layer")
+                timings = {"text_layer": _ms(t0)}
+                regions = None
+                if options.structure:  # the layout and tables from the page's rendering, the text layer's lines in them
+                    self._check_structure()
+                    ctx.check(f"rendering page {index + 1}")
+                    image = await pdf.run(pdf.render, index)
+                    t = time.perf_counter()
+                    # a row of a table is one run of the text layer: split between its cells at its words
+                    regions = await read_structure(self.stages, self.config.structure, image,
+                                                   text_layer_words(lines), ctx)
+                    del image
+                    if not options.return_chars:
+                        lines = tuple(dataclasses.replace(line, chars=None) for line in lines)
+                    timings["structure"] = _ms(t)
+                timings["total"] = _ms(t0)
+                return PageResult(index + 1, geo.width, geo.height, lines, timings, "text_layer", regions=regions)
         ctx.check(f"rendering page {index + 1}")
         image = await pdf.run(pdf.render, index)
         render_ms = _ms(t0)

@@ -14,7 +14,7 @@ import numpy as np
 
 from serve_app.core.engine_config import StructureOptions
 from serve_app.core.request_context import RequestContext
-from serve_app.core.results import Region, Table, TextLine
+from serve_app.core.results import Region, Table, TextLine, WordBox
 from serve_app.flow.assemble import all_or_none
 from serve_app.ocr.orientation import move_box, to_upright, turn_lines, upright
 from serve_app.structure.layout import LayoutBox
@@ -78,3 +78,36 @@ async def _read_structure(stages: Any, opts: StructureOptions, img: np.ndarray, 
                     f"recogniser's 501 tokens): the lines of the rest are in the cells nearest them")
         matched[j] = await asyncio.to_thread(match_table, structure, (x0, y0), [lines[i] for i in assigned[j]], note)
     return await asyncio.to_thread(assemble_regions, boxes, lines, matched, notes)
+
+
+
+def text_layer_words(lines: tuple[TextLine, ...]) -> tuple[TextLine, ...]:
+    """A PDF text layer's lines with words made from their characters'
+    boxes (a run of characters is one line, a table's row included): a
+    word ends at a space, or where the next character starts more than a
+    quarter of the line's height after the last one ended; its box is its
+    characters' (score 1.0, as the line's). A line without characters is
+    left whole."""
+    out = []
+    for line in lines:
+        if not line.chars:
+            out.append(line)
+            continue
+        pts = [np.asarray(c.box, dtype=np.float64).reshape(-1, 2) for c in line.chars]
+        height = float(np.median([p[:, 1].max() - p[:, 1].min() for p in pts])) or 1.0
+        words: list[list[tuple[str, np.ndarray]]] = [[]]
+        last_x = None
+        for char, p in zip(line.chars, pts):
+            if char.text.isspace() or (last_x is not None and p[:, 0].min() - last_x > 0.25 * height):
+                if words[-1]:
+                    words.append([])
+            if not char.text.isspace():
+                words[-1].append((char.text, p))
+            last_x = p[:, 0].max()
+        boxes = []
+        for word in (w for w in words if w):
+            allp = np.concatenate([p for _, p in word])
+            x0, y0, x1, y1 = allp[:, 0].min(), allp[:, 1].min(), allp[:, 0].max(), allp[:, 1].max()
+            boxes.append(WordBox("".join(t for t, _ in word), [[x0, y0], [x1, y0], [x1, y1], [x0, y1]], 1.0))
+        out.append(replace(line, words=tuple(boxes)))
+    return tuple(out)

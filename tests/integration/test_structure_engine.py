@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 
-from harness.pdfs import image_pdf
+from harness.pdfs import image_pdf, report_pdf
 
 TITLE = "Annual Summary"
 PARAGRAPH = ["Revenue grew in each quarter of the year, and margins held.",
@@ -127,6 +127,24 @@ def test_a_documents_pages_carry_their_regions(fresh_engine):
     page = doc.pages[0]
     check_page(page.regions, page.lines)
     assert "regions" in page.to_dict()
+
+
+def test_a_born_digital_pdf_read_from_its_text_layer_carries_its_regions(fresh_engine):
+    """pdf_text_layer takes the page's own text; with structure the layout
+    and table models still read the page's rendering, and the text layer's
+    lines are matched into the regions and cells."""
+    rows = [["Quarter", "Revenue", "Cost"], ["First", "410", "300"], ["Second", "455", "320"]]
+    pdf = report_pdf("Quarterly Report", ["The table below lists the quarters.", "Figures are in thousands."], rows)
+    page = fresh_engine.read_document(pdf, structure=True, pdf_text_layer=True).pages[0]
+    assert page.source == "text_layer" and "structure" in page.timings_ms
+    types = [r.type for r in page.regions]
+    assert types[0] == "title" and "table" in types, types
+    assert [page.lines[i].text for i in page.regions[0].lines] == ["Quarterly Report"]
+    table = next(r for r in page.regions if r.type == "table").table
+    assert {(c.row, c.col): c.text for c in table.cells} == {
+        (r, c): t for r, row in enumerate(rows) for c, t in enumerate(row)}
+    plain = fresh_engine.read_document(pdf, pdf_text_layer=True).pages[0]
+    assert plain.regions is None and [x.text for x in plain.lines] == [x.text for x in page.lines]
 
 
 def test_a_strip_with_structure_on_is_refused_or_answers_without_tables(fresh_engine):
