@@ -33,8 +33,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -297,11 +297,8 @@ def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, 
                     errors[k] += 1
 
     t = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    with ThreadPoolExecutor(max(n_clients, 1)) as pool:
+        list(pool.map(work, range(n_clients)))
     seconds = time.perf_counter() - t
     return {"rate": len(todo) / seconds, "errors": sum(errors), "requests": len(todo)}
 

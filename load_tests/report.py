@@ -69,11 +69,8 @@ def render(run: Run, plots: list[str]) -> str:
     w("")
     errs = [(p, k, v) for p in run.points for k, v in p.summary.get("error_kinds", {}).items()]
     if errs:
-        w("Errors seen (first kinds per point):")
-        w("")
-        for p, k, v in errs:
-            w(f"- {p.label} [{p.load_str()}]: {v} x `{k}`")
-        w("")
+        L.extend(["Errors seen (first kinds per point):", "", *(f"- {p.label} [{p.load_str()}]: {v} x `{k}`"
+                                                               for p, k, v in errs), ""])
     rows = targets_check(run)
     if rows:
         section("Targets (ratios from this run; reported, not asserted)", table=(
@@ -144,22 +141,11 @@ def render(run: Run, plots: list[str]) -> str:
                 ["target", "load", "latency", *TIMING_KEYS, "outside", "lock wait", "batch ms det/cls/rec",
                  "busy det/cls/rec"], stage_rows, "llrrrrrrrrll"))
     if plots:
-        section("Plots")
-        for pth in plots:
-            w(f"![{Path(pth).stem}](img/{Path(pth).name})")
-            w("")
+        section("Plots", *(f"![{Path(pth).stem}](img/{Path(pth).name})" for pth in plots))
     if run.probes:
-        section("Probes")
-        for k, v in run.probes.items():
-            w(f"- {k}: {v}")
-        w("")
+        section("Probes", "\n".join(f"- {k}: {v}" for k, v in run.probes.items()))
     if run.notes or run.failures:
-        section("Notes")
-        for n in run.notes:
-            w(f"- {n}")
-        for n in run.failures:
-            w(f"- **{n}**")
-        w("")
+        section("Notes", "\n".join([*(f"- {n}" for n in run.notes), *(f"- **{n}**" for n in run.failures)]))
     w(summary_line(run))
     return "\n".join(L) + "\n"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import resource
 import sys
@@ -55,11 +56,8 @@ def gflop_figures() -> dict[str, tuple[float, float] | None]:
     where the set has none."""
     from serve_app.core.model_sets import SETS
 
-    out = {}
-    for name, s in SETS.items():
-        c = s.cost
-        out[name] = (c.det_gflop_960, c.rec_gflop_crop) if c.det_gflop_960 and c.rec_gflop_crop else None
-    return out
+    return {name: (c.det_gflop_960, c.rec_gflop_crop) if c.det_gflop_960 and c.rec_gflop_crop else None
+            for name, c in ((name, s.cost) for name, s in SETS.items())}
 
 
 def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], crops_wh: list[tuple[float, float]],
@@ -173,12 +171,8 @@ def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int,
 
 def _side(box, axis: int) -> float:
     """A quadrilateral's mean width (axis 0) or height (axis 1)."""
-    import math
-
-    (a, b, c, d) = box
-    if axis == 0:
-        return (math.dist(a, b) + math.dist(d, c)) / 2
-    return (math.dist(a, d) + math.dist(b, c)) / 2
+    a, b, c, d = box
+    return (math.dist(a, b) + math.dist(d, c)) / 2 if axis == 0 else (math.dist(a, d) + math.dist(b, c)) / 2
 
 
 def sampled(items: list, n: int) -> list:
