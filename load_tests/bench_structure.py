@@ -92,17 +92,12 @@ def http_reader(url: str):
     return read
 
 
-def heading_found(answer: dict, title: str) -> bool:
-    """The title as a `#` heading line of the answer's Markdown (as
-    ?format=markdown writes it: serve_app.flow.formats.render)."""
-    from serve_app.flow.formats import render
-
-    return any(line.strip() == f"# {title}" for line in render(answer, "markdown")[0].splitlines())
-
-
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
     """(scores per style, title found per page (as a title region, and as a
-    `#` heading of its Markdown), the answers' regions per image)."""
+    `#` heading line of its Markdown as ?format=markdown writes it), the
+    answers' regions per image)."""
+    from serve_app.flow.formats import render
+
     scores = {s: Score() for s in STYLES}
     titles: dict[str, bool] = {}
     headings: dict[str, bool] = {}
@@ -115,7 +110,8 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
         scores[item.style].add(html, item, dt)
         if item.title:
             titles[item.name] = title_found(answer, item.title)
-            headings[item.name] = heading_found(answer, item.title)
+            headings[item.name] = any(line.strip() == f"# {item.title}"
+                                      for line in render(answer, "markdown")[0].splitlines())
         regions[item.name] = {"types": [r["type"] for r in answer.get("regions") or ()], "html": html}
     return scores, {"region": titles, "heading": headings}, regions
 

@@ -262,12 +262,9 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
     from load_tests.stats import fmt, md_table
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
-    w: list[str] = []
     cmd = "python -m load_tests " + " ".join(sys.argv[1:])
-    w.append(f"# Model tiers: accuracy and speed ({'smoke' if getattr(args, 'smoke', False) else 'one run'})")
-    w.append("")
-    w.append(f"- `{cmd.strip()}`; started {started} UTC, wall {wall_s:.0f} s")
-    w.append(f"- {machine()}")
+    w = [f"# Model tiers: accuracy and speed ({'smoke' if getattr(args, 'smoke', False) else 'one run'})", "",
+         f"- `{cmd.strip()}`; started {started} UTC, wall {wall_s:.0f} s", f"- {machine()}"]
     opts = "; ".join(f"{m} {r['options']}" for m, r in runs.items())
     w.append(f"- engine in process, one image at a time, one predictor thread per stage; predictor options: {opts}; "
              f"texts scored from an untimed pass, one child per model; img/s from {args.repeats} timed pass(es) in one "
@@ -305,13 +302,13 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
 def smoke(args: argparse.Namespace) -> int:
     """Two English lines with ppocrv4_mobile, the GFLOP/s probe included:
     that the program runs and reads (seconds; measures nothing)."""
+    from load_tests.cli import check
+
     args.models, args.sets, args.sample, args.repeats = [BASE], ["english"], 2, 1
     runs = run(args)
-    if BASE not in runs:
-        raise SystemExit(f"smoke check failed: {BASE} did not run")
+    check(BASE in runs, f"{BASE} did not run")
     s = summarise(runs[BASE], None)["english"]
-    if not (s["images"] == 2 and s["read"] == 2 and s["ips"] > 0):
-        raise SystemExit(f"smoke check failed: ppocrv4_mobile read {s['read']} of 2 English lines")
+    check(s["images"] == 2 and s["read"] == 2 and s["ips"] > 0, f"{BASE} read {s['read']} of 2 English lines")
     return 0
 
 
