@@ -111,7 +111,7 @@ class System:
     close: Callable[[], None] = lambda: None
 
 
-def make_engine(threads: int, which: str, device: str = "cpu") -> System:
+def make_engine(threads: int, which: str) -> System:
     from serve_app.engine import OcrEngine, default_engine_config
 
     base = default_engine_config()
@@ -119,10 +119,8 @@ def make_engine(threads: int, which: str, device: str = "cpu") -> System:
         from serve_app.core.engine_config import reference_config
 
         base = reference_config(predictor=base.predictor)
-    update = {"cpu_math_library_num_threads": threads}
-    if device == "gpu":  # the GPU run (load_tests/gpu_run.sh)
-        update.update(device="gpu", enable_openvino_engine=False, cpu_affinity=None)
-    cfg = base.model_copy(update={"predictor": base.predictor.model_copy(update=update)})
+    cfg = base.model_copy(update={"predictor": base.predictor.model_copy(
+        update={"cpu_math_library_num_threads": threads})})
     t0 = time.perf_counter()
     eng = OcrEngine(cfg)
     load_s = time.perf_counter() - t0
@@ -139,35 +137,6 @@ def make_engine(threads: int, which: str, device: str = "cpu") -> System:
         f"det limit {cfg.det.limit_side_len}/{cfg.det.limit_type}"
     )
     return System("engine", call, load_s, detail, eng.close)
-
-
-def _wrap_rapidocr(ocr) -> tuple[Callable[[str], CallOutput], dict[str, float]]:
-    """Time RapidOCR's det/cls/rec calls (instance attributes shadow the
-    objects RapidOCR.__call__ looks up as self.text_det etc.)."""
-    acc = {s: 0.0 for s in STAGES}
-
-    def timed(stage: str, fn):
-        def inner(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                acc[stage] += time.perf_counter() - t
-
-        return inner
-
-    ocr.text_det = timed("det", ocr.text_det)
-    ocr.text_cls = timed("cls", ocr.text_cls)
-    ocr.text_rec = timed("rec", ocr.text_rec)
-
-    def call(path: str) -> CallOutput:
-        for s in STAGES:
-            acc[s] = 0.0
-        result, _elapse = ocr(path)
-        texts = [str(r[1]) for r in result] if result else []
-        return CallOutput(texts, dict(acc))
-
-    return call, acc
 
 
 def make_rapidocr(name: str, threads: int) -> System:
@@ -187,9 +156,26 @@ def make_rapidocr(name: str, threads: int) -> System:
     t0 = time.perf_counter()
     ocr = RapidOCR(**kwargs)
     load_s = time.perf_counter() - t0
-    call, _ = _wrap_rapidocr(ocr)
-    version = dist_version(name)
-    detail = f"{name} {version} ({Path(pkg.__file__).parent.name}), " + ", ".join(
-        f"{k}={v}" for k, v in kwargs.items()
-    ) + ", other settings default"
+    acc = {s: 0.0 for s in STAGES}
+
+    def timed(stage: str, fn):
+        def inner(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[stage] += time.perf_counter() - t
+        return inner
+
+    # RapidOCR's det/cls/rec calls timed: instance attributes shadow what its __call__ looks up as self.text_det etc.
+    for stage in STAGES:
+        setattr(ocr, f"text_{stage}", timed(stage, getattr(ocr, f"text_{stage}")))
+
+    def call(path: str) -> CallOutput:
+        acc.update({s: 0.0 for s in STAGES})
+        result, _elapse = ocr(path)
+        return CallOutput([str(r[1]) for r in result] if result else [], dict(acc))
+
+    detail = (f"{name} {dist_version(name)} ({Path(pkg.__file__).parent.name}), "
+              + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ", other settings default")
     return System(name, call, load_s, detail)

@@ -104,10 +104,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit(f"unknown targets {bad}; choose from {ALL_TARGETS}")
     if args.open_fraction <= 0 or args.duration <= 0:
         raise SystemExit("--open-fraction and --duration must be positive")
-    args.config = args.config.resolve()
-    args.images = args.images.resolve()
-    args.out = args.out.resolve()
-    args.raw = args.raw.resolve()
+    args.config, args.images, args.out, args.raw = (p.resolve() for p in (args.config, args.images, args.out, args.raw))
     return args
 
 

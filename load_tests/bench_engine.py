@@ -77,8 +77,6 @@ def add_cli_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--per-image", action="store_true", help="also print the per-image table")
     ap.add_argument("--out", type=Path, help="also write the markdown here")
     ap.add_argument("--engine-config", choices=("default", "reference"), default="default")
-    ap.add_argument("--engine-device", choices=("cpu", "gpu"), default="cpu",
-                    help="run the engine's predictors on the GPU (paddlepaddle-gpu)")
     ap.add_argument("--min-free-gb", type=float, default=1.0,
                     help="abort if the machine's MemAvailable drops below this (0 = never; default %(default)s)")
     ap.add_argument("--malloc-mmap-threshold", type=int, default=0, metavar="BYTES",
@@ -148,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
     for name in args.systems:
         print(f"loading {name} ...", file=sys.stderr)
         try:
-            sysobj = make_engine(args.threads, args.engine_config, args.engine_device) if name == "engine" else make_rapidocr(name, args.threads)
+            sysobj = make_engine(args.threads, args.engine_config) if name == "engine" else make_rapidocr(name, args.threads)
         except Exception as exc:
             line = f"SKIPPED {name}: could not import/load it ({type(exc).__name__}: {exc})"
             print(line)  # stdout, as asked: a clear line, no crash
@@ -164,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
     records = {s.name: SystemLog() for s in systems}
     if not args.no_trim:
         trim_heap()
-    rss_start = rss_gb()
+    args.rss_start = rss_gb()
     watch = MemoryWatch(args.min_free_gb).start()
     t_run = time.perf_counter()
     for pass_no in range(args.repeats + 1):
@@ -183,7 +181,6 @@ def main(args: argparse.Namespace) -> int:
                   file=sys.stderr)
     watch.stop()
     run_s = time.perf_counter() - t_run
-    args.rss_start = rss_start
     args.rss_peaks = dict(watch.peaks)
     load_after = os.getloadavg()
     for s in systems:

@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.pages import fax_tiff, made_pages, order_score
 from harness.peer import PEER, reference
+from load_tests.stats import md_table
 
 ANGLES = (0, 90, 180, 270)
 
@@ -38,8 +39,6 @@ def texts(result) -> list[str]:
 
 def order_table(engine, out: dict) -> None:
     print("\n## 1. Order on made pages: fraction of line pairs in the truth's order (lines matched / truth)\n")
-    print("| page | blocks on | blocks off | blocks | lines |")
-    print("|---|---:|---:|---:|---:|")
     rows = []
     for page in made_pages():
         on = engine.read(page.image)
@@ -48,21 +47,20 @@ def order_table(engine, out: dict) -> None:
         s_off, _, _ = order_score(texts(off), page.truth)
         rows.append({"page": page.name, "on": s_on, "off": s_off, "blocks": len(on.blocks), "matched": m_on,
                      "truth": n})
-        print(f"| {page.name} | {s_on:.3f} | {s_off:.3f} | {len(on.blocks)} | {m_on}/{n} |")
-    exact_on = sum(r["on"] == 1.0 for r in rows)
-    exact_off = sum(r["off"] == 1.0 for r in rows)
-    print(f"| **pages in the truth's order** | **{exact_on}/{len(rows)}** | {exact_off}/{len(rows)} | | |")
+    exact_on, exact_off = sum(r["on"] == 1.0 for r in rows), sum(r["off"] == 1.0 for r in rows)
+    print("\n".join(md_table(["page", "blocks on", "blocks off", "blocks", "lines"], [
+        *([r["page"], f"{r['on']:.3f}", f"{r['off']:.3f}", r["blocks"], f"{r['matched']}/{r['truth']}"] for r in rows),
+        ["**pages in the truth's order**", f"**{exact_on}/{len(rows)}**", f"{exact_off}/{len(rows)}", "", ""]])))
     out["order_made"] = rows
 
 
 def orientation_table(engine, out: dict) -> None:
     print("\n## 3. Orientation found (pages turned clockwise by each angle)\n")
-    print("| set | images | 0 | 90 | 180 | 270 |")
-    print("|---|---:|---:|---:|---:|---:|")
-    made = made_pages()
-    res = {}
-    for label, items in (("made pages", [(p.name, p.image, p) for p in made]),
-                         ("peer images", [(n, _load(PEER / n), None) for n in sorted(reference())])):
+    from serve_app.ocr.decode import decode_image
+
+    res, table = {}, []
+    for label, items in (("made pages", [(p.name, p.image, p) for p in made_pages()]),
+                         ("peer images", [(n, decode_image((PEER / n).read_bytes()), None) for n in sorted(reference())])):
         right = {a: 0 for a in ANGLES}
         wrong: list[str] = []
         order = {a: [] for a in ANGLES}
@@ -86,9 +84,10 @@ def orientation_table(engine, out: dict) -> None:
                 if page is not None:
                     order[a].append(order_score(texts(r), page.truth)[0])
         n = len(items)
-        print(f"| {label} | {n} | " + " | ".join(f"{right[a]}/{n}" for a in ANGLES) + " |")
+        table.append([label, n, *(f"{right[a]}/{n}" for a in ANGLES)])
         res[label] = {"right": right, "wrong": wrong, "lines": lines, "few_lines": few,
                       "order": {a: (statistics.mean(v) if v else None) for a, v in order.items()}}
+    print("\n".join(md_table(["set", "images", *map(str, ANGLES)], table)))
     for label, r in res.items():
         print(f"\n{label}: lines read per angle {r['lines']}; pages with <= 3 lines found right "
               f"{ {a: f'{x}/{t}' for a, (x, t) in r['few_lines'].items()} }")
@@ -111,12 +110,6 @@ def tiff_table(engine, out: dict) -> None:
         rows.append((p.page, len(p.lines), s, m, n))
         print(f"- page {p.page}: {len(p.lines)} lines, order {s:.3f}, matched {m}/{n}")
     out["tiff"] = rows
-
-
-def _load(path: Path) -> np.ndarray:
-    from serve_app.ocr.decode import decode_image
-
-    return decode_image(path.read_bytes())
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:

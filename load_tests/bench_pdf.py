@@ -35,6 +35,7 @@ import requests
 from harness.pdfs import image_pdf
 from harness.peer import PEER, peer_names
 from harness.service import load_config, served
+from load_tests.stats import md_table
 from serve_app.core.app_args import AppArgs
 
 CROPS = ("_word_", "_rec", "text_recog", "_short", "empty_black", "without_det", "text_cls")
@@ -109,12 +110,9 @@ def bench_service(pdf: bytes, repeats: int, replicas: int) -> dict:
 
 
 def table(rows: list[dict], base: float) -> str:
-    out = ["| system | pages/s | vs baseline | p50 document s | max s | lines read | render/page |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        out.append(f"| {r['system']} | {r['pages/s']:.2f} | {r['pages/s'] / base:.2f}x | {r['p50 s']:.2f} | "
-                   f"{r['max s']:.2f} | {r['lines']} | {r['render'] or '-'} |")
-    return "\n".join(out)
+    return "\n".join(md_table(["system", "pages/s", "vs baseline", "p50 document s", "max s", "lines read", "render/page"], (
+        [r["system"], f"{r['pages/s']:.2f}", f"{r['pages/s'] / base:.2f}x", f"{r['p50 s']:.2f}", f"{r['max s']:.2f}",
+         r["lines"], r["render"] or "-"] for r in rows)))
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:

@@ -71,11 +71,6 @@ class Score:
                 "img_s": self.tables / self.seconds if self.seconds else None}
 
 
-def engine_reader(engine):
-    """The service's read as its JSON answer (the in-process engine)."""
-    return lambda image, structure=True: engine.read(image, structure=structure).to_dict()
-
-
 def http_reader(url: str):
     """The service's read over HTTP: POST /v1/ocr, the image as PNG, options.structure;
     `Cache-Control: no-cache`, so the cost table's repeats are read, not the result cache's."""
@@ -97,17 +92,12 @@ def http_reader(url: str):
     return read
 
 
-def heading_found(answer: dict, title: str) -> bool:
-    """The title as a `#` heading line of the answer's Markdown (as
-    ?format=markdown writes it: serve_app.flow.formats.render)."""
-    from serve_app.flow.formats import render
-
-    return any(line.strip() == f"# {title}" for line in render(answer, "markdown")[0].splitlines())
-
-
 def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict[str, bool], dict[str, dict]]:
     """(scores per style, title found per page (as a title region, and as a
-    `#` heading of its Markdown), the answers' regions per image)."""
+    `#` heading line of its Markdown as ?format=markdown writes it), the
+    answers' regions per image)."""
+    from serve_app.flow.formats import render
+
     scores = {s: Score() for s in STYLES}
     titles: dict[str, bool] = {}
     headings: dict[str, bool] = {}
@@ -120,7 +110,8 @@ def score_service(read, items: list[DrawnTable]) -> tuple[dict[str, Score], dict
         scores[item.style].add(html, item, dt)
         if item.title:
             titles[item.name] = title_found(answer, item.title)
-            headings[item.name] = heading_found(answer, item.title)
+            headings[item.name] = any(line.strip() == f"# {item.title}"
+                                      for line in render(answer, "markdown")[0].splitlines())
         regions[item.name] = {"types": [r["type"] for r in answer.get("regions") or ()], "html": html}
     return scores, {"region": titles, "heading": headings}, regions
 
@@ -178,18 +169,16 @@ def _total(scores: dict[str, Score]) -> Score:
 def accuracy_table(service: dict[str, Score], peer: dict[str, Score] | None) -> list[str]:
     """Markdown rows: per style, the service beside the peer; a verdict per style against the bars."""
     print("\n## 1. Tables per style: the service (finds the table itself) | the peer (given the true crop)\n")
-    print("| style | tables | found | cells exact | peer | shape right | peer | TEDS | peer | img/s | peer img/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    misses = []
+    misses, table = [], []
     rows = [(s, service[s], peer[s] if peer else None) for s in STYLES if service[s].tables]
-    rows.append(("**all**", _total(service), _total(peer) if peer else None))
-    for style, a, b in rows:
+    for style, a, b in [*rows, ("**all**", _total(service), _total(peer) if peer else None)]:
         ja, jb = a.to_json(), (b.to_json() if b else {})
-        print(f"| {style} | {a.tables} | {a.found} | {fmt(a.exact, 3)} | {fmt(jb.get('cells_exact'), 3)} "
-              f"| {fmt(a.shape, 2)} | {fmt(jb.get('shape_right'), 2)} | {fmt(ja['teds'], 3)} | {fmt(jb.get('teds'), 3)} "
-              f"| {fmt(ja['img_s'], 2)} | {fmt(jb.get('img_s'), 2)} |")
-        if style.startswith("**"):
-            continue
+        table.append([style, a.tables, a.found, fmt(a.exact, 3), fmt(jb.get("cells_exact"), 3), fmt(a.shape, 2),
+                      fmt(jb.get("shape_right"), 2), fmt(ja["teds"], 3), fmt(jb.get("teds"), 3), fmt(ja["img_s"], 2),
+                      fmt(jb.get("img_s"), 2)])
+    print("\n".join(md_table(["style", "tables", "found", "cells exact", "peer", "shape right", "peer", "TEDS", "peer",
+                               "img/s", "peer img/s"], table)))
+    for style, a, b in rows:
         if not a.exact >= CELLS_BAR:
             misses.append(f"{style}: cells exact {a.exact:.3f} < {CELLS_BAR}")
         if b is not None and a.exact < b.exact:
@@ -248,7 +237,7 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
         else:
             engine = stack.enter_context(OcrEngine())
             engine.warm()
-            read = engine_reader(engine)
+            read = lambda image, structure=True: engine.read(image, structure=structure).to_dict()  # noqa: E731
         out["service_path"] = args.url or "in-process engine"
         print(f"service: {out['service_path']}; peer: {'RapidTable 0.3.0 over RapidOCR' if peer else 'none'}")
         read(items[0].image)  # the structure models load on the first read that asks
@@ -256,8 +245,7 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
         peer_scores = score_peer(peer, items) if peer else None
         out["misses"] = accuracy_table(service, peer_scores)
         if not args.url:
-            crop_scores = score_engine_crop(engine, items)
-            crop_table(crop_scores)
+            crop_table(crop_scores := score_engine_crop(engine, items))
             out["service_true_crop"] = {s: v.to_json() for s, v in crop_scores.items()}
         for kind, what in (("region", "a title region"), ("heading", "a `#` heading of the page's Markdown")):
             got = titles[kind]
@@ -266,11 +254,8 @@ def run(args: argparse.Namespace, items: list[DrawnTable]) -> dict:
                   + ("" if found == len(got) else f" (missed: {', '.join(n for n, ok in got.items() if not ok)})"))
         pages = [i for i in items if i.place == "page"]
         out["cost"] = cost_table(read, pages, args.repeats) if pages and args.repeats else None
-    out["service"] = {s: v.to_json() for s, v in service.items()}
-    out["peer"] = {s: v.to_json() for s, v in peer_scores.items()} if peer_scores else None
-    out["titles"] = titles
-    out["regions"] = regions
-    return out
+    return {**out, "service": {s: v.to_json() for s, v in service.items()}, "titles": titles, "regions": regions,
+            "peer": {s: v.to_json() for s, v in peer_scores.items()} if peer_scores else None}
 
 
 def main(args: argparse.Namespace) -> int:

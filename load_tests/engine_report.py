@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from harness.procfs import load_line
 from load_tests.baselines import STAGES
 from load_tests.runs import dist_version
-from load_tests.stats import Record, fmt as stats_fmt, percentile
+from load_tests.stats import Record, fmt as stats_fmt, md_table, percentile
 
 
 # --------------------------------------------------------------------------
@@ -72,15 +72,8 @@ def summarise(rec: SystemLog, images: list[str], repeats: int, labels: dict[str,
     p90s = {im: percentile(walls[im], 90) for im in images}
     samples = [w for im in images for w in walls[im]]
     total = sum(samples)
-    cers, found, n_labels, errors, chars = [], 0, 0, 0, 0
-    for im in images:
-        if im in labels:
-            c, f, n, e, k = score_image(labels[im], rec.warm_texts.get(im, []))
-            cers.append(c)
-            found += f
-            n_labels += n
-            errors += e
-            chars += k
+    scored = [score_image(labels[im], rec.warm_texts.get(im, [])) for im in images if im in labels]
+    found, n_labels, errors, chars = (sum(x[i] for x in scored) for i in range(1, 5))
     return {
         "medians": medians,
         "p90s": p90s,
@@ -88,10 +81,9 @@ def summarise(rec: SystemLog, images: list[str], repeats: int, labels: dict[str,
         "med_med_ms": 1000 * percentile(medians.values(), 50),
         "p90_ms": 1000 * percentile(samples, 90),
         "ips": len(images) * repeats / total if total > 0 else float("nan"),
-        "total_s": total,
         "split": {s: 100 * stages[s] / total if total > 0 else float("nan") for s in STAGES},
         "cer": errors / chars if chars else float("nan"),
-        "n_gt": len(cers),
+        "n_gt": len(scored),
         "recall": found / n_labels if n_labels else float("nan"),
         "n_labels": n_labels,
         "found": found,
@@ -125,18 +117,14 @@ def render(args, folder, images, labels, systems, skipped, records, stats,
     for line in skipped:
         w(f"- **{line}**")
     w("")
-    w("| system | images/s | mean of per-image medians (ms) | median of per-image medians (ms) | p90 all samples (ms) "
-      "| det % | cls % | rec % | other % | lines read | CER (GT images) | label recall | errors | peak RSS (GiB) |")
-    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for n in names:
-        st = stats[n]
-        sp = st["split"]
-        other = 100 - sum(sp.values())
-        w(f"| {n} | {fmt(st['ips'], 2)} | {fmt(st['mean_med_ms'])} | {fmt(st['med_med_ms'])} | {fmt(st['p90_ms'])} "
-          f"| {fmt(sp['det'])} | {fmt(sp['cls'])} | {fmt(sp['rec'])} | {fmt(other)} "
-          f"| {sum(len(t) for t in records[n].warm_texts.values())} "
-          f"| {fmt(st['cer'], 3)} (n={st['n_gt']}) | {fmt(st['recall'], 3)} ({st['found']}/{st['n_labels']}) "
-          f"| {len(records[n].errors)} | {fmt(args.rss_peaks.get(n, float('nan')), 2)} |")
+    out += md_table(["system", "images/s", "mean of per-image medians (ms)", "median of per-image medians (ms)",
+                     "p90 all samples (ms)", "det %", "cls %", "rec %", "other %", "lines read", "CER (GT images)",
+                     "label recall", "errors", "peak RSS (GiB)"], (
+        [n, fmt(st["ips"], 2), fmt(st["mean_med_ms"]), fmt(st["med_med_ms"]), fmt(st["p90_ms"]),
+         *(fmt(st["split"][k]) for k in ("det", "cls", "rec")), fmt(100 - sum(st["split"].values())),
+         sum(len(t) for t in records[n].warm_texts.values()), f"{fmt(st['cer'], 3)} (n={st['n_gt']})",
+         f"{fmt(st['recall'], 3)} ({st['found']}/{st['n_labels']})", len(records[n].errors),
+         fmt(args.rss_peaks.get(n, float("nan")), 2)] for n, st in ((n, stats[n]) for n in names)))
     w("")
     ratio_lines = []
     if "engine" in stats:
@@ -157,20 +145,12 @@ def render(args, folder, images, labels, systems, skipped, records, stats,
     if args.per_image:
         w("## Per image (median / p90 ms over the timed passes; lines = lines read in the warm-up; CER for labelled images)")
         w("")
-        head = "| image | " + " | ".join(f"{n} med | {n} p90" for n in names) + " | lines (" + " / ".join(names) + ") | CER (" + " / ".join(names) + ") |"
-        w(head)
-        w("|---|" + "---:|---:|" * len(names) + "---|---|")
-        for im in images:
-            cells = []
-            for n in names:
-                cells += [fmt(1000 * stats[n]["medians"][im]), fmt(1000 * stats[n]["p90s"][im])]
-            lines = " / ".join(
-                ("ERR" if im in records[n].errors else str(len(records[n].warm_texts.get(im, [])))) for n in names)
-            if im in labels:
-                cer = " / ".join(fmt(score_image(labels[im], records[n].warm_texts.get(im, []))[0], 3) for n in names)
-            else:
-                cer = ""
-            w(f"| {im} | " + " | ".join(cells) + f" | {lines} | {cer} |")
+        out += md_table(["image", *(f"{n} {k}" for n in names for k in ("med", "p90")),
+                         f"lines ({' / '.join(names)})", f"CER ({' / '.join(names)})"], (
+            [im, *(fmt(1000 * stats[n][k][im]) for n in names for k in ("medians", "p90s")),
+             " / ".join("ERR" if im in records[n].errors else str(len(records[n].warm_texts.get(im, []))) for n in names),
+             " / ".join(fmt(score_image(labels[im], records[n].warm_texts.get(im, []))[0], 3) for n in names)
+             if im in labels else ""] for im in images), "l" + "r" * 2 * len(names) + "ll")
         w("")
 
     notes = []

@@ -33,15 +33,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
 from harness import service
 from harness.procfs import load_line
 from harness.service import ServeRun, parse_config
-from load_tests.stats import median
+from load_tests.stats import md_table, median
 from load_tests.cli import standalone
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,32 +166,23 @@ def table(engine: dict, runs: list[dict]) -> str:
         ("images read as the engine reads them", [
             f"{r['reading']['same_as_engine']}/{r['reading']['images']}" for r in runs]),
     ]
-    out = ["| | " + " | ".join(head) + " |", "|---|" + "---:|" * len(runs)]
-    out += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
-    return "\n".join(out)
+    return "\n".join(md_table(["", *head], ([label, *cells] for label, cells in rows)))
 
 
 # -- the engine (child process) ----------------------------------------------------
 
 
-def engine_config(precision: Optional[str] = None):
-    """The in-process engine's defaults, OpenVINO's precision set when given."""
-    from serve_app.engine import default_engine_config
+def warmed_engine(names: list[str], precision: Optional[str] = None):
+    """The in-process engine's defaults (OpenVINO's precision set when given),
+    warmed (a context manager), and the images' bytes."""
+    from harness.peer import PEER
+    from serve_app.engine import OcrEngine, default_engine_config
 
     config = default_engine_config()
     if precision:
         config = config.model_copy(update={"predictor": config.predictor.model_copy(
             update={"openvino_precision": precision})})
-    return config
-
-
-def warmed_engine(names: list[str], precision: Optional[str] = None):
-    """The in-process engine (a context manager), warmed, and the images' bytes."""
-    from harness.peer import PEER
-
-    from serve_app.engine import OcrEngine
-
-    eng = OcrEngine(engine_config(precision))
+    eng = OcrEngine(config)
     eng.warm()
     return eng, {n: (PEER / n).read_bytes() for n in names}
 
@@ -202,16 +193,22 @@ def timed_read(eng, data: bytes) -> tuple[float, list[str]]:
     return (time.perf_counter() - t) * 1000, [ln.text for ln in res.lines]
 
 
-def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
+def timed_pass(read, names: list[str], lines: list[str], passes: int) -> tuple[list, list, dict]:
+    """`read(name)` -> (ms, texts) over every image, then `passes` more times
+    over the text-line images: (ms per image, ms per text-line read, texts)."""
     ms_peer, ms_lines, reads = [], [], {}
+    for n in names:
+        ms, reads[n] = read(n)
+        ms_peer.append(ms)
+        if n in lines:
+            ms_lines.append(ms)
+    return ms_peer, ms_lines + [read(n)[0] for _ in range(passes) for n in lines], reads
+
+
+def engine_child(names: list[str], lines: list[str], passes: int, precision: Optional[str] = None) -> dict:
     eng, data = warmed_engine(names, precision)
     with eng:
-        for n in names:
-            ms, reads[n] = timed_read(eng, data[n])
-            ms_peer.append(ms)
-            if n in lines:
-                ms_lines.append(ms)
-        ms_lines += [timed_read(eng, data[n])[0] for _ in range(passes) for n in lines]
+        ms_peer, ms_lines, reads = timed_pass(lambda n: timed_read(eng, data[n]), names, lines, passes)
     return {"ms_peer": ms_peer, "ms_lines": ms_lines, "reads": reads}
 
 
@@ -262,12 +259,6 @@ class EngineBeside:
         self.proc.wait()
 
 
-def paired_order(n_pairs: int) -> list[bool]:
-    """Per pair, whether the engine reads first: alternately, so that neither
-    side always follows the other's work."""
-    return [k % 2 == 0 for k in range(n_pairs)]
-
-
 def paired(engine_ms: list[float], service_ms: list[float]) -> dict:
     """The service's one-client overhead from reads paired image by image:
     each side's p50 and the p50 of the per-pair differences."""
@@ -306,11 +297,8 @@ def clients(url: str, names: list[str], data: dict[str, bytes], n_clients: int, 
                     errors[k] += 1
 
     t = time.perf_counter()
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_clients)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    with ThreadPoolExecutor(max(n_clients, 1)) as pool:
+        list(pool.map(work, range(n_clients)))
     seconds = time.perf_counter() - t
     return {"rate": len(todo) / seconds, "errors": sum(errors), "requests": len(todo)}
 
@@ -335,8 +323,8 @@ def paired_lines(url: str, lines: list[str], data: dict[str, bytes], passes: int
                     raise RuntimeError(f"the service failed on {n} in the paired pass")
                 return ms
 
-            for n, engine_first in zip(lines * passes, paired_order(passes * len(lines))):
-                if engine_first:
+            for k, n in enumerate(lines * passes):
+                if k % 2 == 0:  # the engine first every other pair: neither side always follows the other
                     engine_ms.append(eng.read(n))
                     service_ms.append(served(n))
                 else:
@@ -356,8 +344,7 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
 
     data = {n: (PEER / n).read_bytes() for n in names}
     work = Path(tempfile.mkdtemp(prefix="ocr-footprint-"))
-    cache = work / "cache"
-    svc = ServeRun(config, work, cache, overrides)
+    svc = ServeRun(config, work, work / "cache", overrides)
     out: dict = {"name": name, "config": str(config)}
     try:
         out["ready_first_s"] = svc.start(timeout_s)
@@ -367,18 +354,10 @@ def measure_config(name: str, config: Path, names: list[str], lines: list[str], 
             # The timed pass at steady state, as the engine's (warmed): after the
             # recogniser's shapes built after ready (recognizer.warm: core).
             out["shapes_built_s"] = service.wait_shapes_built(120, url=svc.url)
-            ms_peer, ms_lines, reads = [], [], {}
-            for n in names:
-                ms, texts = post(s, svc.url, n, data[n])
-                if texts is None:
-                    raise RuntimeError(f"{name}: {n} failed")
-                ms_peer.append(ms)
-                reads[n] = texts
-                if n in lines:
-                    ms_lines.append(ms)
-            for _ in range(passes):
-                for n in lines:
-                    ms_lines.append(post(s, svc.url, n, data[n])[0])
+            ms_peer, ms_lines, reads = timed_pass(lambda n: post(s, svc.url, n, data[n]), names, lines, passes)
+        failed = [n for n, texts in reads.items() if texts is None]
+        if failed:
+            raise RuntimeError(f"{name}: {', '.join(failed)} failed")
         procs = [dict(p, role=role(p["cmd"])) for p in svc.processes()]
         out["shapes_left_pss"] = service.shapes_left(svc.url)
         out.update(first_ms=first_ms, steady_ms=ms_peer[names.index(FIRST_IMAGE)], p50_peer=median(ms_peer),
@@ -525,13 +504,12 @@ def smoke(args: argparse.Namespace) -> int:
            "ready_first_s": 30.0, "ready_second_s": 20.0, "p50_peer": 250.0, "p50_lines": 120.0, "first_ms": 300.0,
            "steady_ms": 200.0, "rate_8": 3.5, "errors_8": 0,
            "reading": {"lines": 665, "cer": 0.0956, "same_as_engine": 60, "images": 60}}
-    check(paired_order(4) == [True, False, True, False], "the engine reads first every other pair")
     pr = paired([40.0, 50.0, 45.0], [55.0, 58.0, 70.0])
     check((pr["engine_p50"], pr["service_p50"], pr["over_p50"], pr["pairs"]) == (45.0, 58.0, 15.0, 3),
           f"paired: {pr}")
     run["paired"] = pr
     text = table({"p50_peer": 200.0, "p50_lines": 100.0, "reading": {"lines": 665, "cer": 0.0956}}, [run])
-    check(text.splitlines()[0] == "| | deployments.yaml (round 0) |", "the table's header")
+    check(text.splitlines()[0] == "|  | deployments.yaml (round 0) |", "the table's header")
     print(text)
     return 0
 

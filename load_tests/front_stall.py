@@ -17,6 +17,7 @@ import argparse
 import time
 
 from harness.peer import PEER
+from load_tests.stats import md_table
 
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
@@ -24,13 +25,13 @@ def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", default="", help="the classes to run, comma-separated (default: all)")
 
 
-def row(name: str, outcome: dict, report) -> str:
+def row(name: str, outcome: dict, report) -> list[str]:
     codes = sorted({c for c, _ in report.normal})
     extra = f"; /readyz p99 {outcome['readyz_p99_ms']:.0f} ms" if "readyz_p99_ms" in outcome else ""
     extra += "".join(f"; {k} {outcome[k]}" for k in ("worst_s", "one_page_pdf", "job", "newcomer") if k in outcome)
-    return (f"| {name} | {outcome['sent']} | {report.healthz_p99_ms:.0f} ms | {report.normal_worst_s:.2f} s "
-            f"({len(report.normal)} x {'/'.join(map(str, codes))}) | {report.ingress_growth_mb:.0f} MB | "
-            f"{report.service_growth_mb:.0f} MB | {outcome['codes']}{extra} |")
+    return [name, outcome["sent"], f"{report.healthz_p99_ms:.0f} ms",
+            f"{report.normal_worst_s:.2f} s ({len(report.normal)} x {'/'.join(map(str, codes))})",
+            f"{report.ingress_growth_mb:.0f} MB", f"{report.service_growth_mb:.0f} MB", f"{outcome['codes']}{extra}"]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,11 +54,8 @@ def main(args: argparse.Namespace) -> int:
             outcome, report = stall.run_class(front, name, args.seconds)
             print(f"{name}: {outcome}; {report.line()}", flush=True)
             rows.append(row(name, outcome, report))
-    print()
-    print("| class | sent | /healthz p99 | normal request: worst (n x statuses) | ingress PSS growth | "
-          "service PSS growth | workload's answers |")
-    print("|---|---|---:|---|---:|---:|---|")
-    print("\n".join(rows))
+    print("\n" + "\n".join(md_table(["class", "sent", "/healthz p99", "normal request: worst (n x statuses)",
+                                    "ingress PSS growth", "service PSS growth", "workload's answers"], rows, "llrlrrl")))
     return 0
 
 

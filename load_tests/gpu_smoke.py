@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from harness.peer import PEER, REPO, peer_names
+from load_tests.stats import md_table
 from load_tests.loadgen import post_file, threaded_load as load, threaded_summary as summarize  # noqa: F401 (the tests')
 
 
@@ -104,9 +105,8 @@ def engines(out_json: Path) -> int:
     same, total, differ = line_agreement(results["cpu"]["texts"], results["gpu"]["texts"])
     out_json.write_text(json.dumps(results, ensure_ascii=False, indent=1))
     print(f"## In-process engine, {len(images)} peer images\n")
-    print("| device | ms/img (sequential, after one warm image) |\n|---|---:|")
-    for name in ("cpu", "gpu"):
-        print(f"| {name} | {results[name]['ms_per_image']} |")
+    print("\n".join(md_table(["device", "ms/img (sequential, after one warm image)"],
+                             ([n, results[n]["ms_per_image"]] for n in ("cpu", "gpu")))))
     print(f"\nGPU (plain Paddle, fp32) vs CPU (oneDNN fp32): {same}/{total} CPU lines read identically "
           f"({100 * same / max(total, 1):.1f}%); images that differ: {', '.join(differ) or 'none'}")
     return 0
@@ -148,18 +148,15 @@ def service(url: str, engines_json: Path, seconds: float, levels: list[int]) -> 
     runs = [load(url, images, n, seconds, _post) for n in levels]
     rows = replicas()
     print("\n## Summary\n")
-    print("| what | value |\n|---|---|")
-    print(f"| text, service on the GPU vs in-process CPU engine (peer images) | {agreement} |")
-    print(f"| one request at a time over HTTP | {seq_ms:.1f} ms/img |")
-    for r in runs:
-        print(f"| {r['clients']} clients, {seconds:.0f} s | {r['img_s']:.2f} img/s, p50 {r['p50_ms']:.0f} ms, "
-              f"p99 {r['p99_ms']:.0f} ms; statuses {r['codes']} |")
-    for row in rows:
-        print(f"| {row['stage']} pid {row['pid']} | {row['summary']} |")
+    print("\n".join(md_table(["what", "value"], [
+        ["text, service on the GPU vs in-process CPU engine (peer images)", agreement],
+        ["one request at a time over HTTP", f"{seq_ms:.1f} ms/img"],
+        *([f"{r['clients']} clients, {seconds:.0f} s", f"{r['img_s']:.2f} img/s, p50 {r['p50_ms']:.0f} ms, "
+           f"p99 {r['p99_ms']:.0f} ms; statuses {r['codes']}"] for r in runs),
+        *([f"{row['stage']} pid {row['pid']}", row["summary"]] for row in rows)], "ll")))
     print("\n## Agreement with fp32 per stage (start-up check, packaged real images: rec CER <= 1%, det mean IoU >= 0.9, cls 98%; else fp32)\n")
-    print("| stage | replica | precision and agreement |\n|---|---:|---|")
-    for row in rows:
-        print(f"| {row['stage']} | {row['pid']} | {row['precision']} |")
+    print("\n".join(md_table(["stage", "replica", "precision and agreement"],
+                             ([row["stage"], row["pid"], row["precision"]] for row in rows), "lrl")))
     return 0 if all(r["clean"] for r in runs) else 1
 
 

@@ -56,19 +56,6 @@ class Document:
                           for n in range(1, self.pages + 1)]}
 
 
-class BlackHole:
-    """A port that accepts connections (the kernel's backlog) and never answers."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(1024)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def probe_healthz(url: str, seconds: float) -> list[float]:
     """/healthz every 20 ms for `seconds`: each answer's time (ms); an error counts as 10 s."""
     import requests
@@ -122,22 +109,20 @@ def serve_front(book) -> Any:
     from harness.front import Method, stand_in_front
     from serve_app.http.app import build_app
 
-    front = stand_in_front()
-    front.jobs = types.SimpleNamespace(submit=Method(book.submit), get=Method(book.get), get_raw=Method(book.get_raw),
-                                       page=Method(book.page), head=Method(_head(book)))
-    return build_app(front)
-
-
-def _head(book):
     async def head(job_id):
         raw = await book.get_raw(job_id)
         return None if raw is None else (raw[0], None if raw[1] is None else len(raw[1]))
-    return head
+
+    front = stand_in_front()
+    front.jobs = types.SimpleNamespace(submit=Method(book.submit), get=Method(book.get), get_raw=Method(book.get_raw),
+                                       page=Method(book.page), head=Method(head))
+    return build_app(front)
 
 
 async def run_cases(args: argparse.Namespace, tmp: str) -> dict:
     import os
 
+    import requests
     import uvicorn
 
     from harness.hostile import png_strip
@@ -168,11 +153,14 @@ async def run_cases(args: argparse.Namespace, tmp: str) -> dict:
         out["baseline"] = (percentile(base, 50), percentile(base, 99))
 
         # -- deliveries: a black-holed client beside one whose receiver answers
-        hole = BlackHole()
+        hole = socket.socket()  # a port that accepts connections (the kernel's backlog) and never answers
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(1024)
         with Receiver(host="127.0.0.3") as hook:
             png = png_strip(8, 8)
             t0 = time.monotonic()
-            a_codes = [await asyncio.to_thread(post_job, url, "127.0.0.2", png, hole.url)
+            a_codes = [await asyncio.to_thread(post_job, url, "127.0.0.2", png,
+                                              f"http://127.0.0.1:{hole.getsockname()[1]}/hook")
                        for _ in range(per_client + 5)]
             b_codes = [await asyncio.to_thread(post_job, url, "127.0.0.3", png, hook.url) for _ in range(args.jobs)]
             deadline = time.monotonic() + 120
@@ -183,8 +171,9 @@ async def run_cases(args: argparse.Namespace, tmp: str) -> dict:
         hole.close()
 
         # -- streams: slow readers of a long finished document beside /healthz
-        r = await asyncio.to_thread(_post_pdf, url, text_pdf([["x"]]))
-        job = r["job_id"]
+        job = (await asyncio.to_thread(lambda: requests.post(
+            f"{url}/v1/ocr/jobs", data=text_pdf([["x"]]), headers={"Content-Type": "application/pdf"},
+            timeout=30).json()))["job_id"]
         while (await book.get(job))["status"] not in ("succeeded", "failed"):
             await asyncio.sleep(0.05)
         rss0 = rss_mb(os.getpid())
@@ -207,33 +196,25 @@ async def run_cases(args: argparse.Namespace, tmp: str) -> dict:
     return out
 
 
-def _post_pdf(url: str, body: bytes) -> dict:
-    import requests
-
-    return requests.post(f"{url}/v1/ocr/jobs", data=body, headers={"Content-Type": "application/pdf"},
-                         timeout=30).json()
-
-
 def report(args: argparse.Namespace, out: dict) -> bool:
     d, s = out["deliveries"], out["streams"]
-    b_ok = sum(c == 202 for c in d["b_codes"])
+    from load_tests.stats import md_table
+
+    a, b_ok = d["a_codes"], sum(c == 202 for c in d["b_codes"])
+    read, ok = [n for _, n in s["read"]], sum(" 200 " in h + " " for h, _ in s["read"])
     deliveries_hold = b_ok == len(d["b_codes"]) and d["b_delivered"] == b_ok
-    streams_hold = s["p99"] < HEALTHZ_P99_MS and all(" 200 " in h + " " for h, _ in s["read"])
+    streams_hold = s["p99"] < HEALTHZ_P99_MS and ok == len(s["read"])
     print(f"/healthz alone: p50 {out['baseline'][0]:.1f} ms, p99 {out['baseline'][1]:.1f} ms "
           f"(every 20 ms for {args.seconds:g} s)\n")
-    print("| case | the stranger | the other client / the probe | holds |")
-    print("|---|---|---|---|")
-    a = d["a_codes"]
-    print(f"| deliveries | {len(a)} black-holed submits: {a.count(202)} x 202, {a.count(503)} x 503 | "
-          f"{b_ok}/{len(d['b_codes'])} accepted, {d['b_delivered']} delivered in {d['b_seconds']:.1f} s | "
-          f"{'yes' if deliveries_hold else 'NO'} |")
-    read = [n for _, n in s["read"]]
-    ok = sum(" 200 " in h + " " for h, _ in s["read"])
-    print(f"| streams | {args.readers} slow readers (each its own client) of a {args.pages}-page stream "
-          f"({s['result_mb']:.1f} MB result; {ok} answered 200; {min(read) // 1024}-{max(read) // 1024} KiB read each "
-          f"in {args.seconds:g} s; this process's RSS +{s['rss_growth_mb']:.0f} MB) | "
-          f"/healthz p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms (< {HEALTHZ_P99_MS:g}) | "
-          f"{'yes' if streams_hold else 'NO'} |")
+    print("\n".join(md_table(["case", "the stranger", "the other client / the probe", "holds"], [
+        ["deliveries", f"{len(a)} black-holed submits: {a.count(202)} x 202, {a.count(503)} x 503",
+         f"{b_ok}/{len(d['b_codes'])} accepted, {d['b_delivered']} delivered in {d['b_seconds']:.1f} s",
+         "yes" if deliveries_hold else "NO"],
+        ["streams", f"{args.readers} slow readers (each its own client) of a {args.pages}-page stream "
+         f"({s['result_mb']:.1f} MB result; {ok} answered 200; {min(read) // 1024}-{max(read) // 1024} KiB read "
+         f"each in {args.seconds:g} s; this process's RSS +{s['rss_growth_mb']:.0f} MB)",
+         f"/healthz p50 {s['p50']:.1f} ms, p99 {s['p99']:.1f} ms (< {HEALTHZ_P99_MS:g})",
+         "yes" if streams_hold else "NO"]], "llll")))
     return deliveries_hold and streams_hold
 
 

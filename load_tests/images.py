@@ -49,14 +49,10 @@ def pick_names(folder: Path, quick: bool, n: Optional[int], names: Optional[list
         missing = [x for x in names if x not in avail]
         if missing:
             sys.exit(f"images not in {folder}: {missing}")
-        chosen = list(names)
-    elif quick:
-        chosen = [x for x in quick_names if x in avail] or avail[:len(quick_names)]
-    elif n and n < len(avail):
-        chosen = [avail[int(i * len(avail) / n)] for i in range(n)]
-    else:
-        chosen = avail
-    return chosen
+        return list(names)
+    if quick:
+        return [x for x in quick_names if x in avail] or avail[:len(quick_names)]
+    return [avail[int(i * len(avail) / n)] for i in range(n)] if n and n < len(avail) else avail
 
 
 def resized_variants(images: list[Img], n: int, seed: int = 11, scale: tuple[float, float] = (0.35, 1.6),

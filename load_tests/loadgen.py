@@ -339,6 +339,7 @@ def threaded_load(url: str, images: list, clients: int, seconds: float, post=pos
     name), never raised."""
     import collections
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     lat, codes, stop = [], collections.Counter(), time.monotonic() + seconds
     lock = threading.Lock()
@@ -356,12 +357,9 @@ def threaded_load(url: str, images: list, clients: int, seconds: float, post=pos
                 codes[code] += 1
             i += clients
 
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
     t0 = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    with ThreadPoolExecutor(max(clients, 1)) as pool:
+        list(pool.map(client, range(clients)))
     return threaded_summary(clients, lat, codes, time.perf_counter() - t0)
 
 

@@ -56,13 +56,13 @@ def variants(device: str, stage: str, engine):
 
 def add_cli_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--stages", default=",".join(STAGES))
 
 
 def main(args: argparse.Namespace) -> int:
     a = args
     import cv2
 
+    from load_tests.stats import md_table
     from serve_app.core.engine_config import EngineConfig
     from serve_app.inference.precision_check import (UNITS, PrecisionMismatch, agreement, answers, box_agreement,
                                                      check_items, decide)
@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     engine = EngineConfig()
     make = readers(engine)
     rows = []
-    for stage in a.stages.split(","):
+    for stage in STAGES:
         names, items = check_items(stage, lambda path: cv2.imread(path, cv2.IMREAD_COLOR))
         outs, times = {}, {}
         for name, opts in variants(a.device, stage, engine):
@@ -96,13 +96,10 @@ def main(args: argparse.Namespace) -> int:
             rows.append((stage, name, times[name], agreed, verdict))
     print(f"## Agreement with {variants(a.device, 'rec', engine)[0][0]} per stage (packaged real images; the start-up "
           "check's bounds: rec CER <= 1%, det mean box IoU >= 0.9, cls 98% identical)\n")
-    print("| stage | engine | agreement | % | CER | mean IoU | verdict | ms (all items, sequential) |\n"
-          "|---|---|---|---:|---:|---:|---|---:|")
-    for stage, name, ms, agreed, verdict in rows:
-        cer = "" if agreed.cer is None else f"{100 * agreed.cer:.2f}%"
-        iou = "" if agreed.mean_iou is None else f"{agreed.mean_iou:.3f}"
-        print(f"| {stage} | {name} | {agreed.identical}/{agreed.total} {agreed.unit} | {100 * agreed.fraction:.1f} | "
-              f"{cer} | {iou} | {verdict} | {ms:.0f} |")
+    print("\n".join(md_table(["stage", "engine", "agreement", "%", "CER", "mean IoU", "verdict", "ms (all items, sequential)"], (
+        [stage, name, f"{agreed.identical}/{agreed.total} {agreed.unit}", f"{100 * agreed.fraction:.1f}",
+         "" if agreed.cer is None else f"{100 * agreed.cer:.2f}%", "" if agreed.mean_iou is None else f"{agreed.mean_iou:.3f}",
+         verdict, f"{ms:.0f}"] for stage, name, ms, agreed, verdict in rows), "lllrrrlr")))
     for stage, name, ms, agreed, verdict in rows:
         if agreed.differing:
             print(f"\n{stage}, {name}, first differences: " +

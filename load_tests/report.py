@@ -69,11 +69,8 @@ def render(run: Run, plots: list[str]) -> str:
     w("")
     errs = [(p, k, v) for p in run.points for k, v in p.summary.get("error_kinds", {}).items()]
     if errs:
-        w("Errors seen (first kinds per point):")
-        w("")
-        for p, k, v in errs:
-            w(f"- {p.label} [{p.load_str()}]: {v} x `{k}`")
-        w("")
+        L.extend(["Errors seen (first kinds per point):", "", *(f"- {p.label} [{p.load_str()}]: {v} x `{k}`"
+                                                               for p, k, v in errs), ""])
     rows = targets_check(run)
     if rows:
         section("Targets (ratios from this run; reported, not asserted)", table=(
@@ -126,45 +123,29 @@ def render(run: Run, plots: list[str]) -> str:
         section("Low-load latency, image by image",
                 "Median over the images of (median latency of the image on A - on B), in ms: what A adds per "
                 "request when nothing queues.", table=(["A", "B", "A - B (ms)", "images"], pairs, "llrr"))
-    section("Where the time goes (means over successful requests; ms)")
-    w("`decode`..`total` are the server's own `timings_ms` (in the service each model stage includes the hop to "
-      "its deployment and the wait for a batch); `outside` = client latency minus server `total` (HTTP, proxy, "
-      "ingress, queueing before the pipeline); `busy` = the model replicas' summed batch compute time per "
-      "stage in the window divided by the window's length (1.0 = one replica computing all the time; batch "
-      "times are wall times on the predictor thread, so CPU contention stretches them).")
-    w("")
-    w("| target | load | latency | decode | det | cls | rec | total | outside | lock wait | batch ms det/cls/rec | "
-      "busy det/cls/rec |")
-    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|")
+    stage_rows = []
     for p in run.points:
-        st = p.summary.get("stage_ms")
-        if not st:
-            continue
-        b = p.batches
-        lat = p.summary["mean_ms"]
-        outside = lat - st["total"] if p.mode != "loop" and "total" in st else float("nan")
-        busy = ("/".join(f(b[s]["busy_s"] / b[s]["sampled_s"] if b[s]["sampled_s"] > 0 else None, 2)
-                         for s in STAGES)) if b else ""
-        w(f"| {p.label} | {p.load_str()} | {f(lat)} | " + " | ".join(f(st.get(k), 0) for k in TIMING_KEYS)
-          + f" | {f(outside)} | {f(st.get('lock_wait'))} | {batch_cell(b, 'mean_batch_ms')} | {busy} |")
-    w("")
+        st, b, lat = p.summary.get("stage_ms"), p.batches, p.summary.get("mean_ms")
+        if st:
+            outside = lat - st["total"] if p.mode != "loop" and "total" in st else float("nan")
+            busy = ("/".join(f(b[s]["busy_s"] / b[s]["sampled_s"] if b[s]["sampled_s"] > 0 else None, 2)
+                             for s in STAGES)) if b else ""
+            stage_rows.append([p.label, p.load_str(), f(lat), *(f(st.get(k), 0) for k in TIMING_KEYS), f(outside),
+                               f(st.get("lock_wait")), batch_cell(b, "mean_batch_ms"), busy])
+    section("Where the time goes (means over successful requests; ms)",
+            "`decode`..`total` are the server's own `timings_ms` (in the service each model stage includes the hop "
+            "to its deployment and the wait for a batch); `outside` = client latency minus server `total` (HTTP, "
+            "proxy, ingress, queueing before the pipeline); `busy` = the model replicas' summed batch compute time "
+            "per stage in the window divided by the window's length (1.0 = one replica computing all the time; "
+            "batch times are wall times on the predictor thread, so CPU contention stretches them).", table=(
+                ["target", "load", "latency", *TIMING_KEYS, "outside", "lock wait", "batch ms det/cls/rec",
+                 "busy det/cls/rec"], stage_rows, "llrrrrrrrrll"))
     if plots:
-        section("Plots")
-        for pth in plots:
-            w(f"![{Path(pth).stem}](img/{Path(pth).name})")
-            w("")
+        section("Plots", *(f"![{Path(pth).stem}](img/{Path(pth).name})" for pth in plots))
     if run.probes:
-        section("Probes")
-        for k, v in run.probes.items():
-            w(f"- {k}: {v}")
-        w("")
+        section("Probes", "\n".join(f"- {k}: {v}" for k, v in run.probes.items()))
     if run.notes or run.failures:
-        section("Notes")
-        for n in run.notes:
-            w(f"- {n}")
-        for n in run.failures:
-            w(f"- **{n}**")
-        w("")
+        section("Notes", "\n".join([*(f"- {n}" for n in run.notes), *(f"- **{n}**" for n in run.failures)]))
     w(summary_line(run))
     return "\n".join(L) + "\n"
 

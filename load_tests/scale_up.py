@@ -25,12 +25,9 @@ from load_tests.images import pick_images
 from load_tests.loadgen import http_sync
 from harness.service import apply_config, load_config, replica_stats, served
 from harness.peer import PEER
+from load_tests.stats import md_table
 
 DET = "TextDetector"
-
-
-def det_deployment(config: dict) -> dict:
-    return next(d for d in config["applications"][0]["deployments"] if d["name"] == DET)
 
 
 def replica_states() -> dict[str, int]:
@@ -42,15 +39,9 @@ def replica_states() -> dict[str, int]:
     return {str(k): v for k, v in app.deployments[DET].replica_states.items()}
 
 
-def det_stats(handle, tries: int = 12) -> dict[int, dict]:
-    """pid -> stats() of every detector replica `tries` calls reach."""
-    return replica_stats(handle, n=10**6, tries=tries)
-
-
 async def run(a) -> dict:
     config = load_config()
-    det = det_deployment(config)
-    auto = det["autoscaling_config"]
+    auto = next(d for d in config["applications"][0]["deployments"] if d["name"] == DET)["autoscaling_config"]
     if a.target_ongoing is not None:
         auto["target_ongoing_requests"] = a.target_ongoing
     if a.upscale_delay is not None:
@@ -68,8 +59,7 @@ async def measure(a, url: str, config: dict, auto: dict) -> dict:
     from ray import serve
 
     handle = serve.get_deployment_handle(DET, "ocr")
-    first = await asyncio.to_thread(det_stats, handle, 4)
-    old_pids = set(first)
+    old_pids = set(await asyncio.to_thread(replica_stats, handle, 10**6, 4))  # pid -> stats of every replica 4 calls reach
     images = pick_images(PEER, False, a.n_images, None)
     done: list[tuple[float, bool, float]] = []  # (wall time done, ok, latency s)
     events: dict[str, float] = {}
@@ -99,7 +89,7 @@ async def measure(a, url: str, config: dict, auto: dict) -> dict:
                 if states.get("RUNNING", 0) >= 2 and "running_seen" not in events:
                     events["running_seen"] = now
             if "running_seen" in events:
-                stats = await asyncio.to_thread(det_stats, handle)
+                stats = await asyncio.to_thread(replica_stats, handle, 10**6, 12)
                 fresh = {p: s for p, s in stats.items() if p not in old_pids}
                 if fresh:
                     pid, st = next(iter(fresh.items()))
@@ -162,13 +152,12 @@ def report(r: dict, a) -> str:
     if "first_batch" in ev:
         rows.append(("first request's batch runs on it", ev["first_batch"], ""))
     rows.sort(key=lambda x: x[1])
-    out = ["| event | s after the step | note |", "|---|---:|---|"]
-    out += [f"| {name} | {t - step:+.2f} | {note} |" for name, t, note in rows]
+    out = md_table(["event", "s after the step", "note"], ([name, f"{t - step:+.2f}", note] for name, t, note in rows),
+                   "lrl")
     if a.idle:  # no load: no throughput to show
         return "\n".join(out)
     # throughput and latency per interval
-    out += ["", "| interval (s from step) | answers | img/s | p50 ms | errors |", "|---|---:|---:|---:|---:|"]
-    w = a.interval_s
+    intervals, w = [], a.interval_s
     k = -int(a.base_s // w)
     last = r["stopped"] - step  # answers after the stop (clients draining) are left out
     while k * w < last:
@@ -176,9 +165,9 @@ def report(r: dict, a) -> str:
         sel = [(ok, lat) for t, ok, lat in r["done"] if lo <= t - step < hi]
         oks = [lat for ok, lat in sel if ok]
         p50 = f"{statistics.median(oks) * 1000:.0f}" if oks else "-"
-        out.append(f"| {lo:+.0f} .. {hi:+.0f} | {len(oks)} | {len(oks) / w:.2f} | {p50} | {len(sel) - len(oks)} |")
+        intervals.append([f"{lo:+.0f} .. {hi:+.0f}", len(oks), f"{len(oks) / w:.2f}", p50, len(sel) - len(oks)])
         k += 1
-    return "\n".join(out)
+    return "\n".join([*out, "", *md_table(["interval (s from step)", "answers", "img/s", "p50 ms", "errors"], intervals)])
 
 
 def add_cli_args(ap: argparse.ArgumentParser) -> None:
@@ -201,8 +190,6 @@ def main(args: argparse.Namespace) -> int:
         a.base_clients = a.step_clients = 0
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     r = asyncio.run(run(a))
-    print()
-    print(f"Run {started}; {' '.join(sys.argv[1:]) or 'defaults'}")
-    print()
+    print(f"\nRun {started}; {' '.join(sys.argv[1:]) or 'defaults'}\n")
     print(report(r, a))
     return 0

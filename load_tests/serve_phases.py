@@ -54,16 +54,10 @@ def phases(log: str, t0: float, ready_s: float) -> dict[str, Optional[float]]:
     """Seconds from `serve run` to the end of each phase (the first line of
     each mark; the last "replica ready" line for the model replicas)."""
     out: dict[str, Optional[float]] = {}
-    lines = log.splitlines()
     for name, pat in MARKS:
-        hits = [stamp(x) for x in lines if re.search(pat, x)]
-        hits = [h for h in hits if h is not None]
-        if not hits:
-            out[name] = None
-            continue
-        out[name] = (max(hits) if name == "model replicas ready" else min(hits)) - t0
-    out["/readyz 200"] = ready_s
-    return out
+        hits = [h for h in (stamp(x) for x in log.splitlines() if re.search(pat, x)) if h is not None]
+        out[name] = ((max if name == "model replicas ready" else min)(hits) - t0) if hits else None
+    return {**out, "/readyz 200": ready_s}
 
 
 def start_once(spec: str, work: Path, cache: Path, timeout_s: float) -> dict:
@@ -144,8 +138,6 @@ INFO 2026-12-02 09:31:38,243 serve 24518 -- Started Serve in namespace "serve".
 def smoke(args: argparse.Namespace) -> int:
     """The phases read from a captured `serve run` log, and the table: each
     phase ends at its first line, the models at their last "ready" (no Ray)."""
-    from datetime import datetime
-
     from load_tests.cli import check
 
     got = phases(SMOKE_LOG, datetime(2026, 12, 2, 9, 31, 31, 800000).timestamp(), 16.1)

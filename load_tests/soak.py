@@ -209,16 +209,11 @@ def main(args: argparse.Namespace) -> int:
         with service.served(service.load_config(args.config), args.port) as url:
             raw = asyncio.run(soak(url, args.seconds, args.fraction, sizes=args.sizes, hostile=args.hostile,
                                    settle_s=args.settle))
-        write_raw(raw, args.out)
+        args.out.mkdir(parents=True, exist_ok=True)  # every request and memory sample: the report is rendered from it
+        (args.out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
     summary = write_soak_report(raw, args.out)
     print(json.dumps(summary))
     return 0 if summary["errors"] == 0 else 1
-
-
-def write_raw(raw: dict, out: Path) -> None:
-    """out/soak_raw.json: every request and memory sample (the report is rendered from it)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "soak_raw.json").write_text(json.dumps(raw, indent=1))
 
 
 def smoke(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from pathlib import Path
 from harness.peer import PEER
 from load_tests.cli import standalone
 from load_tests.loadgen import post_file, threaded_load
+from load_tests.stats import md_table
 
 REPO = Path(__file__).resolve().parents[1]
 RECEIPT = PEER / "mmocr_wildreceipt_1.jpeg"
@@ -107,21 +108,17 @@ def main(args: argparse.Namespace) -> int:
                         "--seconds", str(a.seconds), "--clients", str(a.clients), "--repeats", str(a.repeats),
                         "--handle-loops", a.handle_loops], env=env, cwd=REPO, timeout=900)
         results.append(json.loads(out.read_text()) if out.exists() else {"mode": mode, "error": "no result"})
-    print(f"| mode | Ray start to ready s | 1 client receipt p50 ms (statuses) | 1 client word p50 ms | {a.clients} clients img/s | "
-          "p50 / p99 ms | statuses | sync handle, plain driver (separate loop 0 / 1) |")
-    print("|---|---:|---|---:|---:|---|---|---|")
-    for r in results:
-        if "saturation" not in r:
-            print(f"| {r['mode']} | failed: {r.get('error', r)} |")
-            continue
+    def h(x: dict) -> str:
+        return f"ok {x['ms']:.0f} ms" if x.get("ok") else f"fails ({x.get('error', '?')[:90]})"
 
-        def h(k):
-            x = r.get(k, {})
-            return f"ok {x['ms']:.0f} ms" if x.get("ok") else f"fails ({x.get('error', '?')[:90]})"
-        s = r["saturation"]
-        print(f"| {r['mode']} | {r['ready_s']:.0f} | {r['one_receipt']['p50_ms']:.0f} ({r['one_receipt']['codes']}) | "
-              f"{r['one_word']['p50_ms']:.0f} | {s['img_s']:.2f} | {s['p50_ms']:.0f} / {s['p99_ms']:.0f} | "
-              f"{s['codes']} | {h('handle_sep0')} / {h('handle_sep1')} |")
+    print("\n".join(md_table(["mode", "Ray start to ready s", "1 client receipt p50 ms (statuses)", "1 client word p50 ms",
+                               f"{a.clients} clients img/s", "p50 / p99 ms", "statuses",
+                               "sync handle, plain driver (separate loop 0 / 1)"], (
+        [r["mode"], f"failed: {r.get('error', r)}"] if "saturation" not in r else
+        [r["mode"], f"{r['ready_s']:.0f}", f"{r['one_receipt']['p50_ms']:.0f} ({r['one_receipt']['codes']})",
+         f"{r['one_word']['p50_ms']:.0f}", f"{s['img_s']:.2f}", f"{s['p50_ms']:.0f} / {s['p99_ms']:.0f}", s["codes"],
+         f"{h(r.get('handle_sep0', {}))} / {h(r.get('handle_sep1', {}))}"]
+        for r, s in ((r, r.get("saturation", {})) for r in results)), "lrlrrlll")))
     print(json.dumps(results), file=sys.stderr)
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import resource
 import sys
@@ -42,9 +43,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="at most this many images of each set, evenly spread (0: all)")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes (all models interleaved) after the untimed one")
     parser.add_argument("--threads", type=int, default=1, help="inference threads per predictor")
-    parser.add_argument("--memory-optim", choices=("auto", "on", "off"), default="auto",
-                        help="Paddle's enable_memory_optim; auto: off for the PP-OCRv6 sets (their converted "
-                             "PIR files fail to build with it on for now), on for ppocrv4_mobile")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
 
 
@@ -58,11 +56,8 @@ def gflop_figures() -> dict[str, tuple[float, float] | None]:
     where the set has none."""
     from serve_app.core.model_sets import SETS
 
-    out = {}
-    for name, s in SETS.items():
-        c = s.cost
-        out[name] = (c.det_gflop_960, c.rec_gflop_crop) if c.det_gflop_960 and c.rec_gflop_crop else None
-    return out
+    return {name: (c.det_gflop_960, c.rec_gflop_crop) if c.det_gflop_960 and c.rec_gflop_crop else None
+            for name, c in ((name, s.cost) for name, s in SETS.items())}
 
 
 def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], crops_wh: list[tuple[float, float]],
@@ -83,18 +78,19 @@ def image_gflop(figures: tuple[float, float] | None, det_hw: tuple[int, int], cr
 # the children
 
 
-def engine_config(model: str, threads: int, memory_optim: str = "auto"):
+def engine_config(model: str, threads: int):
     """The in-process defaults (OpenVINO, bf16 where the CPU has it, the
-    process pinned) with `threads` inference threads per predictor."""
+    process pinned) with `threads` inference threads per predictor; Paddle's
+    memory_optim on for ppocrv4_mobile only (the PP-OCRv6 sets' converted PIR
+    files fail to build with it on for now)."""
     from serve_app.engine import default_engine_config
 
     cfg = default_engine_config()
-    optim = memory_optim == "on" or (memory_optim == "auto" and model == BASE)
     return cfg.model_copy(update={"predictor": cfg.predictor.model_copy(
-        update={"cpu_math_library_num_threads": threads, "enable_memory_optim": optim})})
+        update={"cpu_math_library_num_threads": threads, "enable_memory_optim": model == BASE})})
 
 
-def measure(model: str, set_names: list[str], sample: int, threads: int, memory_optim: str = "auto") -> dict:
+def measure(model: str, set_names: list[str], sample: int, threads: int) -> dict:
     """In a child: read every set with `model` once; texts, boxes, memory."""
     from harness.eval_sets import build, score_item
     from harness.procfs import rss_mb
@@ -105,7 +101,7 @@ def measure(model: str, set_names: list[str], sample: int, threads: int, memory_
     sets = {n: sampled(build(n), sample) for n in set_names}
     rss0 = rss_mb()
     t0 = time.perf_counter()
-    eng = OcrEngine(engine_config(model, threads, memory_optim), model=model)
+    eng = OcrEngine(engine_config(model, threads), model=model)
     load_s = time.perf_counter() - t0
     rss_loaded = rss_mb()
     cfg = eng.config
@@ -132,8 +128,8 @@ def measure(model: str, set_names: list[str], sample: int, threads: int, memory_
     return out
 
 
-def timed_interleaved(models: list[str], set_names: list[str], sample: int, repeats: int, threads: int,
-                      memory_optim: str = "auto") -> dict[str, dict[str, list[float]]]:
+def timed_interleaved(models: list[str], set_names: list[str], sample: int, repeats: int,
+                      threads: int) -> dict[str, dict[str, list[float]]]:
     """In a child: every model's engine loaded, one untimed pass (builds the
     shapes), then `repeats` timed passes, image by image, each image read by
     every model in turn (the order rotated each pass); model -> set -> the
@@ -142,7 +138,7 @@ def timed_interleaved(models: list[str], set_names: list[str], sample: int, repe
     from serve_app.engine import OcrEngine
 
     sets = {n: sampled(build(n), sample) for n in set_names}
-    engines = {m: OcrEngine(engine_config(m, threads, memory_optim), model=m) for m in models}
+    engines = {m: OcrEngine(engine_config(m, threads), model=m) for m in models}
     try:
         for eng in engines.values():
             for items in sets.values():
@@ -175,12 +171,8 @@ def interleaved_walls(engines: dict, sets: dict[str, list], repeats: int,
 
 def _side(box, axis: int) -> float:
     """A quadrilateral's mean width (axis 0) or height (axis 1)."""
-    import math
-
-    (a, b, c, d) = box
-    if axis == 0:
-        return (math.dist(a, b) + math.dist(d, c)) / 2
-    return (math.dist(a, d) + math.dist(b, c)) / 2
+    a, b, c, d = box
+    return (math.dist(a, b) + math.dist(d, c)) / 2 if axis == 0 else (math.dist(a, d) + math.dist(b, c)) / 2
 
 
 def sampled(items: list, n: int) -> list:
@@ -267,15 +259,12 @@ def summarise(run: dict, figures) -> dict:
 def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str, wall_s: float,
            loads: str = "") -> str:
     from harness.eval_sets import SETS
-    from load_tests.stats import fmt
+    from load_tests.stats import fmt, md_table
 
     sums = {m: summarise(r, figures.get(m)) for m, r in runs.items()}
-    w: list[str] = []
     cmd = "python -m load_tests " + " ".join(sys.argv[1:])
-    w.append(f"# Model tiers: accuracy and speed ({'smoke' if getattr(args, 'smoke', False) else 'one run'})")
-    w.append("")
-    w.append(f"- `{cmd.strip()}`; started {started} UTC, wall {wall_s:.0f} s")
-    w.append(f"- {machine()}")
+    w = [f"# Model tiers: accuracy and speed ({'smoke' if getattr(args, 'smoke', False) else 'one run'})", "",
+         f"- `{cmd.strip()}`; started {started} UTC, wall {wall_s:.0f} s", f"- {machine()}"]
     opts = "; ".join(f"{m} {r['options']}" for m, r in runs.items())
     w.append(f"- engine in process, one image at a time, one predictor thread per stage; predictor options: {opts}; "
              f"texts scored from an untimed pass, one child per model; img/s from {args.repeats} timed pass(es) in one "
@@ -304,24 +293,22 @@ def render(args, runs: dict[str, dict], conv: dict | None, figures, started: str
                      f"{s['ips']:.2f} | {ratio:.2f} | {fmt(s['gflop'], 2)} | {fmt(floor, 2)} | "
                      f"{'n/a' if floor is None else format(100 * s['ips'] / floor, '.0f') + '%'} |")
     w.append("")
-    w.append("| model | load s | RSS before MB | after load MB | end MB | peak MB | added MB |")
-    w.append("|---|---:|---:|---:|---:|---:|---:|")
-    for m, r in runs.items():
-        w.append(f"| {m} | {r['load_s']:.1f} | {r['rss_before_mb']:.0f} | {r['rss_loaded_mb']:.0f} | "
-                 f"{r['rss_end_mb']:.0f} | {r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] - r['rss_before_mb']:.0f} |")
+    w += md_table(["model", "load s", "RSS before MB", "after load MB", "end MB", "peak MB", "added MB"], (
+        [m, f"{r['load_s']:.1f}", *(f"{r[k]:.0f}" for k in ("rss_before_mb", "rss_loaded_mb", "rss_end_mb", "peak_rss_mb")),
+         f"{r['peak_rss_mb'] - r['rss_before_mb']:.0f}"] for m, r in runs.items()))
     return "\n".join(w) + "\n"
 
 
 def smoke(args: argparse.Namespace) -> int:
     """Two English lines with ppocrv4_mobile, the GFLOP/s probe included:
     that the program runs and reads (seconds; measures nothing)."""
+    from load_tests.cli import check
+
     args.models, args.sets, args.sample, args.repeats = [BASE], ["english"], 2, 1
     runs = run(args)
-    if BASE not in runs:
-        raise SystemExit(f"smoke check failed: {BASE} did not run")
+    check(BASE in runs, f"{BASE} did not run")
     s = summarise(runs[BASE], None)["english"]
-    if not (s["images"] == 2 and s["read"] == 2 and s["ips"] > 0):
-        raise SystemExit(f"smoke check failed: ppocrv4_mobile read {s['read']} of 2 English lines")
+    check(s["images"] == 2 and s["read"] == 2 and s["ips"] > 0, f"{BASE} read {s['read']} of 2 English lines")
     return 0
 
 
@@ -344,7 +331,7 @@ def run(args: argparse.Namespace) -> dict:
     for m in args.models:
         print(f"{m}: reading {', '.join(args.sets)} ...", file=sys.stderr, flush=True)
         try:
-            runs[m] = call_in_child(measure, m, args.sets, args.sample, args.threads, args.memory_optim)
+            runs[m] = call_in_child(measure, m, args.sets, args.sample, args.threads)
         except Exception as e:  # noqa: BLE001 (one model failing leaves the others' table)
             failed[m] = f"{type(e).__name__}: {str(e)[:300]}"
             print(f"{m} failed: {failed[m]}", file=sys.stderr, flush=True)
@@ -353,7 +340,7 @@ def run(args: argparse.Namespace) -> dict:
     if runs and args.repeats > 0:
         print(f"timing {', '.join(runs)} interleaved, {args.repeats} pass(es) ...", file=sys.stderr, flush=True)
         walls = call_in_child(timed_interleaved, list(runs), args.sets, args.sample, args.repeats, args.threads,
-                              args.memory_optim, timeout_s=3600)
+                              timeout_s=3600)
         for m, per_set in walls.items():
             for name, w in per_set.items():
                 runs[m]["sets"][name]["walls"] = w

@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from harness.procfs import load_line
+from load_tests.stats import md_table
 
 BASE = "ppocrv4_mobile"
 # (label, module, function name): the pure stages the pipeline calls, wrapped to time them.
@@ -143,26 +144,24 @@ def render(models: list[str], clock: Clock, wall: dict, lines: dict, n_reads: in
     per = {m: {s: clock.ms[(m, s)] / n_reads for s in ORDER if s != "pipeline rest"} for m in models}
     for m in models:
         per[m]["pipeline rest"] = wall[m] / n_reads - sum(per[m].values())
-    head = " | ".join(f"{m} ms" for m in models)
     ratios = [m for m in models if m != BASE]
-    out = [f"| stage (ms per image) | {head} | " + " | ".join(f"{m} x v4" for m in ratios) + " |",
-           "|---|" + "---:|" * (len(models) + len(ratios))]
-
-    def row(label: str, vals: dict[str, float]) -> str:
-        rs = [f"{vals[BASE] / vals[m]:.2f}" if vals[m] > 0.05 else "-" for m in ratios]
-        return f"| {label} | " + " | ".join(f"{vals[m]:.1f}" for m in models) + " | " + " | ".join(rs) + " |"
-
-    for s in ORDER:
-        out.append(row(s, {m: per[m][s] for m in models}))
     graphs = ("det graph", "cls graph", "rec graph")
-    out.append(row("**graphs**", {m: sum(per[m][g] for g in graphs) for m in models}))
-    out.append(row("**outside the graphs**", {m: wall[m] / n_reads - sum(per[m][g] for g in graphs) for m in models}))
-    out.append(row("**total**", {m: wall[m] / n_reads for m in models}))
-    out.append("| lines per pass | " + " | ".join(str(lines[m]) for m in models) + " |" + " |" * len(ratios))
+
+    def row(label: str, vals: dict[str, float]) -> list[str]:
+        return [label, *(f"{vals[m]:.1f}" for m in models),
+                *(f"{vals[BASE] / vals[m]:.2f}" if vals[m] > 0.05 else "-" for m in ratios)]
+
+    out = md_table(["stage (ms per image)", *(f"{m} ms" for m in models), *(f"{m} x v4" for m in ratios)], [
+        *(row(s, {m: per[m][s] for m in models}) for s in ORDER),
+        row("**graphs**", {m: sum(per[m][g] for g in graphs) for m in models}),
+        row("**outside the graphs**", {m: wall[m] / n_reads - sum(per[m][g] for g in graphs) for m in models}),
+        row("**total**", {m: wall[m] / n_reads for m in models}),
+        ["lines per pass", *(lines[m] for m in models), *([""] * len(ratios))]])
     if shapes:
-        out += ["", "| set | graph | input shape | calls | median ms |", "|---|---|---|---:|---:|"]
-        for (m, label, shape), ms in sorted(clock.calls.items(), key=lambda kv: (kv[0][0], kv[0][1], -len(kv[1]))):
-            out.append(f"| {m} | {label} | {'x'.join(map(str, shape))} | {len(ms)} | {statistics.median(ms):.2f} |")
+        out += ["", *md_table(["set", "graph", "input shape", "calls", "median ms"], (
+            [m, label, "x".join(map(str, shape)), len(ms), f"{statistics.median(ms):.2f}"]
+            for (m, label, shape), ms in sorted(clock.calls.items(), key=lambda kv: (kv[0][0], kv[0][1], -len(kv[1])))),
+            "lllrr")]
     return "\n".join(out)
 
 
