@@ -13,18 +13,10 @@ from serve_app.http.policies.admission import Admission
 from serve_app.http.policies.slots import ClientSlots
 
 
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-
 def setup(max_in_flight=8):
-    clock = Clock()
-    return ClientSlots(retry_after_s=1), Admission(AdmissionArgs(client_window_s=10.0), clock=clock,
-                                                   max_requests=max_in_flight), clock
+    now = [1000.0]  # the admission's clock, stepped by the test
+    return ClientSlots(retry_after_s=1), Admission(AdmissionArgs(client_window_s=10.0), clock=lambda: now[0],
+                                                   max_requests=max_in_flight), now
 
 
 def fill(slots, admission, client) -> tuple[int, Overloaded]:
@@ -38,7 +30,7 @@ def fill(slots, admission, client) -> tuple[int, Overloaded]:
 
 
 def test_a_client_alone_keeps_one_slot_free_for_the_next_and_then_gets_its_fair_share():
-    slots, adm, clock = setup(8)
+    slots, adm, now = setup(8)
     n, refusal = fill(slots, adm, "addr:10.0.0.1")
     assert n == 7 and "one is kept for another client" in str(refusal) and refusal.retry_after_s == 1
     assert slots.take("addr:10.0.0.2", adm) == "addr:10.0.0.2"  # the newcomer is taken at once
@@ -52,7 +44,7 @@ def test_a_client_alone_keeps_one_slot_free_for_the_next_and_then_gets_its_fair_
     slots.take("addr:10.0.0.1", adm)
     # b leaves and is not seen again for the client window: a alone again, all but one
     slots.give("addr:10.0.0.2")
-    clock.t += 11
+    now[0] += 11
     assert fill(slots, adm, "addr:10.0.0.1")[0] == 3 and slots.held == {"addr:10.0.0.1": 7}
     assert adm.refused["client_share"] == 3
 
