@@ -117,6 +117,11 @@ def _f(x, nd=0, plus=False) -> str:
     return f"{x:+.{nd}f}" if plus else f"{x:.{nd}f}"
 
 
+def engine_rate(engine: dict) -> float:
+    """The engine's img/s over its peer pass (one image at a time, warmed)."""
+    return 1000 * len(engine["ms_peer"]) / sum(engine["ms_peer"])
+
+
 def table(engine: dict, runs: list[dict]) -> str:
     """Side by side: one column per (config, round), rows as the issue asks."""
     head = [f"{r['name']} (round {r['round']})" for r in runs]
@@ -153,7 +158,8 @@ def table(engine: dict, runs: list[dict]) -> str:
          [f"{_f(r.get('shapes_left_ready'))} / {_f(r.get('shapes_left_pss'))}" for r in runs]),
         ("s waited after the first request for them (the one-client pass starts after)",
          [_f(r.get("shapes_built_s"), 1) for r in runs]),
-        ("img/s at 8 clients", [_f(r["rate_8"], 2) for r in runs]),
+        (f"img/s at 8 clients (the engine one image at a time {engine_rate(engine):.2f}): its ratio",
+         [f"{_f(r['rate_8'], 2)}: {r['rate_8'] / engine_rate(engine):.2f}x" for r in runs]),
         *((f"set {name}: first request s (its load) / PSS MB added / the service's own measure (GET /v1/models mb)", [
             f"{_f(r['sets'][name]['first_s'], 1)} / {_f(r['sets'][name]['added_mb'], plus=True)}"
             f" / {_f(r['sets'][name].get('service_mb'))}"
@@ -508,8 +514,10 @@ def smoke(args: argparse.Namespace) -> int:
     check((pr["engine_p50"], pr["service_p50"], pr["over_p50"], pr["pairs"]) == (45.0, 58.0, 15.0, 3),
           f"paired: {pr}")
     run["paired"] = pr
-    text = table({"p50_peer": 200.0, "p50_lines": 100.0, "reading": {"lines": 665, "cer": 0.0956}}, [run])
+    text = table({"p50_peer": 200.0, "p50_lines": 100.0, "ms_peer": [200.0, 300.0],
+                  "reading": {"lines": 665, "cer": 0.0956}}, [run])
     check(text.splitlines()[0] == "|  | deployments.yaml (round 0) |", "the table's header")
+    check("engine one image at a time 4.00" in text and "3.50: 0.88x" in text, "img/s against the engine's")
     print(text)
     return 0
 
