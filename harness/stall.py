@@ -626,12 +626,13 @@ CLASSES: dict[str, Callable[[Front, float], dict]] = {
 }
 
 
-def run_class(front: Front, name: str, seconds: float) -> tuple[dict, BesideReport]:
-    """One class's workload for about `seconds`, the probes beside it."""
+def run_class(front: Front, name: str, seconds: float, **kw) -> tuple[dict, BesideReport]:
+    """One class's workload for about `seconds` (`kw`: the class's own
+    arguments), the probes beside it."""
     if name in ("readers", "submits"):
         big_job_id(front)  # made before the probes start
     with front.beside() as beside:
-        outcome = CLASSES[name](front, seconds)
+        outcome = CLASSES[name](front, seconds, **kw)
     return outcome, beside.report
 
 
