@@ -20,7 +20,7 @@ import requests
 from harness.latin import GERMAN_LINE, line_png
 from harness.own_sets import own_v4
 from harness.retry_after import post_following_retry_after
-from harness.service import DEFAULT_CONFIG, deploy_config, free_port, load_config, start_ray, stop_all
+from harness.service import DEFAULT_CONFIG, deploy_config, free_port, load_config, start_ray, stop_all, wait_ready
 
 IMAGE = {"base64": base64.b64encode(line_png(GERMAN_LINE)).decode()}
 
@@ -81,11 +81,8 @@ def test_own_sets_start_on_demand_and_one_that_cannot_start_is_failed_while_the_
     assert default.status_code == 200 and " ".join(r["text"] for r in default.json()["results"]) == GERMAN_LINE
     # /readyz answers from its last probe (a state up to READY_IDLE_S old when it was not asked
     # meanwhile, here from before the broken set's start): the next probes show the default's stages.
-    end = time.monotonic() + 30
-    while (ready := requests.get(f"{url}/readyz", timeout=30)).status_code != 200:
-        assert time.monotonic() < end, ready.text
-        time.sleep(0.5)
-    assert set(ready.json()["stages"]) == {"det", "cls", "rec"}
+    wait_ready(url, timeout_s=30)
+    assert set(requests.get(f"{url}/readyz", timeout=30).json()["stages"]) == {"det", "cls", "rec"}
     assert requests.get(f"{url}/healthz", timeout=30).status_code == 200
 
     mine, _ = post_following_retry_after(url, {"image": IMAGE, "options": {"model": "my_v4"}})
